@@ -1,0 +1,52 @@
+# Two commands matter: `make run` and `make test`. Each sets up everything it
+# needs (virtualenv, Kafka, MariaDB, schema, topics) and is safe to repeat.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+
+.PHONY: run test test-tools setup venv services services-down services-status migrate topics bench clean
+
+run: setup ## set up everything, then run one worker, the fake services and a demo producer
+	ops/run-demo.sh
+
+test: setup test-tools ## set up everything, then run the whole test suite
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+setup: venv services migrate topics
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench]'
+	touch $@
+
+test-tools: ## Debian's docker-compose (v1), to validate docker-compose.yml without an engine
+	@command -v docker-compose >/dev/null || { echo "installing docker-compose from Debian"; \
+	  sudo=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+	  $$sudo apt-get update -qq >/dev/null && \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
+
+services: ## start Kafka and MariaDB unless they already answer
+	ops/services.sh up
+
+services-down: ## stop what `make services` started
+	ops/services.sh down
+
+services-status:
+	ops/services.sh status
+
+migrate: venv services ## alembic upgrade head
+	$(BIN)/alembic upgrade head
+
+topics: venv services ## create order-event and order-event-dlq
+	$(PY) -m app.admin create-topics
+
+bench: setup ## the throughput benchmark (minutes; see README)
+	$(PY) -m bench.run
+
+clean: services-down
+	rm -rf $(VENV) .cache

@@ -1,0 +1,1 @@
+"""Thin stream consumers: decode, hand the batch to the pipeline, route failures."""

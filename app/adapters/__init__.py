@@ -1,0 +1,1 @@
+"""The real implementations of the pipeline's ports: MySQL, HTTP, Kafka."""

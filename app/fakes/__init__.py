@@ -1,0 +1,1 @@
+"""Stand-ins for the external services, keeping their real contracts."""

@@ -1,0 +1,3 @@
+from app.fakes.services import main
+
+main()

@@ -1,0 +1,183 @@
+"""A fake logistics API and SMS gateway that keep the real contracts, for
+``make run``, the tests and the benchmark.
+
+Contracts:
+
+* ``POST /v1/waybills`` with header ``Idempotency-Key`` and JSON
+  ``{"order_no", "address"}`` -> ``201 {"waybill_no"}`` for a new key,
+  ``200`` with the *same* waybill for a key seen before; ``400`` without a key.
+* ``POST /v1/sms`` with JSON ``{"phone", "text"}`` -> ``202 {"message_id"}``.
+  No idempotency key: every accepted call is one more SMS.
+
+Faults are injected per service through ``POST /__config`` (or ``--config``)::
+
+    {"waybill": {"latency_ms": 5, "fail_next": 2, "fail_status": 503,
+                 "timeout_next": 1, "reset_next": 1, "reject_orders": ["ORD-..."],
+                 "ignore_idempotency_key": false},
+     "sms": {...}}
+
+``fail_next``/``timeout_next``/``reset_next`` count down per call. A *timeout*
+sleeps ``timeout_ms`` before answering; a *reset* does the work (issues the
+waybill, sends the SMS) and then drops the connection without a response:
+the caller cannot know it succeeded. ``GET /__ledger`` returns every raw call,
+the unique waybills per order and the SMS per order; ``POST /__reset`` clears
+ledger and faults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+ORDER_IN_TEXT = re.compile(r"ORD-\d{8}-[A-Za-z0-9]+")
+
+
+@dataclass
+class Faults:
+    latency_ms: float = 0.0
+    fail_next: int = 0
+    fail_status: int = 503
+    timeout_next: int = 0
+    timeout_ms: float = 60_000.0
+    reset_next: int = 0
+    reject_orders: set[str] = field(default_factory=set)
+    ignore_idempotency_key: bool = False
+
+    def update(self, changes: dict) -> None:
+        for name, value in changes.items():
+            if not hasattr(self, name):
+                raise ValueError(f"unknown fault setting {name!r}")
+            setattr(self, name, set(value) if name == "reject_orders" else value)
+
+
+@dataclass
+class Ledger:
+    calls: list[dict] = field(default_factory=list)
+    waybill_by_key: dict[str, str] = field(default_factory=dict)
+    waybills: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    sms: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
+
+    def as_json(self) -> dict:
+        return {"calls": self.calls, "waybills": self.waybills, "sms": self.sms,
+                "counts": {"calls": len(self.calls),
+                           "waybills": sum(len(v) for v in self.waybills.values()),
+                           "sms": sum(len(v) for v in self.sms.values())}}
+
+
+class FakeServices:
+    def __init__(self) -> None:
+        self.faults = {"waybill": Faults(), "sms": Faults()}
+        self.ledger = Ledger()
+        self._serial = itertools.count(1)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes([
+            web.post("/v1/waybills", self.waybill),
+            web.post("/v1/sms", self.sms),
+            web.get("/__ledger", self.get_ledger),
+            web.post("/__config", self.set_config),
+            web.post("/__reset", self.reset),
+            web.get("/__health", lambda _: web.json_response({"ok": True})),
+        ])
+        return app
+
+    async def _fault(self, service: str, request: web.Request, order_no: str | None) -> web.Response | None:
+        """Apply injected faults; returns a response to send instead of doing the work."""
+        faults = self.faults[service]
+        if faults.latency_ms:
+            await asyncio.sleep(faults.latency_ms / 1000)
+        if faults.timeout_next > 0:
+            faults.timeout_next -= 1
+            await asyncio.sleep(faults.timeout_ms / 1000)
+        if faults.fail_next > 0:
+            faults.fail_next -= 1
+            return web.json_response({"error": "injected failure"}, status=faults.fail_status)
+        if order_no in faults.reject_orders:
+            return web.json_response({"error": f"order {order_no} rejected"}, status=422)
+        return None
+
+    def _maybe_reset(self, service: str, request: web.Request) -> None:
+        faults = self.faults[service]
+        if faults.reset_next > 0 and request.transport is not None:
+            faults.reset_next -= 1
+            # The work is done; the caller never hears about it.
+            request.transport.abort()
+
+    async def waybill(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        key = request.headers.get("Idempotency-Key")
+        order_no = body.get("order_no")
+        self.ledger.calls.append({"service": "waybill", "key": key, "body": body})
+        if not key:
+            return web.json_response({"error": "Idempotency-Key header is required"}, status=400)
+        if not order_no or not body.get("address"):
+            return web.json_response({"error": "order_no and address are required"}, status=400)
+        if (response := await self._fault("waybill", request, order_no)) is not None:
+            return response
+        faults = self.faults["waybill"]
+        if key in self.ledger.waybill_by_key and not faults.ignore_idempotency_key:
+            status, waybill_no = 200, self.ledger.waybill_by_key[key]
+        else:
+            status, waybill_no = 201, f"WB{next(self._serial):010d}"
+            self.ledger.waybill_by_key[key] = waybill_no
+            self.ledger.waybills[order_no].append(waybill_no)
+        self._maybe_reset("waybill", request)
+        return web.json_response({"waybill_no": waybill_no}, status=status)
+
+    async def sms(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.ledger.calls.append({"service": "sms", "body": body})
+        if not body.get("phone") or not body.get("text"):
+            return web.json_response({"error": "phone and text are required"}, status=400)
+        match = ORDER_IN_TEXT.search(body["text"])
+        order_no = match.group(0) if match else "-"
+        if (response := await self._fault("sms", request, order_no)) is not None:
+            return response
+        message_id = f"SMS{next(self._serial):010d}"
+        self.ledger.sms[order_no].append({"message_id": message_id, **body})
+        self._maybe_reset("sms", request)
+        return web.json_response({"message_id": message_id}, status=202)
+
+    async def get_ledger(self, request: web.Request) -> web.Response:
+        return web.json_response(self.ledger.as_json())
+
+    async def set_config(self, request: web.Request) -> web.Response:
+        try:
+            self.configure(await request.json())
+        except (ValueError, TypeError, KeyError) as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        return web.json_response({"ok": True})
+
+    def configure(self, config: dict) -> None:
+        for service, changes in config.items():
+            if service not in self.faults:
+                raise ValueError(f"unknown service {service!r}; use 'waybill' or 'sms'")
+            self.faults[service].update(changes)
+
+    async def reset(self, request: web.Request) -> web.Response:
+        self.__init__()
+        return web.json_response({"ok": True})
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Fake logistics API and SMS gateway")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8900)
+    parser.add_argument("--config", default="{}", help="initial faults, JSON (see module docstring)")
+    args = parser.parse_args(argv)
+    fakes = FakeServices()
+    fakes.configure(json.loads(args.config))
+    web.run_app(fakes.app(), host=args.host, port=args.port, access_log=None,
+                print=lambda _: print(f"fake services on http://{args.host}:{args.port}", flush=True))
+
+
+if __name__ == "__main__":
+    main()

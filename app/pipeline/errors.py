@@ -1,0 +1,90 @@
+"""The error tree of the pipeline.
+
+Every error knows two things the batch processor needs: a short stable
+``reason`` (it becomes the dead-letter header and the ledger's reason) and
+whether retrying it can help (``retriable``). The processor asks the error;
+it never keeps lists of exception types.
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Root of every error the pipeline raises on purpose."""
+
+    retriable: bool = False
+    reason: str = "error"
+
+    def __init__(self, message: str = "", *, reason: str | None = None) -> None:
+        super().__init__(message or self.__class__.__doc__ or self.reason)
+        if reason is not None:
+            self.reason = reason
+
+
+class MalformedEvent(PipelineError):
+    """The record does not follow the event contract; no retry can fix it."""
+
+    reason = "malformed"
+
+
+class PayloadMismatch(PipelineError):
+    """The idempotency key was seen before with a different payload."""
+
+    reason = "payload_mismatch"
+
+
+class PreconditionNotMet(PipelineError):
+    """The order is not in a state this event can apply to yet (e.g. PAID before CREATED)."""
+
+    retriable = True
+    reason = "precondition_not_met"
+
+
+class LeaseHeld(PipelineError):
+    """Another live worker holds the claim on this key; wait for its lease to end."""
+
+    retriable = True
+    reason = "lease_held"
+
+    def __init__(self, message: str = "", *, wait_seconds: float = 0.0) -> None:
+        super().__init__(message)
+        self.wait_seconds = wait_seconds
+
+
+class EffectRejected(PipelineError):
+    """The external service refused the request for a business reason (4xx)."""
+
+    reason = "effect_rejected"
+
+
+class EffectUnavailable(PipelineError):
+    """The external call's outcome is unknown (5xx, timeout, reset); retry with the same token."""
+
+    retriable = True
+    reason = "effect_unavailable"
+
+
+class EffectNotDelivered(PipelineError):
+    """A non-idempotent call definitely did not take effect (refused, 4xx); safe to retry."""
+
+    retriable = True
+    reason = "effect_not_delivered"
+
+
+class UnknownOutcomeNonIdempotent(PipelineError):
+    """A call without an idempotency key may or may not have taken effect; reconcile by hand."""
+
+    reason = "unknown_outcome_non_idempotent"
+
+
+class StoreUnavailable(PipelineError):
+    """The database cannot be reached or keeps refusing; not the record's fault."""
+
+    retriable = True
+    reason = "store_unavailable"
+
+
+class InternalError(PipelineError):
+    """A bug met while handling one record; it is isolated and dead-lettered."""
+
+    reason = "internal_error"

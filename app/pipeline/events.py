@@ -1,0 +1,152 @@
+"""The event contract of topic ``order-event`` and its decoder.
+
+Key: the ``order_no`` as UTF-8. Value: a UTF-8 JSON object::
+
+    {"event_id": "...", "order_no": "ORD-20260915-88231",
+     "type": "ORDER_CREATED" | "ORDER_PAID" | "ORDER_CONFIRM" | "ORDER_CANCEL",
+     "occurred_at": "<RFC 3339 with offset>", "data": {...}}
+
+Unknown fields are ignored; a missing or ill-typed required field makes the
+event malformed, with a reason naming the field (``missing_field:data.phone``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import date, datetime
+from enum import Enum
+from typing import Any, Mapping
+
+import orjson
+
+from app.pipeline.errors import MalformedEvent
+
+ORDER_NO = re.compile(r"ORD-(\d{4})(\d{2})(\d{2})-[A-Za-z0-9]{1,40}")
+
+
+class EventType(str, Enum):
+    CREATED = "ORDER_CREATED"
+    PAID = "ORDER_PAID"
+    CONFIRM = "ORDER_CONFIRM"
+    CANCEL = "ORDER_CANCEL"
+
+
+# Required ``data`` fields per type: name -> (Python type, bound). The bound is
+# the longest string the column takes, or the largest amount.
+DATA_FIELDS: dict[EventType, dict[str, tuple[type, int]]] = {
+    EventType.CREATED: {"amount_cents": (int, 10**15), "phone": (str, 32), "address": (str, 512)},
+    EventType.PAID: {"amount_cents": (int, 10**15)},
+    EventType.CONFIRM: {},
+    EventType.CANCEL: {"reason": (str, 255)},
+}
+MAX_EVENT_ID = 64
+
+
+@dataclass(frozen=True, slots=True)
+class OrderEvent:
+    """A decoded, valid event. ``data`` holds the contract's fields only."""
+
+    event_id: str
+    order_no: str
+    type: EventType
+    occurred_at: datetime
+    data: Mapping[str, Any]
+    part_date: date
+    payload_hash: str
+
+
+def part_date_of(order_no: str) -> date:
+    """The partition date of an order: the date inside its number, ``ORD-YYYYMMDD-...``.
+
+    It is a function of the business key alone, so every event and every
+    re-published duplicate of an order maps to the same ``t_idem`` partition.
+    """
+    match = ORDER_NO.fullmatch(order_no)
+    if match is None:
+        raise MalformedEvent(f"order_no {order_no[:80]!r} is not ORD-YYYYMMDD-<1..40 letters or digits>",
+                             reason="bad_order_no")
+    year, month, day = (int(g) for g in match.groups())
+    try:
+        return date(year, month, day)
+    except ValueError:
+        raise MalformedEvent(f"order_no {order_no!r} carries an impossible date", reason="bad_order_no") from None
+
+
+def payload_hash(order_no: str, type_: EventType, data: Mapping[str, Any]) -> str:
+    """SHA-256 of what the event asks for: order, type and contract data.
+
+    ``event_id`` and ``occurred_at`` are left out on purpose: a producer that
+    re-publishes the same request under a new id is a duplicate, not a conflict.
+    """
+    canonical = orjson.dumps([order_no, type_.value, data], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def decode(key: bytes | None, value: bytes | None, *, max_bytes: int) -> OrderEvent:
+    """Decode one record or raise :class:`MalformedEvent` with a precise reason."""
+    if value is None:
+        raise MalformedEvent("record has no value (tombstone)", reason="empty_value")
+    if len(value) > max_bytes:
+        raise MalformedEvent(f"value is {len(value)} bytes, over the {max_bytes}-byte limit", reason="oversized")
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedEvent(f"value is not UTF-8: {exc}", reason="not_utf8") from None
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedEvent(f"value is not JSON: {exc}", reason="not_json") from None
+    if not isinstance(doc, dict):
+        raise MalformedEvent(f"value is a JSON {type(doc).__name__}, not an object", reason="not_object")
+
+    event_id = _field(doc, "event_id", str, MAX_EVENT_ID)
+    order_no = _field(doc, "order_no", str, 64)
+    raw_type = _field(doc, "type", str, 64)
+    try:
+        type_ = EventType(raw_type)
+    except ValueError:
+        raise MalformedEvent(f"unknown event type {raw_type[:60]!r}", reason="unknown_type") from None
+    occurred_at = _timestamp(_field(doc, "occurred_at", str, 64))
+    raw_data = _field(doc, "data", dict)
+    data = {name: _field(raw_data, name, kind, bound, prefix="data.")
+            for name, (kind, bound) in DATA_FIELDS[type_].items()}
+
+    part = part_date_of(order_no)
+    if key is None:
+        raise MalformedEvent("record has no key; the key must be the order_no", reason="missing_key")
+    if key != order_no.encode():
+        raise MalformedEvent(f"record key {key[:80]!r} differs from order_no {order_no!r}", reason="key_mismatch")
+    return OrderEvent(event_id, order_no, type_, occurred_at, data, part, payload_hash(order_no, type_, data))
+
+
+def _field(doc: Mapping[str, Any], name: str, kind: type, bound: int = 0, *, prefix: str = "") -> Any:
+    """``doc[name]`` if it is a ``kind`` within ``bound`` (length of a str, value of an int)."""
+    label = prefix + name
+    if name not in doc or doc[name] is None:
+        raise MalformedEvent(f"required field {label} is missing", reason=f"missing_field:{label}")
+    value = doc[name]
+    # bool is an int subclass; true is not an amount.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise MalformedEvent(f"field {label} must be {kind.__name__}, got {type(value).__name__}",
+                             reason=f"bad_field:{label}")
+    if kind is str and not value.strip():
+        raise MalformedEvent(f"field {label} is empty", reason=f"bad_field:{label}")
+    if kind is str and len(value) > bound:
+        raise MalformedEvent(f"field {label} is longer than {bound} characters", reason=f"bad_field:{label}")
+    if kind is int and not 0 <= value <= bound:
+        raise MalformedEvent(f"field {label} must be between 0 and {bound}", reason=f"bad_field:{label}")
+    return value
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise MalformedEvent(f"occurred_at {text[:60]!r} is not an RFC 3339 timestamp",
+                             reason="bad_field:occurred_at") from None
+    if parsed.tzinfo is None or "T" not in text.upper():
+        raise MalformedEvent(f"occurred_at {text[:60]!r} needs a date, a time and an offset",
+                             reason="bad_field:occurred_at")
+    return parsed

@@ -1,0 +1,1 @@
+"""Web views served by each worker (port WEB_PORT)."""

@@ -1,0 +1,43 @@
+"""Alembic environment: migrations run synchronously through PyMySQL.
+
+The URL comes from the ``MYSQL_URL`` setting (``-x url=...`` overrides it, which
+the tests use to migrate a scratch database).
+"""
+
+from logging.config import fileConfig
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from app.settings import get_settings
+from tables import metadata
+
+config = context.config
+if config.config_file_name is not None:
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+
+def sync_url() -> str:
+    url = context.get_x_argument(as_dictionary=True).get("url") or get_settings().mysql_url
+    return url.replace("+aiomysql", "+pymysql")
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=sync_url(), target_metadata=metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    engine = create_engine(sync_url(), poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=metadata)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

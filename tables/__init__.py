@@ -1,0 +1,9 @@
+"""SQLAlchemy ``Table`` metadata of the processor's MySQL schema (no queries here).
+
+Alembic migrations in ``migrations/`` are written from and checked against
+this metadata (``tests/integration/test_migrations.py``).
+"""
+
+from tables.schema import metadata, t_idem
+
+__all__ = ["metadata", "t_idem"]

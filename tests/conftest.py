@@ -1,0 +1,75 @@
+"""Fixtures for real services: a scratch database per session, fresh topics
+and consumer groups per test, and worker processes that are always reaped."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from app.settings import Settings
+from tests.support.services import ScratchDatabase, Worker, create_topics, delete_topics, worker_env
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+def scratch_db(settings: Settings):
+    db = ScratchDatabase(settings.mysql_url).create()
+    yield db
+    db.drop()
+
+
+class Topics:
+    """A fresh ``order-event`` / ``order-event-dlq`` pair and consumer group for one test."""
+
+    def __init__(self, settings: Settings, partitions: int = 4, dlq_partitions: int = 3) -> None:
+        suffix = uuid.uuid4().hex[:8]
+        self.settings = settings
+        self.events = f"test-order-event-{suffix}"
+        self.dlq = f"test-order-event-dlq-{suffix}"
+        self.group = f"test-group-{suffix}"
+        self.partitions = partitions
+        self.dlq_partitions = dlq_partitions
+
+    def env(self) -> dict[str, str]:
+        return {"ORDER_EVENT_TOPIC": self.events, "DLQ_TOPIC": self.dlq, "APP_ID": self.group,
+                "ORDER_EVENT_PARTITIONS": str(self.partitions), "DLQ_PARTITIONS": str(self.dlq_partitions)}
+
+
+@pytest.fixture
+def topics(settings: Settings):
+    made: list[Topics] = []
+
+    def make(partitions: int = 4, dlq_partitions: int = 3) -> Topics:
+        pair = Topics(settings, partitions, dlq_partitions)
+        asyncio.run(create_topics(settings, {pair.events: partitions, pair.dlq: dlq_partitions}))
+        made.append(pair)
+        return pair
+
+    yield make
+    for pair in made:
+        asyncio.run(delete_topics(settings, [pair.events, pair.dlq]))
+
+
+@pytest.fixture
+def spawn_worker(scratch_db: ScratchDatabase, request):
+    """Start ``faust -A app worker`` processes against the scratch database."""
+    workers: list[Worker] = []
+
+    def spawn(topics: Topics, name: str = "w", **overrides: str) -> Worker:
+        env = worker_env(MYSQL_URL=scratch_db.url, WORKER_ID=f"{request.node.name[:40]}-{name}",
+                         **topics.env(), **overrides)
+        worker = Worker(env, f"{request.node.name[:60]}-{name}").start()
+        workers.append(worker)
+        return worker
+
+    yield spawn
+    for worker in workers:
+        if worker.alive:
+            worker.kill()
+            worker.wait_exit(30)

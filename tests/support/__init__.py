@@ -1,0 +1,1 @@
+"""Helpers shared by the integration and chaos suites: real services, real processes."""

@@ -1,0 +1,246 @@
+"""Real MariaDB scratch databases, real Kafka topics, real worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from argparse import Namespace
+from contextlib import closing
+from pathlib import Path
+from typing import Iterable
+from urllib.parse import urlsplit, urlunsplit
+
+import pymysql
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from alembic import command
+from alembic.config import Config
+
+from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / ".cache" / "test-logs"
+
+
+def free_port() -> int:
+    with closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ---------------------------------------------------------------- MariaDB --
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def connect(url: str, *, database: bool = True) -> pymysql.connections.Connection:
+    parts = urlsplit(url)
+    return pymysql.connect(host=parts.hostname, port=parts.port or 3306, user=parts.username,
+                           password=parts.password or "", database=parts.path.lstrip("/") if database else None,
+                           autocommit=True, cursorclass=pymysql.cursors.DictCursor)
+
+
+def migrate(url: str, revision: str = "head", *, down: bool = False) -> None:
+    config = Config(str(ROOT / "alembic.ini"))
+    config.cmd_opts = Namespace(x=[f"url={url}"])
+    (command.downgrade if down else command.upgrade)(config, revision)
+
+
+class ScratchDatabase:
+    """A database of its own for one test session, migrated to head."""
+
+    def __init__(self, base_url: str) -> None:
+        base_name = urlsplit(base_url).path.lstrip("/")
+        self.name = f"{base_name}_test_{uuid.uuid4().hex[:8]}"
+        self.url = with_database(base_url, self.name)
+
+    def create(self, *, migrated: bool = True) -> "ScratchDatabase":
+        with closing(connect(self.url, database=False)) as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+        if migrated:
+            migrate(self.url)
+        return self
+
+    def drop(self) -> None:
+        with closing(connect(self.url, database=False)) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{self.name}`")
+
+    def query(self, sql: str, *args) -> list[dict]:
+        with closing(connect(self.url)) as conn, conn.cursor() as cur:
+            cur.execute(sql, args)
+            return list(cur.fetchall())
+
+    def scalar(self, sql: str, *args):
+        rows = self.query(sql, *args)
+        return next(iter(rows[0].values())) if rows else None
+
+
+# ------------------------------------------------------------------ Kafka --
+
+async def create_topics(settings: Settings, names: dict[str, int]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1) for name, partitions in names.items()])
+    finally:
+        await admin.close()
+
+
+async def delete_topics(settings: Settings, names: Iterable[str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics(list(names))
+    except Exception:  # best effort cleanup
+        pass
+    finally:
+        await admin.close()
+
+
+async def produce(settings: Settings, topic: str, records: Iterable[tuple[bytes | None, bytes | None]],
+                  headers: list[tuple[str, bytes]] | None = None) -> int:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5,
+                                max_request_size=8 * 1024 * 1024)
+    await producer.start()
+    count = 0
+    try:
+        futures = []
+        for key, value in records:
+            futures.append(await producer.send(topic, value=value, key=key, headers=headers))
+            count += 1
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return count
+
+
+async def consume_all(settings: Settings, topic: str, *, expect: int, timeout: float = 60.0) -> list:
+    """Read ``topic`` from the beginning until ``expect`` records arrived (or ``timeout``)."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
+                                auto_offset_reset="earliest", enable_auto_commit=False,
+                                fetch_max_bytes=16 * 1024 * 1024, max_partition_fetch_bytes=8 * 1024 * 1024)
+    await consumer.start()
+    records: list = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(records) < expect and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for items in batch.values():
+                records.extend(items)
+    finally:
+        await consumer.stop()
+    return records
+
+
+async def committed_offsets(settings: Settings, group: str, topic: str, partitions: int) -> dict[int, int]:
+    from aiokafka import TopicPartition
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=group,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return {p: (await consumer.committed(TopicPartition(topic, p))) or 0 for p in range(partitions)}
+    finally:
+        await consumer.stop()
+
+
+async def end_offsets(settings: Settings, topic: str, partitions: int) -> dict[int, int]:
+    from aiokafka import TopicPartition
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: offset for tp, offset in (await consumer.end_offsets(tps)).items()}
+    finally:
+        await consumer.stop()
+
+
+# ---------------------------------------------------------------- workers --
+
+class Worker:
+    """One ``faust -A app worker`` process with its own environment."""
+
+    def __init__(self, env: dict[str, str], name: str) -> None:
+        self.env = env
+        self.name = name
+        self.web_port = int(env["WEB_PORT"])
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.log_path = LOGS / f"{name}-{uuid.uuid4().hex[:6]}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Worker":
+        faust = Path(sys.executable).with_name("faust")
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([str(faust), "-A", "app", "worker", "-l", "info"], cwd=ROOT,
+                                     env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_log(self, needle: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.logs():
+                return
+            if not self.alive:
+                raise AssertionError(f"worker {self.name} exited ({self.proc.returncode}); log {self.log_path}")
+            time.sleep(0.2)
+        raise AssertionError(f"{needle!r} not in worker {self.name} log after {timeout}s; see {self.log_path}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.alive:
+            self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM and wait: a graceful stop."""
+        if self.proc is None:
+            return 0
+        if self.alive:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"worker {self.name} ignored SIGTERM for {timeout}s; see {self.log_path}")
+
+    def wait_exit(self, timeout: float = 60.0) -> int:
+        return self.proc.wait(timeout)
+
+
+def worker_env(**overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()}
+    env.update({"WEB_PORT": str(free_port()), "PYTHONUNBUFFERED": "1"})
+    env.update({k.upper(): str(v) for k, v in overrides.items()})
+    return env
+
+
+def wait_for(predicate, *, timeout: float = 60.0, interval: float = 0.25, what: str = "condition",
+             workers: Iterable[Worker] = ()):
+    """Poll ``predicate`` until it returns something truthy; a bound, not a timing goal.
+
+    Fails at once if one of ``workers`` has exited."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        for worker in workers:
+            if not worker.alive:
+                raise AssertionError(f"worker {worker.name} exited ({worker.proc.returncode}) while waiting "
+                                     f"for {what}; log {worker.log_path}")
+        time.sleep(interval)
+    raise AssertionError(f"{what} not reached within {timeout}s (last value: {last!r})")

@@ -1,34 +1,48 @@
-"""What a worker opens once and closes at shutdown: the database engine and the stores."""
+"""What a worker opens once and closes at shutdown: database engine, HTTP
+session, the store, the effect client and the pipeline built on them."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 
-from app.adapters.skeleton_store import SkeletonStore
+import aiohttp
+
+from app.adapters.http_effects import HttpEffects
+from app.adapters.mysql_store import MySqlStore
+from app.chaos import cut_hook
 from app.db import create_engine
+from app.pipeline.processor import Processor
 from app.settings import Settings
 
 
 class Runtime:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, role: str = "main") -> None:
         self.settings = settings
         # A fresh incarnation id: a restarted worker never mistakes its
-        # predecessor's claims for its own.
-        self.owner = f"{settings.worker_id}/{uuid.uuid4().hex[:8]}"
+        # predecessor's claims for its own, and waits for their leases.
+        self.owner = f"{settings.worker_id}/{role}/{uuid.uuid4().hex[:8]}"
         self._lock = asyncio.Lock()
         self._started = False
 
     async def start(self) -> "Runtime":
         async with self._lock:
-            if not self._started:
-                self.engine = create_engine(self.settings)
-                self.store = SkeletonStore(self.engine, self.owner)
-                self._started = True
+            if self._started:
+                return self
+            s = self.settings
+            self.engine = create_engine(s)
+            self.store = MySqlStore(self.engine, lock_retries=s.db_lock_retries)
+            self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=s.effect_concurrency))
+            self.effects = HttpEffects(self.http, logistics_url=s.logistics_url, sms_url=s.sms_url,
+                                       timeout_seconds=s.effect_timeout_seconds)
+            self.processor = Processor(self.store, self.effects, owner=self.owner, lease_seconds=s.lease_seconds,
+                                       effect_concurrency=s.effect_concurrency, on_cut=cut_hook(s.chaos_kill_at))
+            self._started = True
         return self
 
     async def stop(self) -> None:
         async with self._lock:
             if self._started:
+                await self.http.close()
                 await self.engine.dispose()
                 self._started = False

@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     log_level: str = "info"
     data_dir: str = Field(".cache/faust", description="Faust's working folder (it keeps no state we rely on).")
 
+    # -- fault injection (tests only) ----------------------------------------
+    chaos_kill_at: str | None = Field(
+        None, description="Kill this worker with SIGKILL at a cut point: before_a, a_b, b_c or after_c.")
+
     @property
     def retry_backoff(self) -> tuple[float, ...]:
         """The per-record retry delays in seconds."""

@@ -134,9 +134,9 @@ kafka_jars() {
   command -v java >/dev/null || die "Java 17+ is needed to run Kafka"
   log "fetching Kafka $KAFKA_VERSION jars from Maven Central (once; cached in $KAFKA_HOME)"
   rm -rf "$KAFKA_HOME" && mkdir -p "$KAFKA_HOME/libs"
-  mvn -q -B -Dstyle.color=never -f "$ROOT/ops/kafka/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
+  mvn -q -B -f "$ROOT/ops/kafka/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
     dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$KAFKA_HOME/libs" \
-    || die "mvn could not fetch the Kafka jars"
+    >"$CACHE/kafka/mvn.log" 2>&1 || die "mvn could not fetch the Kafka jars; read $CACHE/kafka/mvn.log"
   touch "$KAFKA_HOME/.complete"
 }
 

@@ -1,25 +1,66 @@
 """The tables. Statuses are small integers; their meaning lives in ``app.pipeline.states``."""
 
-from sqlalchemy import Column, Index, Integer, MetaData, SmallInteger, String, Table, text
+from sqlalchemy import (BigInteger, Boolean, Column, Date, Index, Integer, MetaData, SmallInteger, String,
+                        Table, UniqueConstraint, text)
 from sqlalchemy.dialects.mysql import DATETIME
 
 metadata = MetaData()
 
 NOW3 = text("CURRENT_TIMESTAMP(3)")
+TABLE_ARGS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
-# One row per idempotency key: the memory of "have I done this, and how far".
+
+def _timestamps() -> list[Column]:
+    return [Column("gmt_create", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+            Column("gmt_modified", DATETIME(fsp=3), nullable=False, server_default=NOW3)]
+
+
+# One row per idempotency key (one step of one event): the memory of "have I
+# done this, and how far". part_date is derived from the business key itself
+# (the date inside the order number), so partitioning by it later changes
+# nothing and one key can never have two rows.
 t_idem = Table(
     "t_idem",
     metadata,
     Column("biz_key", String(128), primary_key=True),
+    Column("part_date", Date, primary_key=True),
+    Column("step", String(32), nullable=False),
     Column("status", SmallInteger, nullable=False, comment="1 pending, 2 done, 3 failed"),
-    Column("attempt", Integer, nullable=False, server_default=text("0")),
+    Column("attempt", Integer, nullable=False, server_default=text("0"), comment="claims so far; the fencing token"),
+    Column("owner", String(128), nullable=True, comment="worker incarnation holding the claim"),
+    Column("lease_until", DATETIME(fsp=3), nullable=True, comment="claim is exclusive until then"),
+    Column("idem_token", String(64), nullable=True, comment="sent as Idempotency-Key on every call"),
+    Column("payload_hash", String(64), nullable=False, comment="sha256 of order_no, type and data"),
+    Column("outcome", String(64), nullable=True, comment="applied/stale/waybill_issued/... or the failure reason"),
     Column("last_err", String(512), nullable=True),
-    Column("idem_token", String(64), nullable=True),
-    Column("owner", String(128), nullable=True),
-    Column("gmt_create", DATETIME(fsp=3), nullable=False, server_default=NOW3),
-    Column("gmt_modified", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    *_timestamps(),
     Index("idx_status_modified", "status", "gmt_modified"),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
+    **TABLE_ARGS,
+)
+
+t_order = Table(
+    "t_order",
+    metadata,
+    Column("order_no", String(64), primary_key=True),
+    Column("status", SmallInteger, nullable=False, comment="1 created, 2 paid, 3 confirmed, 4 cancelled"),
+    Column("amount_cents", BigInteger, nullable=True),
+    Column("phone", String(32), nullable=True),
+    Column("address", String(512), nullable=True),
+    Column("paid_cents", BigInteger, nullable=True),
+    Column("cancel_reason", String(255), nullable=True),
+    *_timestamps(),
+    **TABLE_ARGS,
+)
+
+# Written in T3, in the same transaction as pending -> done. One per order.
+t_waybill_receipt = Table(
+    "t_waybill_receipt",
+    metadata,
+    Column("order_no", String(64), primary_key=True),
+    Column("waybill_no", String(64), nullable=False),
+    Column("idem_token", String(64), nullable=False),
+    Column("biz_key", String(128), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("gmt_create", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    **TABLE_ARGS,
 )

@@ -20,8 +20,9 @@ Faults are injected per service through ``POST /__config`` (or ``--config``)::
 sleeps ``timeout_ms`` before answering; a *reset* does the work (issues the
 waybill, sends the SMS) and then drops the connection without a response:
 the caller cannot know it succeeded. ``GET /__ledger`` returns every raw call,
-the unique waybills per order and the SMS per order; ``POST /__reset`` clears
-ledger and faults.
+the unique waybills per order, the SMS per order, and the highest number of
+calls that were in flight at once for one idempotency key (or, for SMS, one
+order); ``POST /__reset`` clears ledger and faults.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import itertools
 import json
 import re
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -63,9 +65,12 @@ class Ledger:
     waybill_by_key: dict[str, str] = field(default_factory=dict)
     waybills: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     sms: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
+    in_flight: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    peak_in_flight: int = 0
 
     def as_json(self) -> dict:
         return {"calls": self.calls, "waybills": self.waybills, "sms": self.sms,
+                "peak_in_flight_per_key": self.peak_in_flight,
                 "counts": {"calls": len(self.calls),
                            "waybills": sum(len(v) for v in self.waybills.values()),
                            "sms": sum(len(v) for v in self.sms.values())}}
@@ -85,7 +90,7 @@ class FakeServices:
             web.get("/__ledger", self.get_ledger),
             web.post("/__config", self.set_config),
             web.post("/__reset", self.reset),
-            web.get("/__health", lambda _: web.json_response({"ok": True})),
+            web.get("/__health", self.health),
         ])
         return app
 
@@ -111,9 +116,23 @@ class FakeServices:
             # The work is done; the caller never hears about it.
             request.transport.abort()
 
+    @contextmanager
+    def _in_flight(self, key: str):
+        ledger = self.ledger
+        ledger.in_flight[key] += 1
+        ledger.peak_in_flight = max(ledger.peak_in_flight, ledger.in_flight[key])
+        try:
+            yield
+        finally:
+            ledger.in_flight[key] -= 1
+
     async def waybill(self, request: web.Request) -> web.Response:
         body = await request.json()
         key = request.headers.get("Idempotency-Key")
+        with self._in_flight(f"waybill:{key}"):
+            return await self._waybill(request, body, key)
+
+    async def _waybill(self, request: web.Request, body: dict, key: str | None) -> web.Response:
         order_no = body.get("order_no")
         self.ledger.calls.append({"service": "waybill", "key": key, "body": body})
         if not key:
@@ -139,12 +158,19 @@ class FakeServices:
             return web.json_response({"error": "phone and text are required"}, status=400)
         match = ORDER_IN_TEXT.search(body["text"])
         order_no = match.group(0) if match else "-"
+        with self._in_flight(f"sms:{order_no}"):
+            return await self._sms(request, body, order_no)
+
+    async def _sms(self, request: web.Request, body: dict, order_no: str) -> web.Response:
         if (response := await self._fault("sms", request, order_no)) is not None:
             return response
         message_id = f"SMS{next(self._serial):010d}"
         self.ledger.sms[order_no].append({"message_id": message_id, **body})
         self._maybe_reset("sms", request)
         return web.json_response({"message_id": message_id}, status=202)
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
 
     async def get_ledger(self, request: web.Request) -> web.Response:
         return web.json_response(self.ledger.as_json())

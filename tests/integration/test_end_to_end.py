@@ -7,6 +7,8 @@ import urllib.request
 
 import pytest
 
+from app.pipeline.events import decode
+from app.pipeline.plan import step_keys
 from tests.support.events import event, order_no, record
 from tests.support.services import committed_offsets, end_offsets, produce, wait_for
 
@@ -14,7 +16,8 @@ pytestmark = pytest.mark.integration
 
 
 def idem_key(doc: dict) -> str:
-    return f"{doc['order_no']}:{doc['type']}"
+    """The local step's idempotency key of an event."""
+    return step_keys(decode(*record(doc), max_bytes=1 << 20))[0]
 
 
 def caught_up(settings, pair) -> bool:
@@ -36,7 +39,11 @@ def test_thousand_events_each_done_once_and_replay_changes_nothing(settings, top
                                        *keys) == len(keys), timeout=120, what="1,000 done rows", workers=[worker])
     before = scratch_db.query(f"SELECT biz_key, status, attempt, gmt_modified FROM t_idem "
                               f"WHERE biz_key IN ({marks}) ORDER BY biz_key", *keys)
+    order_marks = ", ".join(["%s"] * len(orders))
+    orders_before = scratch_db.query(f"SELECT * FROM t_order WHERE order_no IN ({order_marks}) ORDER BY order_no",
+                                     *orders)
     assert len(before) == len(keys) == 1000
+    assert [o["status"] for o in orders_before] == [2] * 500
     wait_for(lambda: caught_up(settings, pair), timeout=60, what="offsets committed")
 
     # The same events once more: no new row, no row touched again.
@@ -45,6 +52,8 @@ def test_thousand_events_each_done_once_and_replay_changes_nothing(settings, top
     after = scratch_db.query(f"SELECT biz_key, status, attempt, gmt_modified FROM t_idem "
                              f"WHERE biz_key IN ({marks}) ORDER BY biz_key", *keys)
     assert after == before
+    assert scratch_db.query(f"SELECT * FROM t_order WHERE order_no IN ({order_marks}) ORDER BY order_no",
+                            *orders) == orders_before
     assert worker.alive
 
 

@@ -1,0 +1,95 @@
+"""The external effects over HTTP (aiohttp): the logistics API and the SMS gateway.
+
+How a call ends decides what may happen next, and the two services differ:
+
+=====================  =====================================  ==========================================
+what happened          logistics (honours Idempotency-Key)    SMS gateway (no idempotency key)
+=====================  =====================================  ==========================================
+2xx                    done, receipt written                  done
+4xx (not 408/429)      business refusal: failed for good      surely not sent: retry
+408, 429               not done: retry, same token            surely not sent: retry
+5xx                    outcome unknown: retry, same token     outcome unknown: failed, reconcile by hand
+timeout / reset        outcome unknown: retry, same token     outcome unknown: failed, reconcile by hand
+connection refused     not sent: retry                        surely not sent: retry
+=====================  =====================================  ==========================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from app.pipeline.errors import (EffectNotDelivered, EffectRejected, EffectUnavailable, PipelineError,
+                                 UnknownOutcomeNonIdempotent)
+from app.pipeline.plan import EffectJob
+from app.pipeline.ports import Receipt
+from app.pipeline.steps import Effect
+
+RETRY_LATER = {408, 429}
+
+
+class HttpEffects:
+    def __init__(self, session: aiohttp.ClientSession, *, logistics_url: str, sms_url: str,
+                 timeout_seconds: float) -> None:
+        self.session = session
+        self.waybills_url = f"{logistics_url.rstrip('/')}/v1/waybills"
+        self.sms_url = f"{sms_url.rstrip('/')}/v1/sms"
+        self.timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+
+    async def call(self, job: EffectJob) -> Receipt:
+        if job.effect is Effect.WAYBILL:
+            return await self._issue_waybill(job)
+        return await self._send_sms(job)
+
+    async def _issue_waybill(self, job: EffectJob) -> Receipt:
+        where = f"logistics for {job.order_no}"
+        try:
+            async with self.session.post(self.waybills_url, json=job.request, timeout=self.timeout,
+                                         headers={"Idempotency-Key": job.token}) as resp:
+                body = await resp.read()
+                if resp.status in (200, 201):
+                    waybill_no = _json_field(body, "waybill_no")
+                    if waybill_no is None:
+                        raise EffectUnavailable(f"{where}: {resp.status} without a waybill_no: {body[:200]!r}")
+                    return Receipt("waybill_issued", waybill_no)
+                if 400 <= resp.status < 500 and resp.status not in RETRY_LATER:
+                    raise EffectRejected(f"{where}: refused with {resp.status}: {body[:300]!r}")
+                raise EffectUnavailable(f"{where}: answered {resp.status}")
+        except PipelineError:
+            raise
+        except asyncio.TimeoutError:
+            raise EffectUnavailable(f"{where}: no answer within {self.timeout.total}s") from None
+        except aiohttp.ClientError as exc:
+            raise EffectUnavailable(f"{where}: {exc.__class__.__name__}: {exc}") from None
+
+    async def _send_sms(self, job: EffectJob) -> Receipt:
+        where = f"SMS for {job.order_no}"
+        try:
+            async with self.session.post(self.sms_url, json=job.request, timeout=self.timeout) as resp:
+                body = await resp.read()
+                if 200 <= resp.status < 300:
+                    return Receipt("sms_accepted")
+                if 400 <= resp.status < 500:
+                    raise EffectNotDelivered(f"{where}: refused with {resp.status}: {body[:300]!r}")
+                raise UnknownOutcomeNonIdempotent(f"{where}: answered {resp.status}; it may have been sent")
+        except PipelineError:
+            raise
+        except aiohttp.ClientConnectorError as exc:
+            # The connection never opened: nothing was sent.
+            raise EffectNotDelivered(f"{where}: {exc}") from None
+        except asyncio.TimeoutError:
+            raise UnknownOutcomeNonIdempotent(
+                f"{where}: no answer within {self.timeout.total}s; it may have been sent") from None
+        except aiohttp.ClientError as exc:
+            raise UnknownOutcomeNonIdempotent(
+                f"{where}: {exc.__class__.__name__} after the request; it may have been sent") from None
+
+
+def _json_field(body: bytes, name: str) -> str | None:
+    import orjson
+    try:
+        value = orjson.loads(body).get(name)
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None

@@ -1,0 +1,264 @@
+"""The pipeline's store on MySQL / MariaDB (SQLAlchemy engine, aiomysql driver).
+
+Every method of :class:`MySqlTransaction` is one statement: a whole batch
+costs a handful of round trips, whatever its size. Each write repeats its
+rule as a SQL condition (status, attempt, owner, lease), so the database
+refuses a move the state machine forbids even if the caller asked for it.
+
+Two MariaDB/MySQL traps shape the SQL here:
+
+* ``INSERT ... ON DUPLICATE KEY UPDATE`` assignments run left to right and
+  each sees the columns already updated; a column that a later condition
+  reads must be assigned last (``status`` in the ``t_order`` upsert).
+* SQLAlchemy's MySQL dialects connect with CLIENT_FOUND_ROWS, so affected-row
+  counts of an upsert say nothing about who won. Claims are decided under
+  ``SELECT ... FOR UPDATE`` and fenced writes are checked by matched rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from datetime import date
+from typing import Awaitable, Callable, Sequence, TypeVar
+
+from sqlalchemy.exc import DBAPIError, InterfaceError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.pipeline.errors import PipelineError, StoreUnavailable
+from app.pipeline.plan import BatchPlan, IdemRow, Order
+from app.pipeline.ports import DeadLetter, Finished
+from app.pipeline.states import IdemStatus, OrderStatus
+from app.pipeline.steps import Effect
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Deadlock, lock-wait timeout (MySQL), and MariaDB's "record changed since last read".
+LOCK_ERRORS = {1213, 1205, 1020}
+# Lost races on an insert: somebody else inserted the same key first. The rerun sees it.
+RACE_ERRORS = {1062}
+# The server is gone, or never was.
+CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2014, 2045, 2055, 1040, 1053}
+
+
+class Conflict(Exception):
+    """A fenced write matched fewer rows than the reads under lock promised; rerun the transaction."""
+
+
+class StoreFailure(PipelineError):
+    """The database refused a statement for a reason a retry will not fix (a bug or bad data)."""
+
+    reason = "store_error"
+
+
+def _marks(n: int, group: str = "%s") -> str:
+    return ", ".join([group] * n)
+
+
+def _error_code(exc: DBAPIError) -> int | None:
+    args = getattr(exc.orig, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+class MySqlStore:
+    """Runs pipeline transactions with lock-error retries; counts round trips."""
+
+    def __init__(self, engine: AsyncEngine, *, lock_retries: int = 5,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.engine = engine
+        self.lock_retries = lock_retries
+        self.round_trips = 0
+        self._sleep = sleep
+
+    async def in_transaction(self, work: Callable[["MySqlTransaction"], Awaitable[T]]) -> T:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with self.engine.connect() as conn:
+                    result = await work(MySqlTransaction(conn, self))
+                    await conn.commit()
+                    self.round_trips += 1
+                    return result
+            except (Conflict, DBAPIError) as exc:
+                code = None if isinstance(exc, Conflict) else _error_code(exc)
+                retriable = isinstance(exc, Conflict) or code in LOCK_ERRORS or code in RACE_ERRORS
+                if retriable and attempt <= self.lock_retries:
+                    delay = random.uniform(0.005, 0.05) * attempt
+                    log.info("transaction rerun %d after %s", attempt, exc.__class__.__name__ if code is None
+                             else f"MySQL error {code}")
+                    await self._sleep(delay)
+                    continue
+                if isinstance(exc, DBAPIError) and (code in CONNECTION_ERRORS or exc.connection_invalidated
+                                                    or isinstance(exc, InterfaceError)):
+                    # A pooled connection may have died with a server restart: one fresh try.
+                    if attempt == 1:
+                        continue
+                    raise StoreUnavailable(f"database unreachable: {exc.orig!r}") from exc
+                if retriable:
+                    raise StoreUnavailable(f"still conflicting after {attempt} runs: {exc}") from exc
+                raise StoreFailure(f"database refused a statement: {getattr(exc, 'orig', exc)!r}") from exc
+            except OSError as exc:
+                if attempt == 1:
+                    continue
+                raise StoreUnavailable(f"database unreachable: {exc!r}") from exc
+
+
+class MySqlTransaction:
+    """One open transaction; every method is one round trip."""
+
+    def __init__(self, conn: AsyncConnection, store: MySqlStore) -> None:
+        self.conn = conn
+        self.store = store
+
+    async def _exec(self, sql: str, params: Sequence = ()):
+        self.store.round_trips += 1
+        return await self.conn.exec_driver_sql(sql, tuple(params))
+
+    # -- T1 ------------------------------------------------------------------
+
+    async def read_idem(self, keys: Sequence[str], part_dates: Sequence[date]) -> dict[str, IdemRow]:
+        if not keys:
+            return {}
+        # The lease is compared with the database clock, which also wrote it.
+        result = await self._exec(
+            "SELECT biz_key, status, attempt, owner, idem_token, payload_hash, outcome, last_err, "
+            "COALESCE(lease_until < NOW(3), 1), "
+            "COALESCE(TIMESTAMPDIFF(MICROSECOND, NOW(3), lease_until), 0) "
+            f"FROM t_idem WHERE biz_key IN ({_marks(len(keys))}) AND part_date IN ({_marks(len(part_dates))}) "
+            "FOR UPDATE", [*keys, *part_dates])
+        return {row[0]: IdemRow(row[0], IdemStatus(row[1]), row[2], row[3], row[4], row[5], row[6], row[7],
+                                bool(row[8]), max(row[9], 0) / 1e6)
+                for row in result}
+
+    async def read_orders(self, order_nos: Sequence[str]) -> dict[str, Order]:
+        if not order_nos:
+            return {}
+        result = await self._exec(
+            "SELECT order_no, status, amount_cents, phone, address, paid_cents, cancel_reason FROM t_order "
+            f"WHERE order_no IN ({_marks(len(order_nos))}) FOR UPDATE", order_nos)
+        return {row[0]: Order(row[0], OrderStatus(row[1]), *row[2:]) for row in result}
+
+    async def apply_plan(self, plan: BatchPlan, *, owner: str, lease_seconds: float) -> None:
+        lease_us = int(lease_seconds * 1_000_000)
+        if plan.orders:
+            await self._upsert_orders(list(plan.orders.values()))
+        if plan.inserts:
+            params: list = []
+            values = []
+            for row in plan.inserts:
+                pending = row.status is IdemStatus.PENDING
+                values.append("(%s, %s, %s, %s, 1, %s, "
+                              + (f"NOW(3) + INTERVAL {lease_us} MICROSECOND" if pending else "NULL")
+                              + ", %s, %s, %s, NOW(3), NOW(3))")
+                params += [row.biz_key, row.part_date, row.step, int(row.status), owner, row.idem_token,
+                           row.payload_hash, row.outcome]
+            # A plain INSERT: a key someone else inserted meanwhile fails the whole
+            # transaction (1062), and the rerun reads it.
+            await self._exec(
+                "INSERT INTO t_idem (biz_key, part_date, step, status, attempt, owner, lease_until, idem_token, "
+                f"payload_hash, outcome, gmt_create, gmt_modified) VALUES {', '.join(values)}", params)
+        if plan.reclaims:
+            keys = [r.biz_key for r in plan.reclaims]
+            pairs = [v for r in plan.reclaims for v in (r.biz_key, r.attempt)]
+            dates = sorted({r.part_date for r in plan.reclaims})
+            # Fenced: only rows still pending at the attempt we read, whose lease
+            # ran out or is ours. attempt + 1 is the new fencing token.
+            result = await self._exec(
+                f"UPDATE t_idem SET attempt = attempt + 1, owner = %s, outcome = NULL, "
+                f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) "
+                f"WHERE biz_key IN ({_marks(len(keys))}) AND part_date IN ({_marks(len(dates))}) "
+                f"AND status = {int(IdemStatus.PENDING)} AND (biz_key, attempt) IN ({_marks(len(keys), '(%s, %s)')}) "
+                "AND (lease_until < NOW(3) OR owner = %s)",
+                [owner, *keys, *dates, *pairs, owner])
+            if result.rowcount != len(keys):
+                raise Conflict(f"re-claimed {result.rowcount} of {len(keys)} rows")
+        for fail in plan.fails:
+            await self._fail_pending(fail.biz_key, fail.part_date, fail.attempt, fail.reason, fail.message)
+
+    async def _upsert_orders(self, orders: list[Order]) -> None:
+        params: list = []
+        for o in orders:
+            params += [o.order_no, int(o.status), o.amount_cents, o.phone, o.address, o.paid_cents, o.cancel_reason]
+        # The order's rank only goes up. Columns whose condition reads status
+        # come first: each assignment sees the ones before it.
+        await self._exec(
+            "INSERT INTO t_order (order_no, status, amount_cents, phone, address, paid_cents, cancel_reason, "
+            f"gmt_create, gmt_modified) VALUES {_marks(len(orders), '(%s, %s, %s, %s, %s, %s, %s, NOW(3), NOW(3))')} "
+            "ON DUPLICATE KEY UPDATE "
+            "paid_cents = IF(VALUES(status) > status, COALESCE(VALUES(paid_cents), paid_cents), paid_cents), "
+            "cancel_reason = IF(VALUES(status) > status, COALESCE(VALUES(cancel_reason), cancel_reason), "
+            "cancel_reason), "
+            "gmt_modified = IF(VALUES(status) > status, NOW(3), gmt_modified), "
+            "status = IF(VALUES(status) > status, VALUES(status), status)", params)
+
+    async def _fail_pending(self, key: str, part_date: date, attempt: int, reason: str, message: str,
+                            owner: str | None = None) -> bool:
+        result = await self._exec(
+            f"UPDATE t_idem SET status = {int(IdemStatus.FAILED)}, outcome = %s, last_err = %s, lease_until = NULL, "
+            f"gmt_modified = NOW(3) WHERE biz_key = %s AND part_date = %s AND status = {int(IdemStatus.PENDING)} "
+            "AND attempt = %s" + (" AND owner = %s" if owner else ""),
+            [reason, message[:512], key, part_date, attempt] + ([owner] if owner else []))
+        return result.rowcount == 1
+
+    # -- T3 ------------------------------------------------------------------
+
+    async def finish_effects(self, finished: Sequence[Finished], *, owner: str) -> set[str]:
+        """Record how each call ended, fenced on (owner, attempt); return the keys still ours."""
+        owned: set[str] = set()
+        done = [f for f in finished if f.receipt is not None]
+        by_outcome: dict[str, list[Finished]] = {}
+        for item in done:
+            by_outcome.setdefault(item.receipt.outcome, []).append(item)
+        for outcome, items in by_outcome.items():
+            owned |= await self._mark_done(outcome, items, owner)
+        receipts = [f for f in done if f.job.biz_key in owned and f.job.effect is Effect.WAYBILL]
+        if receipts:
+            params = [v for f in receipts for v in (f.job.order_no, f.receipt.waybill_no, f.job.token,
+                                                   f.job.biz_key, f.job.attempt)]
+            await self._exec(
+                "INSERT INTO t_waybill_receipt (order_no, waybill_no, idem_token, biz_key, attempt, gmt_create) "
+                f"VALUES {_marks(len(receipts), '(%s, %s, %s, %s, %s, NOW(3))')}", params)
+        for item in finished:
+            if item.error is None:
+                continue
+            job, error = item.job, item.error
+            if error.retriable:
+                # Stays pending; the note says why, and for a non-idempotent call
+                # that it surely did not go through (so it may be claimed again).
+                result = await self._exec(
+                    "UPDATE t_idem SET outcome = %s, last_err = %s, gmt_modified = NOW(3) WHERE biz_key = %s "
+                    f"AND part_date = %s AND status = {int(IdemStatus.PENDING)} AND owner = %s AND attempt = %s",
+                    [error.reason, str(error)[:512], job.biz_key, job.part_date, owner, job.attempt])
+                ours = result.rowcount == 1
+            else:
+                ours = await self._fail_pending(job.biz_key, job.part_date, job.attempt, error.reason, str(error),
+                                                owner=owner)
+            if ours:
+                owned.add(job.biz_key)
+        return owned
+
+    async def _mark_done(self, outcome: str, items: list[Finished], owner: str) -> set[str]:
+        keys = [f.job.biz_key for f in items]
+        pairs = [v for f in items for v in (f.job.biz_key, f.job.attempt)]
+        dates = sorted({f.job.part_date for f in items})
+        fence = (f"biz_key IN ({_marks(len(keys))}) AND part_date IN ({_marks(len(dates))}) "
+                 f"AND owner = %s AND (biz_key, attempt) IN ({_marks(len(keys), '(%s, %s)')})")
+        result = await self._exec(
+            f"UPDATE t_idem SET status = {int(IdemStatus.DONE)}, outcome = %s, last_err = NULL, lease_until = NULL, "
+            f"gmt_modified = NOW(3) WHERE {fence} AND status = {int(IdemStatus.PENDING)}",
+            [outcome, *keys, *dates, owner, *pairs])
+        if result.rowcount == len(keys):
+            return set(keys)
+        # Some leases were lost: find out which rows this transaction moved.
+        rows = await self._exec(
+            f"SELECT biz_key FROM t_idem WHERE {fence} AND status = {int(IdemStatus.DONE)} AND outcome = %s",
+            [*keys, *dates, owner, *pairs, outcome])
+        return {row[0] for row in rows}
+
+    # -- dead letters ----------------------------------------------------------
+
+    async def record_dead_letters(self, letters: Sequence[DeadLetter], *, group: str) -> None:
+        raise NotImplementedError  # issue 4

@@ -1,0 +1,264 @@
+"""T1's decision, as a pure function of what T1 read.
+
+The store reads the ``t_idem`` rows of every step key of the batch and the
+orders they touch (``SELECT ... FOR UPDATE``), calls :func:`plan_batch`, and
+writes what it returns in the same transaction. Deciding in Python under the
+row locks keeps one round trip per statement for the whole batch; each write
+still carries its rule as a SQL condition (see ``app.adapters.mysql_store``).
+
+Events are judged in offset order. Once an event of an order fails in a way
+that a retry may fix, the later events of that order in the batch are
+*deferred*: they run after it, in phase 2, so an order's events never
+overtake each other.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import date
+from typing import Callable, Sequence
+
+from app.pipeline.errors import (LeaseHeld, PayloadMismatch, PipelineError, PreconditionNotMet,
+                                 UnknownOutcomeNonIdempotent)
+from app.pipeline.events import EventType, OrderEvent
+from app.pipeline.states import IdemStatus, OrderStatus, Verdict, judge
+from app.pipeline.steps import PIPELINES, Effect
+
+NOT_DELIVERED = "effect_not_delivered"   # t_idem.outcome of a pending row whose last call surely failed
+
+
+@dataclass(frozen=True, slots=True)
+class IdemRow:
+    """A ``t_idem`` row as T1 reads it; ``expired`` and ``remaining`` use the database clock."""
+
+    biz_key: str
+    status: IdemStatus
+    attempt: int
+    owner: str | None
+    idem_token: str | None
+    payload_hash: str
+    outcome: str | None
+    last_err: str | None
+    expired: bool
+    remaining: float
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    order_no: str
+    status: OrderStatus
+    amount_cents: int | None = None
+    phone: str | None = None
+    address: str | None = None
+    paid_cents: int | None = None
+    cancel_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewRow:
+    """A ``t_idem`` row to insert: a done local step or a freshly claimed effect."""
+
+    biz_key: str
+    part_date: date
+    step: str
+    status: IdemStatus
+    payload_hash: str
+    idem_token: str | None = None
+    outcome: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """An existing pending row to claim again: attempt + 1, fenced on the attempt read."""
+
+    biz_key: str
+    part_date: date
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailRow:
+    """A pending row to move to failed in T1 (fenced on the attempt read)."""
+
+    biz_key: str
+    part_date: date
+    attempt: int
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class EffectJob:
+    """One external call to make after T1, with the token persisted in T1."""
+
+    index: int            # position of the event in the batch
+    order_no: str
+    biz_key: str
+    part_date: date
+    step: str
+    effect: Effect
+    token: str
+    attempt: int          # the fencing token: T3 matches only this attempt
+    request: dict
+
+
+@dataclass(slots=True)
+class EventPlan:
+    """What T1 decided for one event."""
+
+    outcome: str | None = None            # applied / stale / duplicate, when nothing is left to do
+    error: PipelineError | None = None
+    deferred: bool = False
+    jobs: list[EffectJob] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class BatchPlan:
+    events: list[EventPlan]
+    orders: dict[str, Order] = field(default_factory=dict)        # final state of changed orders
+    new_orders: set[str] = field(default_factory=set)
+    inserts: list[NewRow] = field(default_factory=list)
+    reclaims: list[Reclaim] = field(default_factory=list)
+    fails: list[FailRow] = field(default_factory=list)
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.orders or self.inserts or self.reclaims or self.fails)
+
+
+def step_keys(event: OrderEvent) -> list[str]:
+    """Every idempotency key the event's pipeline uses, local step first."""
+    pipe = PIPELINES[event.type]
+    return [pipe.key(event, pipe.local)] + [pipe.key(event, step) for step in pipe.effects]
+
+
+def orders_needed(events: Sequence[OrderEvent], rows: dict[str, IdemRow]) -> set[str]:
+    """The orders T1 must read: those of events with a step not yet terminal."""
+    terminal = (IdemStatus.DONE, IdemStatus.FAILED)
+    needed = set()
+    for event in events:
+        keys = step_keys(event)
+        local = rows.get(keys[0])
+        if local is None or (local.outcome == Verdict.APPLY.value and any(
+                k not in rows or rows[k].status not in terminal for k in keys[1:])):
+            needed.add(event.order_no)
+    return needed
+
+
+def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: dict[str, Order],
+               *, owner: str, new_token: Callable[[], str] = lambda: uuid.uuid4().hex) -> BatchPlan:
+    """Decide T1 for ``events`` (offset order) given the rows and orders read under lock."""
+    plan = BatchPlan(events=[EventPlan() for _ in events])
+    current = dict(orders)
+    blocked: set[str] = set()
+    first_hash: dict[str, str] = {}     # local key -> payload hash of its first event in this batch
+
+    for index, event in enumerate(events):
+        result = plan.events[index]
+        if event.order_no in blocked:
+            result.deferred = True
+            continue
+        pipe = PIPELINES[event.type]
+        keys = step_keys(event)
+        local_key = keys[0]
+
+        clash = next((rows[k] for k in keys if k in rows and rows[k].payload_hash != event.payload_hash), None)
+        if clash is not None:
+            result.error = PayloadMismatch(
+                f"{clash.biz_key} was recorded with payload {clash.payload_hash[:12]}, this event carries "
+                f"{event.payload_hash[:12]}")
+            continue
+        if local_key in first_hash:     # the same request twice in one batch
+            if first_hash[local_key] == event.payload_hash:
+                result.outcome = "duplicate"
+            else:
+                result.error = PayloadMismatch(f"{local_key} arrived twice in one batch with different payloads")
+            continue
+        first_hash[local_key] = event.payload_hash
+
+        local_row = rows.get(local_key)
+        if local_row is None:
+            verdict = _apply_local(event, pipe.local.moves_order_to, current, plan)
+            if verdict is Verdict.NOT_READY:
+                state = current.get(event.order_no)
+                result.error = PreconditionNotMet(
+                    f"{event.type.value} needs order {event.order_no} in an earlier state; it is "
+                    f"{state.status.name if state else 'unknown'}")
+                blocked.add(event.order_no)
+                continue
+            plan.inserts.append(NewRow(local_key, event.part_date, pipe.local.name, IdemStatus.DONE,
+                                       event.payload_hash, outcome=verdict.value))
+            local_outcome, fresh = verdict.value, True
+        else:
+            local_outcome, fresh = local_row.outcome, False
+
+        if local_outcome != Verdict.APPLY.value:
+            result.outcome = local_outcome if fresh else "duplicate"
+            continue
+
+        for step, key in zip(pipe.effects, keys[1:]):
+            row = rows.get(key)
+            if row is not None and row.status is IdemStatus.DONE:
+                continue
+            if row is not None and row.status is IdemStatus.FAILED:
+                result.error = _terminal_error(row)
+                break
+            order = current[event.order_no]
+            if row is None:
+                token, attempt = new_token(), 1
+                plan.inserts.append(NewRow(key, event.part_date, step.name, IdemStatus.PENDING,
+                                           event.payload_hash, idem_token=token))
+            elif not (row.expired or row.owner == owner):
+                result.error = LeaseHeld(f"{key} is claimed by {row.owner} for {row.remaining:.1f}s more",
+                                         wait_seconds=row.remaining)
+                blocked.add(event.order_no)
+                break
+            elif not step.effect.idempotent and row.outcome != NOT_DELIVERED:
+                # An earlier claim may have reached the gateway: calling again could send twice.
+                message = (f"{key}: attempt {row.attempt} of a call without idempotency key ended "
+                           "without a known outcome")
+                plan.fails.append(FailRow(key, event.part_date, row.attempt,
+                                          UnknownOutcomeNonIdempotent.reason, message))
+                result.error = UnknownOutcomeNonIdempotent(message)
+                break
+            else:
+                token, attempt = row.idem_token or new_token(), row.attempt + 1
+                plan.reclaims.append(Reclaim(key, event.part_date, row.attempt))
+            result.jobs.append(EffectJob(index, event.order_no, key, event.part_date, step.name, step.effect,
+                                         token, attempt, _request(step.effect, event, order)))
+        if result.error is None and not result.jobs:
+            result.outcome = local_outcome if fresh else "duplicate"
+    return plan
+
+
+def _apply_local(event: OrderEvent, target: OrderStatus, current: dict[str, Order], plan: BatchPlan) -> Verdict:
+    order = current.get(event.order_no)
+    verdict = judge(order.status if order else None, target)
+    if verdict is not Verdict.APPLY:
+        return verdict
+    data = event.data
+    if event.type is EventType.CREATED:
+        moved = Order(event.order_no, target, data["amount_cents"], data["phone"], data["address"])
+        plan.new_orders.add(event.order_no)
+    elif event.type is EventType.PAID:
+        moved = replace(order, status=target, paid_cents=data["amount_cents"])
+    elif event.type is EventType.CANCEL:
+        moved = replace(order, status=target, cancel_reason=data["reason"])
+    else:
+        moved = replace(order, status=target)
+    current[event.order_no] = plan.orders[event.order_no] = moved
+    return verdict
+
+
+def _request(effect: Effect, event: OrderEvent, order: Order) -> dict:
+    if effect is Effect.WAYBILL:
+        return {"order_no": order.order_no, "address": order.address}
+    return {"phone": order.phone, "text": f"Order {order.order_no} was cancelled: {event.data['reason']}"}
+
+
+def _terminal_error(row: IdemRow) -> PipelineError:
+    """The error that failed a row for good, rebuilt so a replay dead-letters it again."""
+    error = PipelineError(row.last_err or f"{row.biz_key} failed earlier", reason=row.outcome or "failed")
+    error.retriable = False
+    return error

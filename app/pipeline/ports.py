@@ -1,0 +1,94 @@
+"""The edges of the pipeline: what it needs from a database, the external
+services and the dead-letter topic. ``app.adapters`` plugs in the real ones
+(MySQL through SQLAlchemy + aiomysql, aiohttp, aiokafka); tests may plug in
+their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Awaitable, Callable, Protocol, Sequence, TypeVar
+
+from app.pipeline.errors import PipelineError
+from app.pipeline.plan import BatchPlan, EffectJob, IdemRow, Order
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a successful effect call returned."""
+
+    outcome: str                 # becomes t_idem.outcome: waybill_issued / sms_accepted
+    waybill_no: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The end of one effect call, for T3."""
+
+    job: EffectJob
+    receipt: Receipt | None = None
+    error: PipelineError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """A Kafka record as consumed, kept byte for byte for the dead-letter topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    record: SourceRecord
+    reason: str
+    message: str
+    retriable: bool
+    attempts: int
+    first_failure_at: datetime
+    order_no: str | None = None
+    event_id: str | None = None
+    biz_key: str | None = None
+    may_be_superseded: bool = False   # later events of the same order ran after this one
+    extra: dict = field(default_factory=dict)
+
+
+class Transaction(Protocol):
+    """One database transaction; every method is one statement (one round trip)."""
+
+    async def read_idem(self, keys: Sequence[str], part_dates: Sequence[date]) -> dict[str, IdemRow]: ...
+    async def read_orders(self, order_nos: Sequence[str]) -> dict[str, Order]: ...
+    async def apply_plan(self, plan: BatchPlan, *, owner: str, lease_seconds: float) -> None: ...
+    async def finish_effects(self, finished: Sequence[Finished], *, owner: str) -> set[str]: ...
+    async def record_dead_letters(self, letters: Sequence[DeadLetter], *, group: str) -> None: ...
+
+
+class Store(Protocol):
+    round_trips: int
+
+    async def in_transaction(self, work: Callable[[Transaction], Awaitable[T]]) -> T:
+        """Run ``work`` in a transaction, commit, and re-run it after a deadlock or lock-wait
+        timeout. Raises :class:`~app.pipeline.errors.StoreUnavailable` when the database
+        cannot be used."""
+        ...
+
+
+class EffectClient(Protocol):
+    async def call(self, job: EffectJob) -> Receipt:
+        """Make the call of ``job`` with its token; raise a :class:`PipelineError` that says
+        whether the outcome is known and whether a retry may help."""
+        ...
+
+
+class DeadLetterSink(Protocol):
+    async def publish(self, letters: Sequence[DeadLetter]) -> None:
+        """Send every letter and return once the broker acknowledged all of them; raise otherwise."""
+        ...

@@ -1,0 +1,154 @@
+"""T1 / T2 / T3 for a list of events: the idempotent-step pipeline.
+
+For one effect step the timeline and its crash windows are (seed 000 §2)::
+
+    T1  BEGIN; read rows FOR UPDATE; claim key (pending, attempt n, token, lease);
+        apply local step to t_order; COMMIT                        <- cut A
+    T2  call the service with Idempotency-Key = token (no transaction, no lock)
+                                                                   <- cut B: call made, no receipt
+    T3  BEGIN; UPDATE t_idem SET status = done WHERE ... AND attempt = n;
+        INSERT receipt; COMMIT                                     <- cut C
+
+    crash before A   nothing was written: the replay starts from scratch
+    crash A..B       row pending, lease running: the replay waits for the lease,
+                     re-claims (attempt n+1, same token) and calls
+    crash B..C       the service saw the token: the replay's call returns the
+                     same waybill (200), T3 writes the one receipt
+    crash after C    row done: the replay skips it
+
+The attempt is the fencing token. A worker whose lease ran out while it was
+in T2 finds ``attempt = n`` no longer matches in T3: another worker claimed
+the key, so this one writes no receipt and leaves the key to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from app.pipeline.errors import PipelineError
+from app.pipeline.events import OrderEvent
+from app.pipeline.plan import BatchPlan, EffectJob, orders_needed, plan_batch, step_keys
+from app.pipeline.ports import EffectClient, Finished, Store, Transaction
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """How one event ended in one run of the pipeline."""
+
+    outcome: str | None = None          # applied, stale, duplicate, superseded
+    error: PipelineError | None = None
+    deferred: bool = False              # not tried: an earlier event of its order is unfinished
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is not None
+
+
+class Processor:
+    """Runs events through their declared steps against a store and effect client."""
+
+    def __init__(self, store: Store, effects: EffectClient, *, owner: str, lease_seconds: float,
+                 effect_concurrency: int, new_token: Callable[[], str] | None = None,
+                 on_cut: Callable[[str], None] = lambda cut: None) -> None:
+        self.store = store
+        self.effects = effects
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self._slots = asyncio.Semaphore(effect_concurrency)
+        self._token_kw = {"new_token": new_token} if new_token else {}
+        # Called at each cut point of a batch that makes external calls
+        # ("before_a", "a_b", "b_c", "after_c"); the chaos tests kill the process there.
+        self._on_cut = on_cut
+
+    async def run(self, events: Sequence[OrderEvent]) -> list[Result]:
+        """One pass of ``events`` (offset order) through T1, T2 and T3."""
+        if not events:
+            return []
+        plan = await self.store.in_transaction(lambda tx: self._t1(tx, events))
+        results: list[Result | None] = [
+            Result(outcome=p.outcome) if p.outcome else
+            Result(error=p.error) if p.error else
+            Result(deferred=True) if p.deferred else None
+            for p in plan.events]
+        jobs = [job for p in plan.events for job in p.jobs]
+        if jobs:
+            self._on_cut("a_b")
+            finished, skipped = await self._t2(jobs)
+            self._on_cut("b_c")
+            owned = await self.store.in_transaction(lambda tx: tx.finish_effects(finished, owner=self.owner))
+            self._on_cut("after_c")
+            self._settle(plan, finished, skipped, owned, results)
+        return results  # type: ignore[return-value]
+
+    async def _t1(self, tx: Transaction, events: Sequence[OrderEvent]) -> BatchPlan:
+        keys = sorted({key for event in events for key in step_keys(event)})
+        rows = await tx.read_idem(keys, sorted({event.part_date for event in events}))
+        needed = orders_needed(events, rows)
+        orders = await tx.read_orders(sorted(needed)) if needed else {}
+        plan = plan_batch(events, rows, orders, owner=self.owner, **self._token_kw)
+        if plan.writes:
+            await tx.apply_plan(plan, owner=self.owner, lease_seconds=self.lease_seconds)
+        if any(p.jobs for p in plan.events):
+            self._on_cut("before_a")
+        return plan
+
+    async def _t2(self, jobs: list[EffectJob]) -> tuple[list[Finished], set[int]]:
+        """Call every job; an order's jobs one after another in offset order, orders concurrently.
+
+        Once a job of an order fails, the order's later jobs are not called (their
+        events are deferred to phase 2, so they still run after it, in order).
+        """
+        chains: dict[str, list[EffectJob]] = defaultdict(list)
+        for job in jobs:
+            chains[job.order_no].append(job)
+        finished: list[Finished] = []
+        skipped: set[int] = set()
+
+        async def run_chain(chain: list[EffectJob]) -> None:
+            for position, job in enumerate(chain):
+                async with self._slots:
+                    outcome = await self._call(job)
+                finished.append(outcome)
+                if outcome.error is not None:
+                    skipped.update(later.index for later in chain[position + 1:] if later.index != job.index)
+                    return
+
+        await asyncio.gather(*(run_chain(chain) for chain in chains.values()))
+        return finished, skipped
+
+    async def _call(self, job: EffectJob) -> Finished:
+        try:
+            return Finished(job, receipt=await self.effects.call(job))
+        except PipelineError as exc:
+            return Finished(job, error=exc)
+
+    def _settle(self, plan: BatchPlan, finished: list[Finished], skipped: set[int], owned: set[str],
+                results: list[Result | None]) -> None:
+        by_event: dict[int, list[Finished]] = defaultdict(list)
+        for item in finished:
+            by_event[item.job.index].append(item)
+        for index, event_plan in enumerate(plan.events):
+            if results[index] is not None:
+                continue
+            if index in skipped:
+                results[index] = Result(deferred=True)
+                continue
+            done = by_event[index]
+            lost = [f.job.biz_key for f in done if f.job.biz_key not in owned]
+            error = next((f.error for f in done if f.error is not None), None)
+            if lost:
+                # Fenced out in T3: another claimer owns these keys now and holds this event too.
+                log.warning("lease lost before T3, leaving %s to the new owner", ", ".join(lost))
+                results[index] = Result(outcome="superseded")
+            elif error is not None:
+                results[index] = Result(error=error)
+            elif len(done) < len(event_plan.jobs):
+                results[index] = Result(deferred=True)
+            else:
+                results[index] = Result(outcome="applied")

@@ -1,0 +1,241 @@
+"""The pipeline against real MariaDB and the fake services over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+
+import aiohttp
+import pytest
+
+from app.adapters.http_effects import HttpEffects
+from app.adapters.mysql_store import MySqlStore
+from app.db import create_engine
+from app.pipeline.errors import (EffectNotDelivered, EffectRejected, EffectUnavailable, LeaseHeld, PayloadMismatch,
+                                 PreconditionNotMet, UnknownOutcomeNonIdempotent)
+from app.pipeline.events import decode
+from app.pipeline.processor import Processor
+from tests.support.events import event, order_no, record
+from tests.support.fakes import fakes_in_process
+from tests.support.services import free_port
+
+pytestmark = pytest.mark.integration
+_owners = itertools.count(1)
+
+
+def ev(order: str, type_: str, **kw):
+    return decode(*record(event(order, type_, **kw)), max_bytes=1 << 20)
+
+
+class Harness:
+    """Processors with their own engines (own connections), sharing one fake server."""
+
+    def __init__(self, settings, db, base_url):
+        self.settings, self.db, self.base_url = settings, db, base_url
+        self._closers = []
+
+    async def processor(self, *, lease=30.0, timeout=2.0, sms_url=None, owner=None) -> Processor:
+        engine = create_engine(self.settings, url=self.db.url)
+        session = aiohttp.ClientSession()
+        self._closers += [session.close, engine.dispose]
+        effects = HttpEffects(session, logistics_url=self.base_url, sms_url=sms_url or self.base_url,
+                              timeout_seconds=timeout)
+        return Processor(MySqlStore(engine), effects, owner=owner or f"test-{next(_owners)}/main/x",
+                         lease_seconds=lease, effect_concurrency=64)
+
+    async def close(self):
+        for close in reversed(self._closers):
+            await close()
+
+    def idem(self, key):
+        return self.db.query("SELECT * FROM t_idem WHERE biz_key = %s", key)
+
+    def order(self, order):
+        rows = self.db.query("SELECT * FROM t_order WHERE order_no = %s", order)
+        return rows[0] if rows else None
+
+
+@pytest.fixture
+async def harness(settings, scratch_db):
+    async with fakes_in_process() as (fakes, url):
+        h = Harness(settings, scratch_db, url)
+        h.fakes = fakes
+        yield h
+        await h.close()
+
+
+async def paid_orders(processor, n, prefix):
+    orders = [order_no(prefix=prefix) for _ in range(n)]
+    results = await processor.run([ev(o, t) for o in orders for t in ("ORDER_CREATED", "ORDER_PAID")])
+    assert all(r.outcome == "applied" for r in results)
+    return orders
+
+
+async def test_local_batch_of_500_costs_five_round_trips_and_a_replay_two(harness):
+    p = await harness.processor()
+    events = [ev(order_no(prefix="RT"), "ORDER_CREATED") for _ in range(500)]
+    before = p.store.round_trips
+    results = await p.run(events)
+    assert [r.outcome for r in results] == ["applied"] * 500
+    assert p.store.round_trips - before <= 5
+
+    before = p.store.round_trips
+    results = await p.run(events)
+    assert [r.outcome for r in results] == ["duplicate"] * 500
+    assert p.store.round_trips - before <= 2
+
+
+async def test_confirm_issues_one_waybill_with_receipt_in_t3(harness):
+    p = await harness.processor()
+    [order] = await paid_orders(p, 1, "WB")
+    [result] = await p.run([ev(order, "ORDER_CONFIRM")])
+    assert result.outcome == "applied"
+    [row] = harness.idem(f"{order}:ORDER_CONFIRM:issue_waybill")
+    [receipt] = harness.db.query("SELECT * FROM t_waybill_receipt WHERE order_no = %s", order)
+    assert (row["status"], row["outcome"], row["attempt"]) == (2, "waybill_issued", 1)
+    assert receipt["idem_token"] == row["idem_token"] and receipt["attempt"] == 1
+    assert harness.fakes.ledger.waybills[order] == [receipt["waybill_no"]]
+    assert harness.order(order)["status"] == 3
+
+
+async def test_unknown_outcome_keeps_pending_and_the_retry_reuses_the_token(harness):
+    p = await harness.processor()
+    [order] = await paid_orders(p, 1, "TOK")
+    harness.fakes.configure({"waybill": {"fail_next": 1, "fail_status": 503}})
+    [first] = await p.run([ev(order, "ORDER_CONFIRM")])
+    assert isinstance(first.error, EffectUnavailable) and first.error.retriable
+    [row] = harness.idem(f"{order}:ORDER_CONFIRM:issue_waybill")
+    assert (row["status"], row["outcome"]) == (1, "effect_unavailable")
+
+    [second] = await p.run([ev(order, "ORDER_CONFIRM")])
+    assert second.outcome == "applied"
+    keys = [c["key"] for c in harness.fakes.ledger.calls if c["service"] == "waybill"]
+    assert keys == [row["idem_token"], row["idem_token"]]           # generated once, reused verbatim
+    assert len(harness.fakes.ledger.waybills[order]) == 1
+    assert harness.idem(f"{order}:ORDER_CONFIRM:issue_waybill")[0]["attempt"] == 2
+
+
+async def test_business_refusal_fails_for_good(harness):
+    p = await harness.processor()
+    [order] = await paid_orders(p, 1, "REJ")
+    harness.fakes.configure({"waybill": {"reject_orders": [order]}})
+    [result] = await p.run([ev(order, "ORDER_CONFIRM")])
+    assert isinstance(result.error, EffectRejected) and not result.error.retriable
+    [row] = harness.idem(f"{order}:ORDER_CONFIRM:issue_waybill")
+    assert (row["status"], row["outcome"]) == (3, "effect_rejected") and "422" in row["last_err"]
+    assert not harness.db.query("SELECT * FROM t_waybill_receipt WHERE order_no = %s", order)
+    [replay] = await p.run([ev(order, "ORDER_CONFIRM")])                 # terminal: no new call
+    assert replay.error.reason == "effect_rejected"
+    assert sum(c["service"] == "waybill" for c in harness.fakes.ledger.calls) == 1
+
+
+async def test_sms_with_unknown_outcome_is_never_sent_twice(harness):
+    p = await harness.processor(timeout=0.5)
+    orders = await paid_orders(p, 2, "SMS")
+    harness.fakes.configure({"sms": {"timeout_next": 1, "timeout_ms": 2000, "reset_next": 1}})
+    for order in orders:   # one times out, one is reset after sending
+        [result] = await p.run([ev(order, "ORDER_CANCEL")])
+        assert isinstance(result.error, UnknownOutcomeNonIdempotent) and not result.error.retriable
+        [row] = harness.idem(f"{order}:ORDER_CANCEL:send_cancel_sms")
+        assert (row["status"], row["outcome"]) == (3, "unknown_outcome_non_idempotent")
+        [again] = await p.run([ev(order, "ORDER_CANCEL")])
+        assert again.error.reason == "unknown_outcome_non_idempotent"
+    calls = Counter(c["body"]["text"].split()[1] for c in harness.fakes.ledger.calls if c["service"] == "sms")
+    assert calls == {orders[0]: 1, orders[1]: 1}
+    await asyncio.sleep(2)   # the timed-out request completes at the gateway
+    assert sum(len(v) for v in harness.fakes.ledger.sms.values()) <= 2
+
+
+async def test_sms_refused_connection_is_retried_and_sent_once(harness):
+    dead = f"http://127.0.0.1:{free_port()}"
+    down = await harness.processor(sms_url=dead, owner="sms-w/main/1")
+    [order] = await paid_orders(down, 1, "SMSR")
+    [first] = await down.run([ev(order, "ORDER_CANCEL")])
+    assert isinstance(first.error, EffectNotDelivered) and first.error.retriable
+    up = await harness.processor(owner="sms-w/main/1")      # same owner: its own lease
+    [second] = await up.run([ev(order, "ORDER_CANCEL")])
+    assert second.outcome == "applied"
+    assert len(harness.fakes.ledger.sms[order]) == 1
+
+
+async def test_stale_event_changes_nothing_and_calls_nothing(harness):
+    p = await harness.processor()
+    [order] = await paid_orders(p, 1, "STALE")
+    [cancel] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert cancel.outcome == "applied"
+    [confirm] = await p.run([ev(order, "ORDER_CONFIRM")])                # seed 003: CONFIRM after CANCEL
+    assert confirm.outcome == "stale"
+    assert harness.order(order)["status"] == 4
+    assert harness.idem(f"{order}:ORDER_CONFIRM:mark_confirmed")[0]["outcome"] == "stale"
+    assert not harness.idem(f"{order}:ORDER_CONFIRM:issue_waybill")
+    assert not harness.fakes.ledger.waybills.get(order)
+
+    # PAID -> CREATED: an order known to the table (its t_idem rows long purged)
+    # receives a CREATED event; it stays PAID.
+    old = order_no(prefix="STALE")
+    harness.db.query("INSERT INTO t_order (order_no, status, amount_cents) VALUES (%s, 2, 5)", old)
+    [created] = await p.run([ev(old, "ORDER_CREATED")])
+    assert created.outcome == "stale" and harness.order(old)["status"] == 2
+    assert harness.order(old)["amount_cents"] == 5
+
+
+async def test_paid_before_created_is_retriable_and_writes_nothing(harness):
+    p = await harness.processor()
+    order = order_no(prefix="PRE")
+    [result] = await p.run([ev(order, "ORDER_PAID")])
+    assert isinstance(result.error, PreconditionNotMet) and result.error.retriable
+    assert harness.order(order) is None and not harness.idem(f"{order}:ORDER_PAID:mark_paid")
+
+
+async def test_same_key_with_another_payload_is_not_executed(harness):
+    p = await harness.processor()
+    [order] = await paid_orders(p, 1, "MIS")
+    [result] = await p.run([ev(order, "ORDER_PAID", data={"amount_cents": 1})])
+    assert isinstance(result.error, PayloadMismatch) and result.error.reason == "payload_mismatch"
+    assert harness.order(order)["paid_cents"] != 1
+
+
+async def test_two_claimers_never_call_the_same_key_at_once(harness):
+    """Two pipelines on separate connections race for the same 100 keys, three rounds."""
+    a, b = await harness.processor(), await harness.processor()
+    harness.fakes.configure({"waybill": {"latency_ms": 20}})
+    for round_ in range(3):
+        orders = await paid_orders(a, 100, f"RACE{round_}")
+        confirms = [ev(o, "ORDER_CONFIRM") for o in orders]
+        ra, rb = await asyncio.gather(a.run(confirms), b.run(list(reversed(confirms))))
+        rb.reverse()
+        for x, y in zip(ra, rb):
+            winners = [r for r in (x, y) if r.outcome == "applied"]
+            losers = [r for r in (x, y) if r.outcome != "applied"]
+            assert len(winners) == 1, (x, y)
+            assert losers[0].outcome == "duplicate" or isinstance(losers[0].error, LeaseHeld)
+        for o in orders:
+            assert len(harness.fakes.ledger.waybills[o]) == 1
+    assert harness.fakes.ledger.peak_in_flight == 1
+    calls = sum(c["service"] == "waybill" for c in harness.fakes.ledger.calls)
+    assert calls == 300
+
+
+async def test_worker_whose_lease_was_taken_over_cannot_mark_done(harness):
+    slow = await harness.processor(lease=0.3, timeout=5)
+    fast = await harness.processor(lease=30, timeout=5)
+    [order] = await paid_orders(slow, 1, "FENCE")
+    harness.fakes.configure({"waybill": {"latency_ms": 1000}})
+    confirm = ev(order, "ORDER_CONFIRM")
+
+    async def later():
+        await asyncio.sleep(0.6)             # the slow one's lease has run out
+        return await fast.run([confirm])
+
+    [stale_owner], [new_owner] = await asyncio.gather(slow.run([confirm]), later())
+    assert stale_owner.outcome == "superseded"
+    assert new_owner.outcome == "applied"
+    [row] = harness.idem(f"{order}:ORDER_CONFIRM:issue_waybill")
+    [receipt] = harness.db.query("SELECT * FROM t_waybill_receipt WHERE order_no = %s", order)
+    assert row["attempt"] == 2 and receipt["attempt"] == 2 and row["owner"] == fast.owner
+    assert len(harness.fakes.ledger.waybills[order]) == 1
+
+
+def test_no_biz_key_has_two_rows(scratch_db):
+    assert scratch_db.query("SELECT biz_key FROM t_idem GROUP BY biz_key HAVING COUNT(*) > 1") == []

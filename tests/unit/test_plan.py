@@ -1,0 +1,212 @@
+"""T1's decision, without a database: every branch of plan_batch."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings as hsettings
+from hypothesis import strategies as st
+
+from app.pipeline.errors import LeaseHeld, PayloadMismatch, PreconditionNotMet, UnknownOutcomeNonIdempotent
+from app.pipeline.events import EventType, decode
+from app.pipeline.plan import NOT_DELIVERED, IdemRow, Order, plan_batch, step_keys
+from app.pipeline.states import IdemStatus, OrderStatus, Verdict, judge
+from app.pipeline.steps import Effect
+from tests.support.events import event, record
+
+ME = "worker-a/1"
+ORDER = "ORD-20261129-P0001"
+
+
+def ev(type_: str, order: str = ORDER, **kw):
+    return decode(*record(event(order, type_, **kw)), max_bytes=1 << 20)
+
+
+def tokens():
+    counter = itertools.count(1)
+    return lambda: f"tok-{next(counter)}"
+
+
+def plan(events, rows=None, orders=None):
+    return plan_batch(events, rows or {}, orders or {}, owner=ME, new_token=tokens())
+
+
+def row(key, e, status=IdemStatus.DONE, *, attempt=1, owner=ME, token=None, outcome="applied",
+        expired=True, remaining=0.0, payload_hash=None):
+    return IdemRow(key, status, attempt, owner, token, payload_hash or e.payload_hash, outcome, None,
+                   expired, remaining)
+
+
+def test_order_state_machine_table():
+    S = OrderStatus
+    legal = {(None, S.CREATED), (S.CREATED, S.PAID), (S.PAID, S.CONFIRMED), (S.CREATED, S.CANCELLED),
+             (S.PAID, S.CANCELLED), (S.CONFIRMED, S.CANCELLED)}
+    for current in [None, *S]:
+        for target in S:
+            verdict = judge(current, target)
+            if (current, target) in legal:
+                assert verdict is Verdict.APPLY
+            elif current is not None and current >= target:
+                assert verdict is Verdict.STALE, (current, target)
+            else:
+                assert verdict is Verdict.NOT_READY, (current, target)
+    assert judge(S.CANCELLED, S.CONFIRMED) is Verdict.STALE          # seed 003's bug
+    assert judge(S.PAID, S.CREATED) is Verdict.STALE
+
+
+def test_created_inserts_order_and_done_local_row():
+    p = plan([ev("ORDER_CREATED")])
+    assert p.events[0].outcome == "applied"
+    assert p.orders[ORDER].status is OrderStatus.CREATED and ORDER in p.new_orders
+    [new] = p.inserts
+    assert new.status is IdemStatus.DONE and new.outcome == "applied" and new.step == "create_order"
+    assert new.biz_key == f"{ORDER}:ORDER_CREATED:create_order"
+
+
+def test_lifecycle_in_one_batch_collapses_to_final_state_with_one_job():
+    events = [ev("ORDER_CREATED"), ev("ORDER_PAID"), ev("ORDER_CONFIRM")]
+    p = plan(events)
+    assert p.orders[ORDER].status is OrderStatus.CONFIRMED
+    assert p.orders[ORDER].paid_cents == events[1].data["amount_cents"]
+    [job] = p.events[2].jobs
+    assert job.effect is Effect.WAYBILL and job.token == "tok-1" and job.attempt == 1
+    assert job.request == {"order_no": ORDER, "address": events[0].data["address"]}
+    pending = [r for r in p.inserts if r.status is IdemStatus.PENDING]
+    assert [r.idem_token for r in pending] == ["tok-1"]
+
+
+def test_paid_before_created_is_retriable_and_defers_the_order():
+    other = "ORD-20261129-P0002"
+    p = plan([ev("ORDER_PAID"), ev("ORDER_CONFIRM"), ev("ORDER_CREATED", order=other)])
+    assert isinstance(p.events[0].error, PreconditionNotMet) and p.events[0].error.retriable
+    assert p.events[1].deferred
+    assert p.events[2].outcome == "applied"
+    assert all(r.biz_key.startswith(other) for r in p.inserts)
+
+
+def test_confirm_after_cancel_is_stale_and_calls_nothing():
+    p = plan([ev("ORDER_CONFIRM")], orders={ORDER: Order(ORDER, OrderStatus.CANCELLED)})
+    assert p.events[0].outcome == "stale" and not p.events[0].jobs
+    assert ORDER not in p.orders
+    [local] = p.inserts
+    assert local.outcome == "stale"
+
+
+def test_replay_of_done_event_is_a_duplicate_without_writes():
+    e = ev("ORDER_PAID")
+    rows = {k: row(k, e) for k in step_keys(e)}
+    p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.PAID)})
+    assert p.events[0].outcome == "duplicate" and not p.writes
+
+
+def test_pending_effect_with_expired_lease_is_reclaimed_with_the_same_token():
+    e = ev("ORDER_CONFIRM")
+    local, effect = step_keys(e)
+    rows = {local: row(local, e), effect: row(effect, e, IdemStatus.PENDING, attempt=2, owner="dead/9",
+                                                token="persisted", outcome=None, expired=True)}
+    p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.CONFIRMED, address="x")})
+    [job] = p.events[0].jobs
+    assert job.token == "persisted" and job.attempt == 3
+    assert [(r.biz_key, r.attempt) for r in p.reclaims] == [(effect, 2)]
+    assert not p.inserts
+
+
+def test_live_lease_of_another_worker_is_not_taken():
+    e = ev("ORDER_CONFIRM")
+    local, effect = step_keys(e)
+    rows = {local: row(local, e), effect: row(effect, e, IdemStatus.PENDING, owner="other/1", token="t",
+                                                outcome=None, expired=False, remaining=12.5)}
+    p = plan([e, ev("ORDER_CANCEL")], rows, {ORDER: Order(ORDER, OrderStatus.CONFIRMED)})
+    error = p.events[0].error
+    assert isinstance(error, LeaseHeld) and error.wait_seconds == 12.5
+    assert p.events[1].deferred
+    assert not p.writes
+
+
+def test_own_live_lease_is_renewed():
+    e = ev("ORDER_CONFIRM")
+    local, effect = step_keys(e)
+    rows = {local: row(local, e), effect: row(effect, e, IdemStatus.PENDING, owner=ME, token="t",
+                                                outcome="effect_unavailable", expired=False, remaining=20)}
+    p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.CONFIRMED, address="x")})
+    assert p.events[0].jobs[0].token == "t" and len(p.reclaims) == 1
+
+
+def test_sms_is_not_called_again_after_an_unknown_outcome():
+    e = ev("ORDER_CANCEL")
+    local, effect = step_keys(e)
+    rows = {local: row(local, e), effect: row(effect, e, IdemStatus.PENDING, owner="dead/1", outcome=None)}
+    p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.CANCELLED, phone="1")})
+    assert isinstance(p.events[0].error, UnknownOutcomeNonIdempotent)
+    assert not p.events[0].jobs
+    [fail] = p.fails
+    assert (fail.biz_key, fail.attempt, fail.reason) == (effect, 1, "unknown_outcome_non_idempotent")
+
+
+def test_sms_is_called_again_after_a_definite_non_delivery():
+    e = ev("ORDER_CANCEL")
+    local, effect = step_keys(e)
+    rows = {local: row(local, e), effect: row(effect, e, IdemStatus.PENDING, owner="dead/1",
+                                                outcome=NOT_DELIVERED)}
+    p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.CANCELLED, phone="1")})
+    [job] = p.events[0].jobs
+    assert job.effect is Effect.SMS and job.attempt == 2 and job.request["phone"] == "1"
+
+
+def test_failed_effect_replays_as_its_terminal_error():
+    e = ev("ORDER_CONFIRM")
+    local, effect = step_keys(e)
+    rows = {local: row(local, e), effect: row(effect, e, IdemStatus.FAILED, outcome="effect_rejected")}
+    p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.CONFIRMED)})
+    error = p.events[0].error
+    assert error.reason == "effect_rejected" and not error.retriable and not p.writes
+
+
+def test_payload_mismatch_against_the_table_and_within_the_batch():
+    e = ev("ORDER_PAID")
+    other_payload = ev("ORDER_PAID", data={"amount_cents": 1})
+    rows = {step_keys(e)[0]: row(step_keys(e)[0], e)}
+    p = plan([other_payload], rows, {ORDER: Order(ORDER, OrderStatus.PAID)})
+    assert isinstance(p.events[0].error, PayloadMismatch) and p.events[0].error.reason == "payload_mismatch"
+
+    p = plan([ev("ORDER_CREATED"), e, ev("ORDER_PAID"), other_payload])
+    assert [x.outcome for x in p.events[:3]] == ["applied", "applied", "duplicate"]
+    assert isinstance(p.events[3].error, PayloadMismatch)
+
+
+def test_dead_lettered_event_does_not_stop_later_events_of_its_order():
+    e = ev("ORDER_PAID")
+    rows = {step_keys(e)[0]: row(step_keys(e)[0], ev("ORDER_PAID", data={"amount_cents": 7}))}
+    p = plan([e, ev("ORDER_CANCEL")], rows, {ORDER: Order(ORDER, OrderStatus.PAID)})
+    assert isinstance(p.events[0].error, PayloadMismatch)
+    assert p.events[1].jobs and p.orders[ORDER].status is OrderStatus.CANCELLED
+
+
+TYPES = ["ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM", "ORDER_CANCEL"]
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(TYPES), min_size=1, max_size=8), st.integers(1, 8))
+def test_one_batch_or_many_end_in_the_same_order_state(types, cut):
+    """Splitting a stream into batches never changes the result, and ranks never go down."""
+    events = [ev(t) for t in types]
+
+    def run(batches):
+        rows, orders, ranks = {}, {}, []
+        for batch in batches:
+            p = plan_batch(batch, rows, orders, owner=ME, new_token=tokens())
+            for new in p.inserts:
+                rows[new.biz_key] = IdemRow(new.biz_key, new.status, 1, ME, new.idem_token, new.payload_hash,
+                                            new.outcome, None, False, 1.0)
+            orders.update(p.orders)
+            if ORDER in orders:
+                ranks.append(orders[ORDER].status)
+            if any(x.error or x.deferred for x in p.events):
+                return None   # a retriable failure stops the stream here either way
+        return orders.get(ORDER), ranks
+
+    whole = run([events])
+    split = run([events[i:i + cut] for i in range(0, len(events), cut)])
+    if whole is not None and split is not None:
+        assert whole[0] == split[0]
+        assert split[1] == sorted(split[1])

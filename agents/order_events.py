@@ -1,18 +1,45 @@
-"""The ``order-event`` agent: decode a batch, run it through the pipeline."""
+"""The ``order-event`` agent: hand each batch to strategy D, record what happened.
+
+Faust facts this agent is built around (faust-streaming 0.15.3):
+
+* ``Stream.take_events()`` (like ``take()``) acks every event of the batch in
+  a ``finally`` around its ``yield`` (faust/streams.py, ``take_events``): when
+  the loop asks for the next batch, and also when the body raises or the agent
+  is cancelled and the generator is closed. An exception escaping this body
+  would therefore ack, then commit, a batch that was never finished.
+  So the body never raises for a record (the batch handler routes failures to
+  the dead-letter topic), and if anything else escapes, the process stops with
+  ``os._exit`` before the generator can ack: Kafka delivers the batch again.
+  ``app.crash()`` or ``sys.exit`` are no good here: both end up closing the
+  generator, i.e. acking.
+* With ``concurrency > 1`` actors share one queue and ack out of order, and the
+  commit can jump over an unacked offset (faust-streaming#606, the ``> 1`` test
+  in ``Consumer._new_offset``). Concurrency stays 1; we scale by partitions and
+  workers, and parallelise inside a batch.
+* On SIGTERM and on rebalance, Faust waits for every delivered event to be
+  acked (``stream_wait_empty``) before its final commit, so the batch in
+  flight finishes and is committed.
+* Values are read raw: a record that is not JSON must reach our decoder; a
+  Faust decode error inside ``take()`` silently ends the agent.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
+import time
 
+from app import metrics
 from app.main import app, order_events, settings
-from app.metrics import EVENTS, MALFORMED
-from app.pipeline.errors import MalformedEvent
-from app.pipeline.events import decode
+from app.pipeline.batch import BatchReport
+from app.pipeline.ports import SourceRecord
 from app.runtime import Runtime
 
 log = logging.getLogger(__name__)
 runtime = Runtime(settings)
+
+EXIT_NOT_ACKED = 70   # EX_SOFTWARE: stopped on purpose, the batch in flight was not committed
 
 
 @app.agent(order_events, concurrency=1)
@@ -20,26 +47,52 @@ async def process_order_events(stream):
     rt = await runtime.start()
     async for batch in stream.take_events(settings.batch_size, within=settings.batch_within_seconds):
         try:
-            events = []
-            for event in batch:
-                try:
-                    events.append(decode(event.key, event.value, max_bytes=settings.max_event_bytes))
-                except MalformedEvent as exc:
-                    message = event.message
-                    log.warning("malformed event at %s[%s]@%s: %s (%s)", message.topic, message.partition,
-                                message.offset, exc.reason, exc)
-                    MALFORMED.labels(exc.reason).inc()
-            for event, result in zip(events, await rt.processor.run(events)):
-                if result.error is not None:
-                    log.warning("%s of %s failed: %s (%s)", event.type.value, event.order_no,
-                                result.error.reason, result.error)
-                EVENTS.labels(result.outcome or (result.error.reason if result.error else "deferred")).inc()
-        except BaseException:
-            # take_events() acks the batch when the body raises: stop before that.
-            log.critical("batch failed; stopping the worker without acking it", exc_info=True)
-            os._exit(70)
+            started, trips = time.perf_counter(), rt.store.round_trips
+            metrics.IN_FLIGHT_BATCH.set(1)
+            report = await rt.batches.handle([_source(event) for event in batch])
+            _record(report, len(batch), time.perf_counter() - started, rt.store.round_trips - trips)
+        except BaseException as exc:  # noqa: B036 -- see the module docstring
+            stop_without_ack(exc)
+
+
+def _source(event) -> SourceRecord:
+    message = event.message
+    timestamp = None if message.timestamp is None else int(message.timestamp * 1000)
+    headers = tuple(message.headers or ())
+    return SourceRecord(message.topic, message.partition, message.offset, timestamp, message.key,
+                        message.value, headers)
+
+
+def _record(report: BatchReport, size: int, seconds: float, round_trips: int) -> None:
+    metrics.IN_FLIGHT_BATCH.set(0)
+    metrics.BATCHES.inc()
+    metrics.BATCH_SECONDS.observe(seconds)
+    metrics.BATCH_EVENTS.observe(size)
+    metrics.DB_ROUND_TRIPS.inc(round_trips)
+    for outcome, count in report.outcomes.items():
+        metrics.EVENTS.labels(outcome).inc(count)
+    for letter in report.dead_letters:
+        metrics.DEAD_LETTERS.labels(letter.reason).inc()
+        if letter.order_no is None:
+            metrics.MALFORMED.labels(letter.reason).inc()
+    for reason, count in report.retries.items():
+        metrics.RETRIES.labels(reason).inc(count)
+    metrics.LEASE_WAITS.inc(report.lease_waits)
+    metrics.INFRA_WAIT_SECONDS.inc(report.infra_wait_seconds)
+
+
+def stop_without_ack(exc: BaseException) -> None:
+    """Stop the process now: no ``finally``, no ack, no commit. A supervisor restarts it."""
+    log.critical("stopping the worker without committing the batch in flight (exit %d): %r",
+                 EXIT_NOT_ACKED, exc, exc_info=exc)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_NOT_ACKED)
 
 
 @app.on_before_shutdown.connect
 async def close_runtime(sender, **kwargs) -> None:
+    # Sent after Faust waited for the streams to be empty: no batch is in flight.
     await runtime.stop()

@@ -26,12 +26,19 @@ class TopicSpec:
     config: dict[str, str]
 
 
-def topic_specs(settings: Settings) -> list[TopicSpec]:
+# Every record order-event accepts must fit on the dead-letter topic too,
+# with the dead-letter headers on top: the DLQ allows 1 MiB more.
+EVENT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+DLQ_MAX_MESSAGE_BYTES = EVENT_MAX_MESSAGE_BYTES + 1024 * 1024
+
+
+def topic_specs(settings: Settings, *, events: str | None = None, dlq: str | None = None) -> list[TopicSpec]:
     return [
-        TopicSpec(settings.order_event_topic, settings.order_event_partitions, settings.topic_replication, {}),
+        TopicSpec(events or settings.order_event_topic, settings.order_event_partitions, settings.topic_replication,
+                  {"max.message.bytes": str(EVENT_MAX_MESSAGE_BYTES)}),
         # Dead letters wait for people: keep them 30 days.
-        TopicSpec(settings.dlq_topic, settings.dlq_partitions, settings.topic_replication,
-                  {"retention.ms": str(30 * 24 * 3600 * 1000)}),
+        TopicSpec(dlq or settings.dlq_topic, settings.dlq_partitions, settings.topic_replication,
+                  {"retention.ms": str(30 * 24 * 3600 * 1000), "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)}),
     ]
 
 

@@ -1,5 +1,5 @@
 """What a worker opens once and closes at shutdown: database engine, HTTP
-session, the store, the effect client and the pipeline built on them."""
+session, dead-letter producer, and the pipeline built on them."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import uuid
 import aiohttp
 
 from app.adapters.http_effects import HttpEffects
+from app.adapters.kafka_dlq import KafkaDeadLetterSink
 from app.adapters.mysql_store import MySqlStore
 from app.chaos import cut_hook
 from app.db import create_engine
+from app.pipeline.batch import BatchHandler
 from app.pipeline.processor import Processor
 from app.settings import Settings
 
@@ -37,12 +39,21 @@ class Runtime:
                                        timeout_seconds=s.effect_timeout_seconds)
             self.processor = Processor(self.store, self.effects, owner=self.owner, lease_seconds=s.lease_seconds,
                                        effect_concurrency=s.effect_concurrency, on_cut=cut_hook(s.chaos_kill_at))
+            self.dead_letters = KafkaDeadLetterSink(s.kafka_bootstrap, s.dlq_topic, s.app_id,
+                                                    timeout_seconds=s.dlq_send_timeout_seconds)
+            await self.dead_letters.start()
+            self.batches = BatchHandler(
+                self.processor, self.store, self.dead_letters, group=s.app_id, worker_id=s.worker_id,
+                backoff=s.retry_backoff, max_event_bytes=s.max_event_bytes,
+                infra_budget=s.infra_retry_budget_seconds, max_lease_wait=2 * s.lease_seconds,
+                dlq_retry_after=s.dlq_retry_after_seconds, concurrency=s.effect_concurrency)
             self._started = True
         return self
 
     async def stop(self) -> None:
         async with self._lock:
             if self._started:
+                await self.dead_letters.stop()
                 await self.http.close()
                 await self.engine.dispose()
                 self._started = False

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     dlq_partitions: int = Field(3, ge=1)
     topic_replication: int = Field(1, ge=1)
     broker_commit_interval_seconds: float = Field(2.8, gt=0)
+    broker_session_timeout_seconds: float = Field(
+        30.0, ge=6, description="A worker that stops heartbeating loses its partitions after this long.")
+    broker_heartbeat_interval_seconds: float = Field(3.0, gt=0)
 
     # -- MariaDB / MySQL ----------------------------------------------------
     mysql_url: str = "mysql+aiomysql://idem:idem@127.0.0.1:3306/idem"
@@ -58,6 +61,10 @@ class Settings(BaseSettings):
     batch_within_seconds: float = Field(1.0, gt=0)
     retry_backoff_ms: str = Field("200,800,3200", description="Per-record retry delays; their count is the retry limit.")
     max_event_bytes: int = Field(1024 * 1024, ge=1)
+    dlq_send_timeout_seconds: float = Field(
+        30.0, gt=0, description="How long a dead-letter send may take before the worker stops without committing.")
+    dlq_retry_after_seconds: int = Field(
+        60, ge=0, description="When a retriable dead letter becomes due for the compensator (next_retry_at).")
 
     # -- web ----------------------------------------------------------------
     web_bind: str = "127.0.0.1"

@@ -64,3 +64,35 @@ t_waybill_receipt = Table(
     Column("gmt_create", DATETIME(fsp=3), nullable=False, server_default=NOW3),
     **TABLE_ARGS,
 )
+
+
+# The compensation ledger: one row per dead-lettered record (unique by its
+# source coordinates, so dead-lettering the same record twice adds nothing).
+# status: 1 open, 2 retrying, 3 compensated, 4 manual, 5 discarded.
+t_compensation = Table(
+    "t_compensation",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("src_topic", String(249), nullable=False),
+    Column("src_partition", Integer, nullable=False),
+    Column("src_offset", BigInteger, nullable=False),
+    Column("consumer_group", String(255), nullable=False),
+    Column("order_no", String(64), nullable=True),
+    Column("event_id", String(64), nullable=True),
+    Column("biz_key", String(128), nullable=True),
+    Column("status", SmallInteger, nullable=False, comment="1 open, 2 retrying, 3 compensated, 4 manual, 5 discarded"),
+    Column("reason", String(64), nullable=False),
+    Column("message", String(1024), nullable=True),
+    Column("retriable", Boolean, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_retry_at", DATETIME(fsp=3), nullable=True),
+    Column("may_be_superseded", Boolean, nullable=False, server_default=text("0"),
+           comment="later events of the same order ran after this one"),
+    Column("worker_id", String(128), nullable=True),
+    Column("first_failure_at", DATETIME(fsp=3), nullable=False),
+    *_timestamps(),
+    UniqueConstraint("src_topic", "src_partition", "src_offset", name="uk_source"),
+    Index("idx_status_next_retry", "status", "next_retry_at"),
+    Index("idx_order_no", "order_no"),
+    **TABLE_ARGS,
+)

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from app.admin import topic_specs
 from app.settings import Settings
 from tests.support.services import ScratchDatabase, Worker, create_topics, delete_topics, worker_env
 
@@ -47,7 +48,10 @@ def topics(settings: Settings):
 
     def make(partitions: int = 4, dlq_partitions: int = 3) -> Topics:
         pair = Topics(settings, partitions, dlq_partitions)
-        asyncio.run(create_topics(settings, {pair.events: partitions, pair.dlq: dlq_partitions}))
+        specs = topic_specs(settings.model_copy(update={"order_event_partitions": partitions,
+                                                         "dlq_partitions": dlq_partitions}),
+                            events=pair.events, dlq=pair.dlq)
+        asyncio.run(create_topics(settings, specs))
         made.append(pair)
         return pair
 
@@ -62,8 +66,8 @@ def spawn_worker(scratch_db: ScratchDatabase, request):
     workers: list[Worker] = []
 
     def spawn(topics: Topics, name: str = "w", **overrides: str) -> Worker:
-        env = worker_env(MYSQL_URL=scratch_db.url, WORKER_ID=f"{request.node.name[:40]}-{name}",
-                         **topics.env(), **overrides)
+        env = worker_env(**{"MYSQL_URL": scratch_db.url, "WORKER_ID": f"{request.node.name[:40]}-{name}",
+                            **topics.env(), **overrides})
         worker = Worker(env, f"{request.node.name[:60]}-{name}").start()
         workers.append(worker)
         return worker

@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import orjson
 
+from app.metrics import EFFECT_CALLS
 from app.pipeline.errors import (EffectNotDelivered, EffectRejected, EffectUnavailable, PipelineError,
                                  UnknownOutcomeNonIdempotent)
 from app.pipeline.plan import EffectJob
@@ -38,9 +40,16 @@ class HttpEffects:
         self.timeout = aiohttp.ClientTimeout(total=timeout_seconds)
 
     async def call(self, job: EffectJob) -> Receipt:
-        if job.effect is Effect.WAYBILL:
-            return await self._issue_waybill(job)
-        return await self._send_sms(job)
+        try:
+            if job.effect is Effect.WAYBILL:
+                receipt = await self._issue_waybill(job)
+            else:
+                receipt = await self._send_sms(job)
+        except PipelineError as exc:
+            EFFECT_CALLS.labels(job.effect.value, exc.reason).inc()
+            raise
+        EFFECT_CALLS.labels(job.effect.value, "ok").inc()
+        return receipt
 
     async def _issue_waybill(self, job: EffectJob) -> Receipt:
         where = f"logistics for {job.order_no}"
@@ -87,7 +96,6 @@ class HttpEffects:
 
 
 def _json_field(body: bytes, name: str) -> str | None:
-    import orjson
     try:
         value = orjson.loads(body).get(name)
     except (orjson.JSONDecodeError, AttributeError):

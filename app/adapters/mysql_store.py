@@ -260,5 +260,25 @@ class MySqlTransaction:
 
     # -- dead letters ----------------------------------------------------------
 
-    async def record_dead_letters(self, letters: Sequence[DeadLetter], *, group: str) -> None:
-        raise NotImplementedError  # issue 4
+    async def record_dead_letters(self, letters: Sequence[DeadLetter], *, group: str,
+                                  retry_after_seconds: int = 60) -> None:
+        """One ledger row per letter, keyed by the record's source coordinates: writing
+        the same letter again (a replay after a crash) leaves the first row as it is."""
+        if not letters:
+            return
+        params: list = []
+        values = []
+        for letter in letters:
+            record = letter.record
+            values.append("(%s, %s, %s, %s, %s, %s, %s, 1, %s, %s, %s, %s, "
+                          + (f"NOW(3) + INTERVAL {int(retry_after_seconds)} SECOND" if letter.retriable else "NULL")
+                          + ", %s, %s, %s, NOW(3), NOW(3))")
+            params += [record.topic, record.partition, record.offset, group, letter.order_no, letter.event_id,
+                       letter.biz_key, letter.reason[:64], letter.message[:1024], letter.retriable, letter.attempts,
+                       letter.may_be_superseded, letter.worker_id,
+                       letter.first_failure_at.replace(tzinfo=None)]
+        await self._exec(
+            "INSERT INTO t_compensation (src_topic, src_partition, src_offset, consumer_group, order_no, event_id, "
+            "biz_key, status, reason, message, retriable, attempts, next_retry_at, may_be_superseded, worker_id, "
+            f"first_failure_at, gmt_create, gmt_modified) VALUES {', '.join(values)} "
+            "ON DUPLICATE KEY UPDATE src_offset = src_offset", params)

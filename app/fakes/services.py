@@ -13,8 +13,11 @@ Faults are injected per service through ``POST /__config`` (or ``--config``)::
 
     {"waybill": {"latency_ms": 5, "fail_next": 2, "fail_status": 503,
                  "timeout_next": 1, "reset_next": 1, "reject_orders": ["ORD-..."],
-                 "ignore_idempotency_key": false},
+                 "fail_orders": ["ORD-..."], "ignore_idempotency_key": false},
      "sms": {...}}
+
+``reject_orders`` answer 422 (a business refusal) for those orders, every
+time; ``fail_orders`` answer ``fail_status`` for them, every time.
 
 ``fail_next``/``timeout_next``/``reset_next`` count down per call. A *timeout*
 sleeps ``timeout_ms`` before answering; a *reset* does the work (issues the
@@ -50,13 +53,14 @@ class Faults:
     timeout_ms: float = 60_000.0
     reset_next: int = 0
     reject_orders: set[str] = field(default_factory=set)
+    fail_orders: set[str] = field(default_factory=set)
     ignore_idempotency_key: bool = False
 
     def update(self, changes: dict) -> None:
         for name, value in changes.items():
             if not hasattr(self, name):
                 raise ValueError(f"unknown fault setting {name!r}")
-            setattr(self, name, set(value) if name == "reject_orders" else value)
+            setattr(self, name, set(value) if name in ("reject_orders", "fail_orders") else value)
 
 
 @dataclass
@@ -107,6 +111,8 @@ class FakeServices:
             return web.json_response({"error": "injected failure"}, status=faults.fail_status)
         if order_no in faults.reject_orders:
             return web.json_response({"error": f"order {order_no} rejected"}, status=422)
+        if order_no in faults.fail_orders:
+            return web.json_response({"error": "injected failure"}, status=faults.fail_status)
         return None
 
     def _maybe_reset(self, service: str, request: web.Request) -> None:

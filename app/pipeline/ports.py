@@ -6,7 +6,7 @@ their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Awaitable, Callable, Protocol, Sequence, TypeVar
 
@@ -58,7 +58,7 @@ class DeadLetter:
     event_id: str | None = None
     biz_key: str | None = None
     may_be_superseded: bool = False   # later events of the same order ran after this one
-    extra: dict = field(default_factory=dict)
+    worker_id: str | None = None
 
 
 class Transaction(Protocol):
@@ -68,7 +68,8 @@ class Transaction(Protocol):
     async def read_orders(self, order_nos: Sequence[str]) -> dict[str, Order]: ...
     async def apply_plan(self, plan: BatchPlan, *, owner: str, lease_seconds: float) -> None: ...
     async def finish_effects(self, finished: Sequence[Finished], *, owner: str) -> set[str]: ...
-    async def record_dead_letters(self, letters: Sequence[DeadLetter], *, group: str) -> None: ...
+    async def record_dead_letters(self, letters: Sequence[DeadLetter], *, group: str,
+                                  retry_after_seconds: int) -> None: ...
 
 
 class Store(Protocol):

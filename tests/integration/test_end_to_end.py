@@ -10,7 +10,8 @@ import pytest
 from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
 from tests.support.events import event, order_no, record
-from tests.support.services import committed_offsets, end_offsets, produce, wait_for
+from tests.support import services
+from tests.support.services import produce, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -21,9 +22,7 @@ def idem_key(doc: dict) -> str:
 
 
 def caught_up(settings, pair) -> bool:
-    ends = asyncio.run(end_offsets(settings, pair.events, pair.partitions))
-    done = asyncio.run(committed_offsets(settings, pair.group, pair.events, pair.partitions))
-    return ends == done
+    return services.caught_up(settings, pair.events, pair.group, pair.partitions)
 
 
 def test_thousand_events_each_done_once_and_replay_changes_nothing(settings, topics, spawn_worker, scratch_db):

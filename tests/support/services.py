@@ -18,10 +18,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pymysql
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 from alembic import command
 from alembic.config import Config
 
+from app.admin import TopicSpec
+from app.admin import create_topics as admin_create_topics
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,13 +87,9 @@ class ScratchDatabase:
 
 # ------------------------------------------------------------------ Kafka --
 
-async def create_topics(settings: Settings, names: dict[str, int]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, partitions, 1) for name, partitions in names.items()])
-    finally:
-        await admin.close()
+async def create_topics(settings: Settings, specs: list[TopicSpec]) -> None:
+    """Create topics the way ``python -m app.admin create-topics`` does (same configs)."""
+    await admin_create_topics(settings, specs)
 
 
 async def delete_topics(settings: Settings, names: Iterable[str]) -> None:
@@ -160,6 +158,12 @@ async def end_offsets(settings: Settings, topic: str, partitions: int) -> dict[i
         return {tp.partition: offset for tp, offset in (await consumer.end_offsets(tps)).items()}
     finally:
         await consumer.stop()
+
+
+def caught_up(settings: Settings, topic: str, group: str, partitions: int) -> bool:
+    """True once ``group`` has committed every record of ``topic``."""
+    ends = asyncio.run(end_offsets(settings, topic, partitions))
+    return asyncio.run(committed_offsets(settings, group, topic, partitions)) == ends
 
 
 # ---------------------------------------------------------------- workers --

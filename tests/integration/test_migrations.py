@@ -23,6 +23,28 @@ def test_chain_is_linear():
     assert len(script.get_bases()) == 1
 
 
+def schema(db: ScratchDatabase) -> dict[str, str]:
+    tables = [next(iter(r.values())) for r in db.query("SHOW TABLES")]
+    return {t: db.query(f"SHOW CREATE TABLE `{t}`")[0]["Create Table"] for t in tables if t != "alembic_version"}
+
+
+def test_each_revision_downgrades_to_exactly_the_schema_before_it(settings):
+    script = ScriptDirectory.from_config(Config(str(ROOT / "alembic.ini")))
+    revisions = [r.revision for r in reversed(list(script.walk_revisions()))]
+    db = ScratchDatabase(settings.mysql_url).create(migrated=False)
+    try:
+        previous = "base"
+        for revision in revisions:
+            before = schema(db)
+            migrate(db.url, revision)
+            migrate(db.url, previous, down=True)
+            assert schema(db) == before, f"downgrade of {revision} does not restore the schema"
+            migrate(db.url, revision)
+            previous = revision
+    finally:
+        db.drop()
+
+
 def test_upgrade_downgrade_upgrade_and_schema_matches_metadata(settings):
     db = ScratchDatabase(settings.mysql_url).create(migrated=False)
     try:

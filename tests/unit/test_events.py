@@ -55,6 +55,9 @@ def test_valid_event_decodes_with_partition_date_and_hash():
     (enc(doc(order_no="ORD-20261345-1")), "bad_order_no"),
     (enc(doc(occurred_at="yesterday")), "bad_field:occurred_at"),
     (enc(doc(occurred_at="2026-09-15T10:00:00")), "bad_field:occurred_at"),
+    (enc(doc(occurred_at="20260915T100000+0800")), "bad_field:occurred_at"),
+    (enc(doc(occurred_at="2026-09-15T10:00+08:00")), "bad_field:occurred_at"),
+    (enc(doc(order_no="ORD-\uff12\uff10\uff12\uff16\uff10\uff19\uff11\uff15-1")), "bad_order_no"),
     (enc(doc(data=[])), "bad_field:data"),
     (enc(doc(data={"phone": "1", "address": "a"})), "missing_field:data.amount_cents"),
     (enc(doc(data={"amount_cents": "100", "phone": "1", "address": "a"})), "bad_field:data.amount_cents"),
@@ -87,6 +90,11 @@ def test_payload_hash_ignores_event_id_and_time_but_not_data():
     assert a.payload_hash == b.payload_hash != c.payload_hash
     assert payload_hash(ORDER, EventType.PAID, {"amount_cents": 1}) != payload_hash(ORDER, EventType.PAID,
                                                                                     {"amount_cents": 2})
+
+
+def test_rfc3339_forms_are_accepted():
+    for text in ("2026-09-15T10:00:00Z", "2026-09-15 10:00:00+08:00", "2026-09-15t10:00:00.123456789z"):
+        assert decode(ORDER.encode(), enc(doc(occurred_at=text)), max_bytes=MAX).occurred_at.tzinfo is not None
 
 
 def test_partition_date_comes_from_the_order_number_alone():

@@ -25,6 +25,7 @@ Faust facts this agent is built around (faust-streaming 0.15.3):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -45,6 +46,8 @@ EXIT_NOT_ACKED = 70   # EX_SOFTWARE: stopped on purpose, the batch in flight was
 @app.agent(order_events, concurrency=1)
 async def process_order_events(stream):
     rt = await runtime.start()
+    log.info("consuming %s as %s (event loop: %s)", settings.order_event_topic, rt.owner,
+             type(asyncio.get_running_loop()).__module__)
     async for batch in stream.take_events(settings.batch_size, within=settings.batch_within_seconds):
         try:
             started, trips = time.perf_counter(), rt.store.round_trips

@@ -9,11 +9,16 @@ import logging
 from pathlib import Path
 
 import faust
-from faust.sensors.prometheus import setup_prometheus_sensors
 
+from app.monitor import BatchLevelMonitor
 from app.settings import get_settings
 
 settings = get_settings()
+if settings.event_loop == "uvloop":
+    # Same as `faust -L uvloop`: the CLI imports the app before it creates the loop.
+    import mode.loop
+
+    mode.loop.use("uvloop")
 Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
 
 app = faust.App(
@@ -23,6 +28,7 @@ app = faust.App(
     store="memory://",
     datadir=f"{settings.data_dir}/{{conf.name}}",
     autodiscover=False,
+    Monitor=BatchLevelMonitor,
     # Topics are created explicitly (``python -m app.admin create-topics``);
     # the worker never creates one by accident with the wrong partition count.
     topic_allow_declare=False,
@@ -43,10 +49,6 @@ order_events = app.topic(
     key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
     partitions=settings.order_event_partitions,
 )
-
-# Faust's own metrics (messages, commits, rebalances, send latency) and ours,
-# at /metrics. It takes the default registry, where app.metrics lives.
-setup_prometheus_sensors(app, pattern="/metrics")
 
 logging.getLogger("app").setLevel(settings.log_level.upper())
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from datetime import date
+import re
+from datetime import date, datetime
 from typing import Awaitable, Callable, Sequence, TypeVar
 
 from sqlalchemy.exc import DBAPIError, InterfaceError
@@ -55,6 +56,42 @@ class StoreFailure(PipelineError):
 
 def _marks(n: int, group: str = "%s") -> str:
     return ", ".join([group] * n)
+
+
+# Values made of these characters are written into the SQL text as they are,
+# quoted: without quotes or backslashes they cannot end the literal. Keys,
+# hashes, tokens and dates all qualify (order numbers are validated ASCII), so
+# a 500-row statement needs no per-value escaping in Python -- that escaping
+# was a quarter of a batch's CPU time. Anything else goes through the driver.
+_INLINE = re.compile(r"[A-Za-z0-9:_./+\-]*")
+
+
+class _Sql:
+    """Builds a statement: ``lit`` inlines a value when that is safe, else adds a parameter.
+    Call it once per place the value appears: a parameter fills one ``%s``."""
+
+    def __init__(self) -> None:
+        self.params: list = []
+
+    def lit(self, value) -> str:
+        if value is None:
+            return "NULL"
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if isinstance(value, int):
+            return str(int(value))
+        if isinstance(value, date) and not isinstance(value, datetime):
+            return f"'{value.isoformat()}'"
+        if isinstance(value, str) and _INLINE.fullmatch(value):
+            return f"'{value}'"
+        self.params.append(value)
+        return "%s"
+
+    def tuple(self, *values) -> str:
+        return "(" + ", ".join(self.lit(v) for v in values) + ")"
+
+    def list(self, values) -> str:
+        return ", ".join(self.lit(v) for v in values)
 
 
 def _error_code(exc: DBAPIError) -> int | None:
@@ -122,13 +159,14 @@ class MySqlTransaction:
     async def read_idem(self, keys: Sequence[str], part_dates: Sequence[date]) -> dict[str, IdemRow]:
         if not keys:
             return {}
+        sql = _Sql()
         # The lease is compared with the database clock, which also wrote it.
         result = await self._exec(
             "SELECT biz_key, status, attempt, owner, idem_token, payload_hash, outcome, last_err, "
             "COALESCE(lease_until < NOW(3), 1), "
             "COALESCE(TIMESTAMPDIFF(MICROSECOND, NOW(3), lease_until), 0) "
-            f"FROM t_idem WHERE biz_key IN ({_marks(len(keys))}) AND part_date IN ({_marks(len(part_dates))}) "
-            "FOR UPDATE", [*keys, *part_dates])
+            f"FROM t_idem WHERE biz_key IN ({sql.list(keys)}) AND part_date IN ({sql.list(part_dates)}) "
+            "FOR UPDATE", sql.params)
         return {row[0]: IdemRow(row[0], IdemStatus(row[1]), row[2], row[3], row[4], row[5], row[6], row[7],
                                 bool(row[8]), max(row[9], 0) / 1e6)
                 for row in result}
@@ -136,9 +174,10 @@ class MySqlTransaction:
     async def read_orders(self, order_nos: Sequence[str]) -> dict[str, Order]:
         if not order_nos:
             return {}
+        sql = _Sql()
         result = await self._exec(
             "SELECT order_no, status, amount_cents, phone, address, paid_cents, cancel_reason FROM t_order "
-            f"WHERE order_no IN ({_marks(len(order_nos))}) FOR UPDATE", order_nos)
+            f"WHERE order_no IN ({sql.list(order_nos)}) FOR UPDATE", sql.params)
         return {row[0]: Order(row[0], OrderStatus(row[1]), *row[2:]) for row in result}
 
     async def apply_plan(self, plan: BatchPlan, *, owner: str, lease_seconds: float) -> None:
@@ -146,53 +185,52 @@ class MySqlTransaction:
         if plan.orders:
             await self._upsert_orders(list(plan.orders.values()))
         if plan.inserts:
-            params: list = []
-            values = []
-            for row in plan.inserts:
-                pending = row.status is IdemStatus.PENDING
-                values.append("(%s, %s, %s, %s, 1, %s, "
-                              + (f"NOW(3) + INTERVAL {lease_us} MICROSECOND" if pending else "NULL")
-                              + ", %s, %s, %s, NOW(3), NOW(3))")
-                params += [row.biz_key, row.part_date, row.step, int(row.status), owner, row.idem_token,
-                           row.payload_hash, row.outcome]
+            sql = _Sql()
+            lease = f"NOW(3) + INTERVAL {lease_us} MICROSECOND"
+            values = ", ".join(
+                f"({sql.lit(row.biz_key)}, {sql.lit(row.part_date)}, {sql.lit(row.step)}, {int(row.status)}, 1, "
+                f"{sql.lit(owner)}, {lease if row.status is IdemStatus.PENDING else 'NULL'}, "
+                f"{sql.lit(row.idem_token)}, {sql.lit(row.payload_hash)}, {sql.lit(row.outcome)}, NOW(3), NOW(3))"
+                for row in plan.inserts)
             # A plain INSERT: a key someone else inserted meanwhile fails the whole
             # transaction (1062), and the rerun reads it.
             await self._exec(
                 "INSERT INTO t_idem (biz_key, part_date, step, status, attempt, owner, lease_until, idem_token, "
-                f"payload_hash, outcome, gmt_create, gmt_modified) VALUES {', '.join(values)}", params)
+                f"payload_hash, outcome, gmt_create, gmt_modified) VALUES {values}", sql.params)
         if plan.reclaims:
+            sql = _Sql()
             keys = [r.biz_key for r in plan.reclaims]
-            pairs = [v for r in plan.reclaims for v in (r.biz_key, r.attempt)]
-            dates = sorted({r.part_date for r in plan.reclaims})
             # Fenced: only rows still pending at the attempt we read, whose lease
             # ran out or is ours. attempt + 1 is the new fencing token.
             result = await self._exec(
-                f"UPDATE t_idem SET attempt = attempt + 1, owner = %s, outcome = NULL, "
+                f"UPDATE t_idem SET attempt = attempt + 1, owner = {sql.lit(owner)}, outcome = NULL, "
                 f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) "
-                f"WHERE biz_key IN ({_marks(len(keys))}) AND part_date IN ({_marks(len(dates))}) "
-                f"AND status = {int(IdemStatus.PENDING)} AND (biz_key, attempt) IN ({_marks(len(keys), '(%s, %s)')}) "
-                "AND (lease_until < NOW(3) OR owner = %s)",
-                [owner, *keys, *dates, *pairs, owner])
+                f"WHERE biz_key IN ({sql.list(keys)}) "
+                f"AND part_date IN ({sql.list(sorted({r.part_date for r in plan.reclaims}))}) "
+                f"AND status = {int(IdemStatus.PENDING)} "
+                f"AND (biz_key, attempt) IN ({', '.join(sql.tuple(r.biz_key, r.attempt) for r in plan.reclaims)}) "
+                f"AND (lease_until < NOW(3) OR owner = {sql.lit(owner)})", sql.params)
             if result.rowcount != len(keys):
                 raise Conflict(f"re-claimed {result.rowcount} of {len(keys)} rows")
         for fail in plan.fails:
             await self._fail_pending(fail.biz_key, fail.part_date, fail.attempt, fail.reason, fail.message)
 
     async def _upsert_orders(self, orders: list[Order]) -> None:
-        params: list = []
-        for o in orders:
-            params += [o.order_no, int(o.status), o.amount_cents, o.phone, o.address, o.paid_cents, o.cancel_reason]
+        sql = _Sql()
+        columns = ((o.order_no, int(o.status), o.amount_cents, o.phone, o.address, o.paid_cents, o.cancel_reason)
+                   for o in orders)
+        values = ", ".join(f"({sql.list(row)}, NOW(3), NOW(3))" for row in columns)
         # The order's rank only goes up. Columns whose condition reads status
         # come first: each assignment sees the ones before it.
         await self._exec(
             "INSERT INTO t_order (order_no, status, amount_cents, phone, address, paid_cents, cancel_reason, "
-            f"gmt_create, gmt_modified) VALUES {_marks(len(orders), '(%s, %s, %s, %s, %s, %s, %s, NOW(3), NOW(3))')} "
+            f"gmt_create, gmt_modified) VALUES {values} "
             "ON DUPLICATE KEY UPDATE "
             "paid_cents = IF(VALUES(status) > status, COALESCE(VALUES(paid_cents), paid_cents), paid_cents), "
             "cancel_reason = IF(VALUES(status) > status, COALESCE(VALUES(cancel_reason), cancel_reason), "
             "cancel_reason), "
             "gmt_modified = IF(VALUES(status) > status, NOW(3), gmt_modified), "
-            "status = IF(VALUES(status) > status, VALUES(status), status)", params)
+            "status = IF(VALUES(status) > status, VALUES(status), status)", sql.params)
 
     async def _fail_pending(self, key: str, part_date: date, attempt: int, reason: str, message: str,
                             owner: str | None = None) -> bool:

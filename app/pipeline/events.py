@@ -143,13 +143,16 @@ def _field(doc: Mapping[str, Any], name: str, kind: type, bound: int = 0, *, pre
 
 
 def _timestamp(text: str) -> datetime:
-    bad = MalformedEvent(f"occurred_at {text[:60]!r} is not an RFC 3339 date-time with an offset",
-                         reason="bad_field:occurred_at")
     if RFC3339.fullmatch(text) is None:
-        raise bad
-    # fromisoformat takes at most 6 fraction digits; RFC 3339 allows more.
-    normal = re.sub(r"(\.[0-9]{6})[0-9]+", r"\1", text.upper().replace(" ", "T"))
+        raise MalformedEvent(f"occurred_at {text[:60]!r} is not an RFC 3339 date-time with an offset",
+                             reason="bad_field:occurred_at")
     try:
-        return datetime.fromisoformat(normal)
+        return datetime.fromisoformat(text)
     except ValueError:
-        raise bad from None
+        pass
+    # fromisoformat wants an upper-case T and Z and at most 6 fraction digits; RFC 3339 allows more.
+    try:
+        return datetime.fromisoformat(re.sub(r"(\.[0-9]{6})[0-9]+", r"\1", text.upper().replace(" ", "T")))
+    except ValueError:
+        raise MalformedEvent(f"occurred_at {text[:60]!r} is not a valid date-time",
+                             reason="bad_field:occurred_at") from None

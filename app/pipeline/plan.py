@@ -133,12 +133,13 @@ def step_keys(event: OrderEvent) -> list[str]:
     return [pipe.key(event, pipe.local)] + [pipe.key(event, step) for step in pipe.effects]
 
 
-def orders_needed(events: Sequence[OrderEvent], rows: dict[str, IdemRow]) -> set[str]:
+def orders_needed(events: Sequence[OrderEvent], rows: dict[str, IdemRow],
+                  keys_of: Sequence[list[str]] | None = None) -> set[str]:
     """The orders T1 must read: those of events with a step not yet terminal."""
     terminal = (IdemStatus.DONE, IdemStatus.FAILED)
     needed = set()
-    for event in events:
-        keys = step_keys(event)
+    for index, event in enumerate(events):
+        keys = keys_of[index] if keys_of is not None else step_keys(event)
         local = rows.get(keys[0])
         if local is None or (local.outcome == Verdict.APPLY.value and any(
                 k not in rows or rows[k].status not in terminal for k in keys[1:])):
@@ -147,8 +148,10 @@ def orders_needed(events: Sequence[OrderEvent], rows: dict[str, IdemRow]) -> set
 
 
 def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: dict[str, Order],
-               *, owner: str, new_token: Callable[[], str] = lambda: uuid.uuid4().hex) -> BatchPlan:
-    """Decide T1 for ``events`` (offset order) given the rows and orders read under lock."""
+               *, owner: str, new_token: Callable[[], str] = lambda: uuid.uuid4().hex,
+               keys_of: Sequence[list[str]] | None = None) -> BatchPlan:
+    """Decide T1 for ``events`` (offset order) given the rows and orders read under lock.
+    ``keys_of[i]`` may carry ``step_keys(events[i])`` when the caller has them already."""
     plan = BatchPlan(events=[EventPlan() for _ in events])
     current = dict(orders)
     blocked: set[str] = set()
@@ -160,7 +163,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
             result.deferred = True
             continue
         pipe = PIPELINES[event.type]
-        keys = step_keys(event)
+        keys = keys_of[index] if keys_of is not None else step_keys(event)
         local_key = keys[0]
 
         clash = next((rows[k] for k in keys if k in rows and rows[k].payload_hash != event.payload_hash), None)

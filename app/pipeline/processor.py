@@ -87,11 +87,12 @@ class Processor:
         return results  # type: ignore[return-value]
 
     async def _t1(self, tx: Transaction, events: Sequence[OrderEvent]) -> BatchPlan:
-        keys = sorted({key for event in events for key in step_keys(event)})
+        keys_of = [step_keys(event) for event in events]
+        keys = sorted({key for keys in keys_of for key in keys})
         rows = await tx.read_idem(keys, sorted({event.part_date for event in events}))
-        needed = orders_needed(events, rows)
+        needed = orders_needed(events, rows, keys_of)
         orders = await tx.read_orders(sorted(needed)) if needed else {}
-        plan = plan_batch(events, rows, orders, owner=self.owner, **self._token_kw)
+        plan = plan_batch(events, rows, orders, owner=self.owner, keys_of=keys_of, **self._token_kw)
         if plan.writes:
             await tx.apply_plan(plan, owner=self.owner, lease_seconds=self.lease_seconds)
         if any(p.jobs for p in plan.events):

@@ -86,6 +86,16 @@ async def test_local_batch_of_500_costs_five_round_trips_and_a_replay_two(harnes
     assert p.store.round_trips - before <= 2
 
 
+async def test_owner_names_that_need_escaping_work_in_every_statement(harness):
+    p = await harness.processor(owner="o'brien [x] \\ %s/main/1")
+    [order] = await paid_orders(p, 1, "ESC")
+    harness.fakes.configure({"waybill": {"fail_next": 1}})
+    [first] = await p.run([ev(order, "ORDER_CONFIRM")])                  # insert + retriable note
+    [second] = await p.run([ev(order, "ORDER_CONFIRM")])                 # reclaim + done
+    assert isinstance(first.error, EffectUnavailable) and second.outcome == "applied"
+    assert harness.idem(f"{order}:ORDER_CONFIRM:issue_waybill")[0]["owner"] == "o'brien [x] \\ %s/main/1"
+
+
 async def test_confirm_issues_one_waybill_with_receipt_in_t3(harness):
     p = await harness.processor()
     [order] = await paid_orders(p, 1, "WB")

@@ -32,6 +32,7 @@ import sys
 import time
 
 from app import metrics
+from app.faust_app import freeze_startup_objects
 from app.main import app, order_events, settings
 from app.pipeline.batch import BatchReport
 from app.pipeline.ports import SourceRecord
@@ -46,6 +47,7 @@ EXIT_NOT_ACKED = 70   # EX_SOFTWARE: stopped on purpose, the batch in flight was
 @app.agent(order_events, concurrency=1)
 async def process_order_events(stream):
     rt = await runtime.start()
+    freeze_startup_objects()
     log.info("consuming %s as %s (event loop: %s)", settings.order_event_topic, rt.owner,
              type(asyncio.get_running_loop()).__module__)
     async for batch in stream.take_events(settings.batch_size, within=settings.batch_within_seconds):
@@ -53,7 +55,11 @@ async def process_order_events(stream):
             started, trips = time.perf_counter(), rt.store.round_trips
             metrics.IN_FLIGHT_BATCH.set(1)
             report = await rt.batches.handle([_source(event) for event in batch])
-            _record(report, len(batch), time.perf_counter() - started, rt.store.round_trips - trips)
+            seconds = time.perf_counter() - started
+            _record(report, len(batch), seconds, rt.store.round_trips - trips)
+            if seconds > settings.slow_batch_seconds:
+                log.warning("slow batch: %d records in %.0f ms (%s)", len(batch), seconds * 1000,
+                            ", ".join(f"{phase} {s * 1000:.0f} ms" for phase, s in report.seconds.items()))
         except BaseException as exc:  # noqa: B036 -- see the module docstring
             stop_without_ack(exc)
 

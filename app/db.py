@@ -16,6 +16,7 @@ def create_engine(settings: Settings, *, url: str | None = None) -> AsyncEngine:
         max_overflow=settings.db_pool_size,
         pool_recycle=3600,
         isolation_level="READ COMMITTED",
-        connect_args={"init_command": "SET SESSION time_zone = '+00:00', innodb_lock_wait_timeout = 10, "
+        connect_args={"init_command": "SET SESSION time_zone = '+00:00', "
+                                      f"innodb_lock_wait_timeout = {int(settings.db_lock_wait_timeout_seconds)}, "
                                       "lock_wait_timeout = 30"},
     )

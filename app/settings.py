@@ -41,11 +41,14 @@ class Settings(BaseSettings):
     broker_session_timeout_seconds: float = Field(
         30.0, ge=6, description="A worker that stops heartbeating loses its partitions after this long.")
     broker_heartbeat_interval_seconds: float = Field(3.0, gt=0)
+    broker_max_poll_records: int = Field(
+        500, ge=1, description="Records handed to Faust per fetch; smaller keeps the event loop fair to batches.")
 
     # -- MariaDB / MySQL ----------------------------------------------------
     mysql_url: str = "mysql+aiomysql://idem:idem@127.0.0.1:3306/idem"
     db_pool_size: int = Field(4, ge=1)
     db_lock_retries: int = Field(5, ge=0, description="Retries of a transaction after a deadlock or lock-wait timeout.")
+    db_lock_wait_timeout_seconds: int = Field(10, ge=1, description="innodb_lock_wait_timeout of our sessions.")
     infra_retry_budget_seconds: float = Field(
         60.0, gt=0, description="How long a batch waits out an unreachable database before the worker stops.")
 
@@ -62,6 +65,7 @@ class Settings(BaseSettings):
     batch_within_seconds: float = Field(1.0, gt=0)
     retry_backoff_ms: str = Field("200,800,3200", description="Per-record retry delays; their count is the retry limit.")
     max_event_bytes: int = Field(1024 * 1024, ge=1)
+    slow_batch_seconds: float = Field(5.0, gt=0, description="A batch slower than this is logged with its phases.")
     dlq_send_timeout_seconds: float = Field(
         30.0, gt=0, description="How long a dead-letter send may take before the worker stops without committing.")
     dlq_retry_after_seconds: int = Field(

@@ -51,6 +51,7 @@ class BatchReport:
     retries: Counter = field(default_factory=Counter)         # by error reason
     lease_waits: int = 0
     infra_wait_seconds: float = 0.0
+    seconds: dict[str, float] = field(default_factory=dict)   # wall time per phase: decode, phase1, ...
 
 
 @dataclass
@@ -84,6 +85,14 @@ class BatchHandler:
     async def handle(self, records: Sequence[SourceRecord]) -> BatchReport:
         """Process ``records`` (offset order per partition) until the batch may be committed."""
         report = BatchReport()
+        mark = self._clock()
+
+        def lap(phase: str) -> None:
+            nonlocal mark
+            now = self._clock()
+            report.seconds[phase] = now - mark
+            mark = now
+
         items: list[_Item] = []
         for index, record in enumerate(records):
             try:
@@ -92,8 +101,10 @@ class BatchHandler:
                 report.dead_letters.append(self._letter(record, exc, attempts=1, first=_now()))
                 continue
             items.append(_Item(index, record, event))
+        lap("decode")
 
         results = await self._phase1(items, report)
+        lap("phase1")
         retry: list[tuple[_Item, PipelineError | None]] = []
         for item, result in zip(items, results):
             if result.ok:
@@ -107,10 +118,12 @@ class BatchHandler:
             retry.append((item, result.error))
         if retry:
             await self._phase2(retry, report)
+            lap("phase2")
         if report.dead_letters:
             self._mark_superseded(report, items)
             await self._dead_letter(report)
             report.outcomes["dead_letter"] += len(report.dead_letters)
+            lap("dead_letters")
         return report
 
     # -- phases ----------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import lru_cache
 from dataclasses import dataclass
 from datetime import date, datetime
 from enum import Enum
@@ -59,6 +60,7 @@ class OrderEvent:
     payload_hash: str
 
 
+@lru_cache(maxsize=65536)
 def part_date_of(order_no: str) -> date:
     """The partition date of an order: the date inside its number, ``ORD-YYYYMMDD-...``.
 

@@ -47,6 +47,8 @@ class Pipeline:
     key_format: str = DEFAULT_KEY_FORMAT
 
     def key(self, event: OrderEvent, step: LocalStep | EffectStep) -> str:
+        if self.key_format == DEFAULT_KEY_FORMAT:      # the common case, without str.format's parsing
+            return f"{event.order_no}:{event.type.value}:{step.name}"
         return self.key_format.format(order_no=event.order_no, type=event.type.value, step=step.name)
 
 

@@ -155,3 +155,20 @@ def test_later_events_of_a_dead_lettered_order_still_run(settings, topics, spawn
     [row] = scratch_db.query("SELECT reason, may_be_superseded FROM t_compensation WHERE src_topic = %s",
                              pair.events)
     assert (row["reason"], row["may_be_superseded"]) == ("payload_mismatch", 1)
+
+
+def test_database_down_longer_than_the_budget_stops_without_committing(settings, topics, spawn_worker, scratch_db):
+    pair = topics(partitions=1)
+    good = [event(order_no(prefix="DBDOWN"), "ORDER_CREATED") for _ in range(10)]
+    asyncio.run(produce(settings, pair.events, [record(d) for d in good]))
+
+    down = spawn_worker(pair, "down", MYSQL_URL="mysql+aiomysql://idem:idem@127.0.0.1:1/idem",
+                        INFRA_RETRY_BUDGET_SECONDS="2", **FAST_RETRIES)
+    assert down.wait_exit(90) == 70, f"expected exit 70; log {down.log_path}"
+    assert "database unavailable" in down.logs()
+    assert asyncio.run(committed_offsets(settings, pair.group, pair.events, 1)) == {0: 0}
+
+    up = spawn_worker(pair, "up", **FAST_RETRIES)
+    wait_for(lambda: caught_up(settings, pair.events, pair.group, 1), timeout=90, what="redelivered batch",
+             workers=[up])
+    assert done_count(scratch_db, [local_key(d) for d in good]) == 10

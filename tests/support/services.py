@@ -59,9 +59,9 @@ def migrate(url: str, revision: str = "head", *, down: bool = False) -> None:
 class ScratchDatabase:
     """A database of its own for one test session, migrated to head."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, label: str | None = None) -> None:
         base_name = urlsplit(base_url).path.lstrip("/")
-        self.name = f"{base_name}_test_{uuid.uuid4().hex[:8]}"
+        self.name = f"{base_name}_{label or 'test_' + uuid.uuid4().hex[:8]}"
         self.url = with_database(base_url, self.name)
 
     def create(self, *, migrated: bool = True) -> "ScratchDatabase":

@@ -1,0 +1,157 @@
+"""(c) the real pipeline: one ``faust -A app worker`` process over a pre-filled topic.
+
+Clock: starts when the worker's ``/health`` first answers (its web server is
+up, so the app has started; the consumer group join and partition assignment
+still fall inside the clock) and stops when the group's committed offsets
+equal the topic's end offsets on every partition. Both are polled every
+100 ms. Faust commits every ``BROKER_COMMIT_INTERVAL_SECONDS`` (2.8 s by
+default), so the stop is late by up to one interval; the steady-state rate
+(first commit seen -> last commit seen, over the records between them) leaves
+out both the startup and that tail and is reported next to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from bench.metrics import scrape
+from bench.topics import CommittedOffsets, admin_client
+
+POLL_SECONDS = 0.1
+
+
+@dataclass
+class WorkerRun:
+    events: int
+    seconds: float | None = None            # /health answered -> all offsets committed
+    startup_seconds: float | None = None    # spawned -> /health answered
+    first_commit_seconds: float | None = None  # /health answered -> first committed offset seen
+    steady_events_per_second: float | None = None
+    peak_rss_mb: float | None = None
+    metrics: dict = field(default_factory=dict)
+    error: str | None = None
+    log: str = ""
+
+    @property
+    def events_per_second(self) -> float | None:
+        return self.events / self.seconds if self.seconds else None
+
+
+def worker_command(profile_to: Path | None, app_module: str = "app") -> list[str]:
+    # Faust spells the level "warn" (it refuses "warning").
+    command = ["-A", app_module, "worker", "-l", "warn"]
+    if profile_to is None:
+        return [str(Path(sys.executable).with_name("faust")), *command]
+    # Show Faust's, mode's and aiokafka's frames too: most of a worker's time is theirs.
+    return [sys.executable, "-m", "pyinstrument", "-r", "text", "-o", str(profile_to),
+            "--show-regex", r".*/(faust|mode|aiokafka)/.*", "-m", "faust", *command]
+
+
+async def run_worker(env: dict[str, str], *, root: Path, log_path: Path, bootstrap: str, group: str, topic: str,
+                     ends: dict[int, int], timeout: float, stall: float,
+                     profile_to: Path | None = None, app_module: str = "app") -> WorkerRun:
+    run = WorkerRun(events=sum(ends.values()), log=str(log_path.relative_to(root)))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    base = f"http://127.0.0.1:{env['WEB_PORT']}"
+    with open(log_path, "ab") as log:
+        spawned = time.perf_counter()
+        proc = subprocess.Popen(worker_command(profile_to, app_module), cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+                try:
+                    await _measure(run, proc, http, base, spawned, bootstrap, group, topic, ends, timeout, stall)
+                except (TimeoutError, RuntimeError) as exc:
+                    run.error = str(exc)      # reported, not raised: the other runs still count
+                run.metrics = await scrape(http, f"{base}/metrics")
+            run.peak_rss_mb = peak_rss_mb(proc.pid)
+        finally:
+            stop(proc)
+    return run
+
+
+async def _measure(run: WorkerRun, proc: subprocess.Popen, http: aiohttp.ClientSession, base: str,
+                   spawned: float, bootstrap: str, group: str, topic: str, ends: dict[int, int],
+                   timeout: float, stall: float) -> None:
+    healthy = await _wait_health(proc, http, f"{base}/health", spawned, timeout)
+    run.startup_seconds = healthy - spawned
+    async with admin_client(bootstrap) as admin:
+        committed = CommittedOffsets(admin, group, topic)
+        first = last = None        # (time, records committed)
+        progress_at, progress = healthy, 0
+        while True:
+            now = time.perf_counter()
+            done = sum(min(offset, ends[p]) for p, offset in (await committed.read()).items() if offset > 0)
+            if done > progress:
+                progress_at, progress = now, done
+                if first is None:
+                    first = (now, done)
+                    run.first_commit_seconds = now - healthy
+                last = (now, done)
+            if done >= run.events:
+                break
+            _check(proc, now, spawned, progress_at, timeout, stall, f"committing {done} of {run.events} records")
+            await asyncio.sleep(POLL_SECONDS)
+    run.seconds = last[0] - healthy
+    if last[0] > first[0]:
+        run.steady_events_per_second = (last[1] - first[1]) / (last[0] - first[0])
+
+
+async def _wait_health(proc: subprocess.Popen, http: aiohttp.ClientSession, url: str, spawned: float,
+                       timeout: float) -> float:
+    while True:
+        try:
+            async with http.get(url, timeout=aiohttp.ClientTimeout(total=1)) as resp:
+                if resp.status == 200:
+                    return time.perf_counter()
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            pass
+        _check(proc, time.perf_counter(), spawned, spawned, timeout, timeout, "waiting for /health")
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def _check(proc: subprocess.Popen, now: float, spawned: float, progress_at: float, timeout: float, stall: float,
+           doing: str) -> None:
+    if proc.poll() is not None:
+        raise RuntimeError(f"worker exited with {proc.returncode} while {doing}")
+    if now - spawned > timeout:
+        raise TimeoutError(f"timeout: {timeout:.0f}s after the worker started, still {doing}")
+    if now - progress_at > stall:
+        raise TimeoutError(f"stalled: no committed offset moved for {stall:.0f}s, still {doing}")
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """VmHWM (peak resident set) of a live process, in MiB; None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
+    """SIGTERM (Faust finishes and commits the batch in flight), SIGKILL after ``grace`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def worker_env(**settings: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"PYTHONUNBUFFERED": "1"})
+    env.update({name.upper(): str(value) for name, value in settings.items()})
+    return env

@@ -66,7 +66,8 @@ async def process_order_events(stream):
 
 def _source(event) -> SourceRecord:
     message = event.message
-    timestamp = None if message.timestamp is None else int(message.timestamp * 1000)
+    # Faust hands the timestamp over in seconds (a float); Kafka has it in milliseconds.
+    timestamp = None if message.timestamp is None else round(message.timestamp * 1000)
     headers = tuple(message.headers or ())
     return SourceRecord(message.topic, message.partition, message.offset, timestamp, message.key,
                         message.value, headers)
@@ -82,7 +83,7 @@ def _record(report: BatchReport, size: int, seconds: float, round_trips: int) ->
         metrics.EVENTS.labels(outcome).inc(count)
     for letter in report.dead_letters:
         metrics.DEAD_LETTERS.labels(letter.reason).inc()
-        if letter.order_no is None:
+        if letter.order_no is None and letter.reason != "internal_error":   # failed to decode
             metrics.MALFORMED.labels(letter.reason).inc()
     for reason, count in report.retries.items():
         metrics.RETRIES.labels(reason).inc(count)

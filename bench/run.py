@@ -54,11 +54,11 @@ from pathlib import Path
 from app.settings import Settings
 from bench import environment, report
 from bench.baselines import Measurement, naive, raw_ceiling
-from bench.topics import create_topics, delete_groups, delete_topics, end_offsets, produce
+from bench.topics import create_topics, delete_groups, delete_topics, produce
 from bench.worker import run_worker, worker_env
 from bench.workload import Workload, build
 from tests.support.fakes import FakesProcess
-from tests.support.services import ScratchDatabase, free_port
+from tests.support.services import ScratchDatabase, end_offsets, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -182,7 +182,7 @@ async def prepare(ctx: Context) -> None:
         await create_topics(ctx.bootstrap, topics)
         ctx.topics += list(topics)
         seconds = await produce(ctx.bootstrap, ctx.workloads[name])
-        ctx.ends[name] = await end_offsets(ctx.bootstrap, topic, PARTITIONS)
+        ctx.ends[name] = await end_offsets(ctx.settings, topic, PARTITIONS)
         print(f"filled {topic}: {sum(ctx.ends[name].values())} records in {seconds:.1f}s", flush=True)
 
 

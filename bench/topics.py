@@ -6,7 +6,7 @@ import asyncio
 import time
 from contextlib import asynccontextmanager
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.protocol.admin import DeleteGroupsRequest
 
@@ -54,16 +54,6 @@ async def produce(bootstrap: str, workload: Workload) -> float:
     finally:
         await producer.stop()
     return time.perf_counter() - started
-
-
-async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        return {tp.partition: offset for tp, offset in (await consumer.end_offsets(tps)).items()}
-    finally:
-        await consumer.stop()
 
 
 class CommittedOffsets:

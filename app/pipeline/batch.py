@@ -66,7 +66,8 @@ class _Item:
 class BatchHandler:
     def __init__(self, processor: Processor, store: Store, sink: DeadLetterSink, *, group: str, worker_id: str,
                  backoff: Sequence[float], max_event_bytes: int, infra_budget: float, max_lease_wait: float,
-                 dlq_retry_after: int = 60, concurrency: int = 64, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 dlq_retry_after: int = 60, concurrency: int = 64,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.processor = processor
         self.store = store
@@ -99,6 +100,11 @@ class BatchHandler:
                 event = decode(record.key, record.value, max_bytes=self.max_event_bytes)
             except MalformedEvent as exc:
                 report.dead_letters.append(self._letter(record, exc, attempts=1, first=_now()))
+                continue
+            except Exception as exc:   # a decoder bug: this record goes aside, the worker goes on
+                log.exception("decoder failed on %s[%s]@%s", record.topic, record.partition, record.offset)
+                error = InternalError(f"decoder: {exc.__class__.__name__}: {exc}")
+                report.dead_letters.append(self._letter(record, error, attempts=1, first=_now()))
                 continue
             items.append(_Item(index, record, event))
         lap("decode")
@@ -207,6 +213,8 @@ class BatchHandler:
     # -- dead letters ------------------------------------------------------------
 
     async def _dead_letter(self, report: BatchReport) -> None:
+        report.dead_letters.sort(key=lambda letter: (letter.record.topic, letter.record.partition,
+                                                     letter.record.offset))
         letters = report.dead_letters
         # The ledger row first: the same record dead-lettered twice (a replay)
         # finds its row and adds none. Then the record, acknowledged by the broker.

@@ -186,3 +186,28 @@ async def test_letter_is_flagged_when_later_events_of_its_order_ran():
     h, _ = handler(ScriptedProcessor({o: [OK, Result(error=EffectRejected("no"))]}))
     report = await h.handle(records(event(o, "ORDER_PAID"), event(o, "ORDER_CONFIRM")))
     assert report.dead_letters[0].may_be_superseded is False
+
+
+async def test_a_decoder_bug_dead_letters_the_record_and_the_batch_goes_on(monkeypatch):
+    import app.pipeline.batch as batch
+
+    real = batch.decode
+
+    def flaky(key, value, **kw):
+        if value == b"boom":
+            raise KeyError("decoder bug")
+        return real(key, value, **kw)
+
+    monkeypatch.setattr(batch, "decode", flaky)
+    h, _ = handler(ScriptedProcessor())
+    report = await h.handle(records((b"k", b"boom"), event(order_no(), "ORDER_CREATED")))
+    [letter] = report.dead_letters
+    assert (letter.reason, letter.retriable) == ("internal_error", False)
+    assert report.outcomes["applied"] == 1
+
+
+async def test_dead_letters_go_out_in_offset_order():
+    o = order_no()
+    h, _ = handler(ScriptedProcessor({o: [Result(error=EffectRejected("no"))]}))
+    await h.handle(records(event(o, "ORDER_CONFIRM"), (b"k", b"[]")))
+    assert [letter.record.offset for letter in h.sink.sent] == [0, 1]

@@ -115,3 +115,27 @@ def test_sigkill_at_cut_point_then_restart(cut, settings, topics, spawn_worker, 
     with open(LOGS / "crash-window-counts.jsonl", "a") as out:
         out.write(json.dumps(counts, default=dict) + "\n")
     second.stop()
+
+
+def test_the_ledger_catches_a_service_that_ignores_the_idempotency_key(settings, topics, spawn_worker, scratch_db):
+    """The same B..C crash against a logistics API that ignores Idempotency-Key: the
+    replay issues second waybills, and the ledger shows them. The invariant above is
+    the idempotency key's doing, and the check can see it fail."""
+    fakes = FakesProcess({"waybill": {"latency_ms": 20, "ignore_idempotency_key": True}})
+    try:
+        pair = topics(partitions=2)
+        confirm, cancel, docs = lifecycle("CUTNOKEY")
+        asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
+        env = {**CHAOS_ENV, "LOGISTICS_URL": fakes.url, "SMS_URL": fakes.url}
+        first = spawn_worker(pair, "w1", CHAOS_KILL_AT="b_c", **env)
+        assert first.wait_exit(90) == -signal.SIGKILL
+        called = {c["body"]["order_no"] for c in fakes.ledger()["calls"] if c["service"] == "waybill"}
+        assert called, "the first worker made no call before the kill"
+        second = spawn_worker(pair, "w2", **env)
+        wait_for(lambda: caught_up(settings, pair.events, pair.group, pair.partitions), timeout=120,
+                 what="offsets committed to the end", workers=[second])
+        waybills = fakes.ledger()["waybills"]
+        doubled = {o for o in confirm if len(waybills.get(o, [])) > 1}
+        assert doubled == called                 # exactly the orders whose call was replayed
+    finally:
+        fakes.stop()

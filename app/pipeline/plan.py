@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 from app.pipeline.errors import (LeaseHeld, PayloadMismatch, PipelineError, PreconditionNotMet,
                                  UnknownOutcomeNonIdempotent)
 from app.pipeline.events import EventType, OrderEvent
-from app.pipeline.states import IdemStatus, OrderStatus, Verdict, judge
+from app.pipeline.states import TERMINAL, IdemStatus, OrderStatus, Verdict, judge
 from app.pipeline.steps import PIPELINES, Effect
 
 NOT_DELIVERED = "effect_not_delivered"   # t_idem.outcome of a pending row whose last call surely failed
@@ -136,13 +136,12 @@ def step_keys(event: OrderEvent) -> list[str]:
 def orders_needed(events: Sequence[OrderEvent], rows: dict[str, IdemRow],
                   keys_of: Sequence[list[str]] | None = None) -> set[str]:
     """The orders T1 must read: those of events with a step not yet terminal."""
-    terminal = (IdemStatus.DONE, IdemStatus.FAILED)
     needed = set()
     for index, event in enumerate(events):
         keys = keys_of[index] if keys_of is not None else step_keys(event)
         local = rows.get(keys[0])
         if local is None or (local.outcome == Verdict.APPLY.value and any(
-                k not in rows or rows[k].status not in terminal for k in keys[1:])):
+                k not in rows or rows[k].status not in TERMINAL for k in keys[1:])):
             needed.add(event.order_no)
     return needed
 
@@ -262,6 +261,4 @@ def _request(effect: Effect, event: OrderEvent, order: Order) -> dict:
 
 def _terminal_error(row: IdemRow) -> PipelineError:
     """The error that failed a row for good, rebuilt so a replay dead-letters it again."""
-    error = PipelineError(row.last_err or f"{row.biz_key} failed earlier", reason=row.outcome or "failed")
-    error.retriable = False
-    return error
+    return PipelineError(row.last_err or f"{row.biz_key} failed earlier", reason=row.outcome or "failed")

@@ -24,11 +24,13 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench]'
 	touch $@
 
-test-tools: ## Debian's docker-compose (v1), to validate docker-compose.yml without an engine
-	@command -v docker-compose >/dev/null || { echo "installing docker-compose from Debian"; \
-	  sudo=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
-	  $$sudo apt-get update -qq >/dev/null && \
-	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
+test-tools: ## Debian's docker-compose (v1) to validate docker-compose.yml, and kcat to write what librdkafka writes
+	@missing=""; command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	  command -v kcat >/dev/null || missing="$$missing kcat"; \
+	  if [ -n "$$missing" ]; then echo "installing$$missing from Debian"; \
+	    sudo=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+	    $$sudo apt-get update -qq >/dev/null && \
+	    $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 services: ## start Kafka and MariaDB unless they already answer
 	ops/services.sh up

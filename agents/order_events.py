@@ -32,6 +32,7 @@ import sys
 import time
 
 from app import metrics
+from app.adapters.kafka_records import unreadable
 from app.faust_app import freeze_startup_objects
 from app.main import app, order_events, settings
 from app.pipeline.batch import BatchReport
@@ -69,8 +70,9 @@ def _source(event) -> SourceRecord:
     # Faust hands the timestamp over in seconds (a float); Kafka has it in milliseconds.
     timestamp = None if message.timestamp is None else round(message.timestamp * 1000)
     headers = tuple(message.headers or ())
+    problem = unreadable(headers)        # a record the client could not read (app.adapters.kafka_records)
     return SourceRecord(message.topic, message.partition, message.offset, timestamp, message.key,
-                        message.value, headers)
+                        message.value, () if problem else headers, problem)
 
 
 def _record(report: BatchReport, size: int, seconds: float, round_trips: int) -> None:

@@ -2,21 +2,86 @@
 
 from __future__ import annotations
 
+import logging
+import math
+import socket
+
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.settings import Settings
 
+log = logging.getLogger(__name__)
+CHARSET = "utf8mb4"
 
-def create_engine(settings: Settings, *, url: str | None = None) -> AsyncEngine:
+
+class WrongCharset(RuntimeError):
+    """A connection came up with a character set other than utf8mb4."""
+
+
+def create_engine(settings: Settings, *, url: str | None = None, pool_size: int | None = None,
+                  max_overflow: int | None = None) -> AsyncEngine:
     """An aiomysql engine in READ COMMITTED (locking reads lock rows, never gaps),
-    with the session clock in UTC: every DATETIME column holds UTC."""
-    return create_async_engine(
+    with the session clock in UTC (every DATETIME column holds UTC) and utf8mb4.
+
+    Every new connection gets TCP keepalive probes after ``DB_KEEPALIVE_SECONDS``
+    of silence, so a connection whose peer vanished (a half-open TCP connection)
+    is found dead in about a minute instead of the kernel's two hours; the
+    statements themselves are bounded by the store's client-side timeouts.
+
+    The other side of the same failure: a worker cut off in the middle of a
+    transaction leaves its row locks on the server until the server drops the
+    connection. The session's ``wait_timeout`` (twice the transaction timeout,
+    at least 60 s) makes the server roll such a transaction back within a
+    minute or two instead of eight hours; pooled connections are recycled
+    before the server would close them for being idle.
+    """
+    size = settings.db_pool_size if pool_size is None else pool_size
+    server_idle = max(60, math.ceil(2 * settings.db_transaction_timeout_seconds))
+    engine = create_async_engine(
         url or settings.mysql_url,
-        pool_size=settings.db_pool_size,
-        max_overflow=settings.db_pool_size,
-        pool_recycle=3600,
+        pool_size=size,
+        max_overflow=size if max_overflow is None else max_overflow,
+        pool_timeout=settings.db_pool_timeout_seconds,
+        pool_recycle=server_idle // 2,
         isolation_level="READ COMMITTED",
-        connect_args={"init_command": "SET SESSION time_zone = '+00:00', "
+        connect_args={"charset": CHARSET,
+                      "connect_timeout": settings.db_connect_timeout_seconds,
+                      "init_command": "SET SESSION time_zone = '+00:00', "
                                       f"innodb_lock_wait_timeout = {int(settings.db_lock_wait_timeout_seconds)}, "
-                                      "lock_wait_timeout = 30"},
+                                      f"lock_wait_timeout = 30, wait_timeout = {server_idle}"},
     )
+    keepalive = settings.db_keepalive_seconds
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def on_connect(dbapi_connection, connection_record) -> None:
+        _set_keepalive(dbapi_connection, keepalive)
+        check_charset(dbapi_connection)
+
+    return engine
+
+
+def check_charset(dbapi_connection) -> None:
+    """Refuse a connection whose session does not speak utf8mb4 both ways."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("SELECT @@character_set_client, @@character_set_connection, @@character_set_results")
+        found = cursor.fetchone()
+    finally:
+        cursor.close()
+    if any(value != CHARSET for value in found):
+        raise WrongCharset(
+            f"the database session uses character sets client/connection/results = {'/'.join(map(str, found))}, "
+            f"not {CHARSET}; check the server's init_connect and character_set_* settings")
+
+
+def _set_keepalive(dbapi_connection, idle_seconds: int) -> None:
+    writer = getattr(getattr(dbapi_connection, "_connection", None), "_writer", None)
+    sock = writer.transport.get_extra_info("socket") if writer is not None else None
+    if sock is None:
+        log.warning("no socket found on a new database connection; TCP keepalive not set")
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", idle_seconds), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import faust
 
+from app.adapters import kafka_records
 from app.monitor import BatchLevelMonitor
 from app.settings import Settings
 
@@ -18,6 +19,9 @@ def create_app(settings: Settings) -> faust.App:
 
         mode.loop.use("uvloop")
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    # Batches aiokafka cannot read safely (raw header keys, decompression bombs) must
+    # not stop the fetcher: see app.adapters.kafka_records.
+    kafka_records.install(settings.max_batch_bytes)
     return faust.App(
         settings.app_id,
         broker=settings.kafka_broker,
@@ -34,6 +38,7 @@ def create_app(settings: Settings) -> faust.App:
         broker_commit_interval=settings.broker_commit_interval_seconds,
         broker_session_timeout=settings.broker_session_timeout_seconds,
         broker_heartbeat_interval=settings.broker_heartbeat_interval_seconds,
+        broker_rebalance_timeout=settings.broker_rebalance_timeout_seconds,
         broker_max_poll_records=settings.broker_max_poll_records,
         web_bind=settings.web_bind,
         web_host=settings.web_bind,

@@ -33,20 +33,26 @@ class Runtime:
                 return self
             s = self.settings
             self.engine = create_engine(s)
-            self.store = MySqlStore(self.engine, lock_retries=s.db_lock_retries)
+            self.store = MySqlStore(self.engine, lock_retries=s.db_lock_retries,
+                                    statement_timeout=s.db_statement_timeout_seconds,
+                                    transaction_timeout=s.db_transaction_timeout_seconds)
             self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=s.effect_concurrency))
             self.effects = HttpEffects(self.http, logistics_url=s.logistics_url, sms_url=s.sms_url,
                                        timeout_seconds=s.effect_timeout_seconds)
             self.processor = Processor(self.store, self.effects, owner=self.owner, lease_seconds=s.lease_seconds,
-                                       effect_concurrency=s.effect_concurrency, on_cut=cut_hook(s.chaos_kill_at))
+                                       effect_concurrency=s.effect_concurrency,
+                                       effect_timeout=s.effect_timeout_seconds, lease_margin=s.lease_margin_seconds,
+                                       on_cut=cut_hook(s.chaos_kill_at))
             self.dead_letters = KafkaDeadLetterSink(s.kafka_bootstrap, s.dlq_topic, s.app_id,
-                                                    timeout_seconds=s.dlq_send_timeout_seconds)
+                                                    timeout_seconds=s.dlq_send_timeout_seconds,
+                                                    truncate_bytes=s.dlq_truncate_bytes)
             await self.dead_letters.start()
             self.batches = BatchHandler(
                 self.processor, self.store, self.dead_letters, group=s.app_id, worker_id=s.worker_id,
                 backoff=s.retry_backoff, max_event_bytes=s.max_event_bytes,
                 infra_budget=s.infra_retry_budget_seconds, max_lease_wait=2 * s.lease_seconds,
-                dlq_retry_after=s.dlq_retry_after_seconds, concurrency=s.effect_concurrency)
+                deadline=s.batch_deadline_seconds, dlq_retry_after=s.dlq_retry_after_seconds,
+                concurrency=s.effect_concurrency)
             self._started = True
         return self
 

@@ -7,10 +7,12 @@ the README's configuration table with its default.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from functools import lru_cache
 from typing import Literal
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -41,6 +43,9 @@ class Settings(BaseSettings):
     broker_session_timeout_seconds: float = Field(
         30.0, ge=6, description="A worker that stops heartbeating loses its partitions after this long.")
     broker_heartbeat_interval_seconds: float = Field(3.0, gt=0)
+    broker_rebalance_timeout_seconds: float = Field(
+        60.0, gt=0, description="How long the group waits for a member to rejoin a rebalance; a batch in flight "
+                                "must finish well within it.")
     broker_max_poll_records: int = Field(
         500, ge=1, description="Records handed to Faust per fetch; smaller keeps the event loop fair to batches.")
 
@@ -49,8 +54,18 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(4, ge=1)
     db_lock_retries: int = Field(5, ge=0, description="Retries of a transaction after a deadlock or lock-wait timeout.")
     db_lock_wait_timeout_seconds: int = Field(10, ge=1, description="innodb_lock_wait_timeout of our sessions.")
+    db_pool_timeout_seconds: float = Field(
+        10.0, gt=0, description="How long a transaction waits for a pooled connection (an infrastructure wait).")
+    db_connect_timeout_seconds: float = Field(5.0, gt=0, description="TCP connect timeout of a new connection.")
+    db_statement_timeout_seconds: float = Field(
+        15.0, gt=0, description="Client-side bound of one statement; must exceed DB_LOCK_WAIT_TIMEOUT_SECONDS.")
+    db_transaction_timeout_seconds: float = Field(
+        30.0, gt=0, description="Client-side bound of one transaction, connection checkout included.")
+    db_keepalive_seconds: int = Field(
+        30, ge=1, description="TCP keepalive idle time of database connections (probes every 10 s, 3 probes).")
     infra_retry_budget_seconds: float = Field(
-        60.0, gt=0, description="How long a batch waits out an unreachable database before the worker stops.")
+        60.0, gt=0, description="How long (wall clock) a batch waits out an unreachable database before the "
+                                "worker stops.")
 
     # -- external effects ---------------------------------------------------
     logistics_url: str = "http://127.0.0.1:8900"
@@ -58,13 +73,25 @@ class Settings(BaseSettings):
     effect_timeout_seconds: float = Field(3.0, gt=0)
     effect_concurrency: int = Field(64, ge=1, description="Effect calls in flight per worker.")
     lease_seconds: float = Field(
-        30.0, gt=0, description="How long a claim on a pending effect is exclusive (>= 3 x timeout x attempts).")
+        30.0, gt=0, description="How long a claim on a pending effect is exclusive; must cover a batch's calls.")
+    lease_margin_seconds: float = Field(
+        2.0, ge=0, description="A call starts only if the claim has its timeout plus this much lease left.")
 
     # -- batching -----------------------------------------------------------
     batch_size: int = Field(500, ge=1)
     batch_within_seconds: float = Field(1.0, gt=0)
     retry_backoff_ms: str = Field("200,800,3200", description="Per-record retry delays; their count is the retry limit.")
+    batch_deadline_seconds: float = Field(
+        15.0, gt=0, description="Records still retrying this long after a batch began are dead-lettered as "
+                                "deadline_exceeded (retriable), and the batch finishes.")
     max_event_bytes: int = Field(1024 * 1024, ge=1)
+    max_batch_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024 * 1024,
+        description="The most a compressed record batch may decompress to; a larger one is not decompressed "
+                    "and its records are dead-lettered as oversized.")
+    dlq_truncate_bytes: int = Field(
+        64 * 1024, ge=1024, le=4 * 1024 * 1024,
+        description="An oversized record goes to the dead-letter topic as its first this-many bytes.")
     slow_batch_seconds: float = Field(5.0, gt=0, description="A batch slower than this is logged with its phases.")
     dlq_send_timeout_seconds: float = Field(
         30.0, gt=0, description="How long a dead-letter send may take before the worker stops without committing.")
@@ -102,12 +129,57 @@ class Settings(BaseSettings):
             raise ValueError(f"RETRY_BACKOFF_MS must be comma-separated integers, got {self.retry_backoff_ms!r}")
         if any(d < 0 for d in delays):
             raise ValueError("RETRY_BACKOFF_MS delays must not be negative")
-        if self.lease_seconds <= self.effect_timeout_seconds:
-            raise ValueError(
-                f"LEASE_SECONDS ({self.lease_seconds}) must exceed EFFECT_TIMEOUT_SECONDS "
-                f"({self.effect_timeout_seconds}): a lease shorter than one call lets a second "
-                "worker call the same effect while the first is still waiting for it")
+        self._check_lease()
+        self._check_timeouts()
+        self._check_mysql_url()
         return self
+
+    def _check_lease(self) -> None:
+        """A batch's calls must fit in one lease: phase 1 makes up to BATCH_SIZE calls,
+        EFFECT_CONCURRENCY at a time, each up to EFFECT_TIMEOUT_SECONDS; the last one
+        must still start with its timeout plus the margin of lease left. (A call that
+        would not is not made; the key is claimed again instead. Settings that make
+        that the rule rather than the exception are refused here.)"""
+        rounds = math.ceil(self.batch_size / self.effect_concurrency)
+        needed = rounds * self.effect_timeout_seconds + self.lease_margin_seconds
+        if self.lease_seconds < needed:
+            raise ValueError(
+                f"LEASE_SECONDS={self.lease_seconds:g} cannot cover a batch: BATCH_SIZE={self.batch_size} calls, "
+                f"EFFECT_CONCURRENCY={self.effect_concurrency} at a time, take up to {rounds} x "
+                f"EFFECT_TIMEOUT_SECONDS={self.effect_timeout_seconds:g}, plus LEASE_MARGIN_SECONDS="
+                f"{self.lease_margin_seconds:g}: {needed:g} s. Raise LEASE_SECONDS to at least {math.ceil(needed)}, "
+                "or raise EFFECT_CONCURRENCY, or lower BATCH_SIZE or EFFECT_TIMEOUT_SECONDS.")
+
+    def _check_timeouts(self) -> None:
+        if self.db_statement_timeout_seconds <= self.db_lock_wait_timeout_seconds:
+            raise ValueError(
+                f"DB_STATEMENT_TIMEOUT_SECONDS={self.db_statement_timeout_seconds:g} must exceed "
+                f"DB_LOCK_WAIT_TIMEOUT_SECONDS={self.db_lock_wait_timeout_seconds}: a statement waiting for a "
+                "row lock would be cut off before the server reports the lock wait")
+        if self.db_transaction_timeout_seconds < self.db_statement_timeout_seconds:
+            raise ValueError(
+                f"DB_TRANSACTION_TIMEOUT_SECONDS={self.db_transaction_timeout_seconds:g} must be at least "
+                f"DB_STATEMENT_TIMEOUT_SECONDS={self.db_statement_timeout_seconds:g}")
+        # A batch runs past its deadline by at most one effect call and the dead-letter send.
+        longest = self.batch_deadline_seconds + self.effect_timeout_seconds + self.dlq_send_timeout_seconds
+        if longest >= self.broker_rebalance_timeout_seconds:
+            raise ValueError(
+                f"BATCH_DEADLINE_SECONDS={self.batch_deadline_seconds:g} + EFFECT_TIMEOUT_SECONDS="
+                f"{self.effect_timeout_seconds:g} + DLQ_SEND_TIMEOUT_SECONDS={self.dlq_send_timeout_seconds:g} "
+                f"must stay under BROKER_REBALANCE_TIMEOUT_SECONDS={self.broker_rebalance_timeout_seconds:g}: a "
+                "rebalance waits for the batch in flight, and a member that does not rejoin in time is evicted")
+        if self.batch_deadline_seconds >= self.broker_session_timeout_seconds:
+            raise ValueError(
+                f"BATCH_DEADLINE_SECONDS={self.batch_deadline_seconds:g} must stay under "
+                f"BROKER_SESSION_TIMEOUT_SECONDS={self.broker_session_timeout_seconds:g}")
+
+    def _check_mysql_url(self) -> None:
+        charsets = parse_qs(urlsplit(self.mysql_url).query).get("charset", [])
+        if any(charset.lower() != "utf8mb4" for charset in charsets):
+            raise ValueError(
+                f"MYSQL_URL asks for charset={','.join(charsets)}; the processor needs utf8mb4 (order data is "
+                "arbitrary Unicode, and a narrower connection charset silently mangles it). Remove the charset "
+                "parameter or set it to utf8mb4.")
 
 
 @lru_cache(maxsize=1)

@@ -49,6 +49,8 @@ t_order = Table(
     Column("paid_cents", BigInteger, nullable=True),
     Column("cancel_reason", String(255), nullable=True),
     *_timestamps(),
+    Column("has_dead_letters", Boolean, nullable=False, server_default=text("0"),
+           comment="a dead letter of this order awaits the order's next move"),
     **TABLE_ARGS,
 )
 
@@ -66,8 +68,10 @@ t_waybill_receipt = Table(
 )
 
 
-# The compensation ledger: one row per dead-lettered record (unique by its
-# source coordinates, so dead-lettering the same record twice adds nothing).
+# The compensation ledger: one row per dead-lettered record and consumer group
+# (unique by the group and the record's source coordinates, timestamp included
+# because a topic created again reuses offsets; dead-lettering the same record
+# twice adds nothing).
 # status: 1 open, 2 retrying, 3 compensated, 4 manual, 5 discarded.
 t_compensation = Table(
     "t_compensation",
@@ -91,7 +95,12 @@ t_compensation = Table(
     Column("worker_id", String(128), nullable=True),
     Column("first_failure_at", DATETIME(fsp=3), nullable=False),
     *_timestamps(),
-    UniqueConstraint("src_topic", "src_partition", "src_offset", name="uk_source"),
+    Column("src_timestamp", BigInteger, nullable=False, server_default=text("-1"),
+           comment="the record's timestamp in ms, -1 if it had none"),
+    Column("truncated", Boolean, nullable=False, server_default=text("0"),
+           comment="the dead-letter record carries only the start of the original"),
+    UniqueConstraint("consumer_group", "src_topic", "src_partition", "src_offset", "src_timestamp",
+                     name="uk_source"),
     Index("idx_status_next_retry", "status", "next_retry_at"),
     Index("idx_order_no", "order_no"),
     **TABLE_ARGS,

@@ -10,6 +10,8 @@ import pytest
 
 from app.admin import topic_specs
 from app.settings import Settings
+from tests.support.fakes import fakes_in_process
+from tests.support.pipeline import Harness
 from tests.support.services import ScratchDatabase, Worker, create_topics, delete_topics, worker_env
 
 
@@ -77,3 +79,13 @@ def spawn_worker(scratch_db: ScratchDatabase, request):
         if worker.alive:
             worker.kill()
             worker.wait_exit(30)
+
+
+@pytest.fixture
+async def harness(settings, scratch_db):
+    """The pipeline in this process, with the fake services in this event loop."""
+    async with fakes_in_process() as (fakes, url):
+        h = Harness(settings, scratch_db, url)
+        h.fakes = fakes
+        yield h
+        await h.close()

@@ -6,12 +6,25 @@ How a call ends decides what may happen next, and the two services differ:
 what happened          logistics (honours Idempotency-Key)    SMS gateway (no idempotency key)
 =====================  =====================================  ==========================================
 2xx                    done, receipt written                  done
-4xx (not 408/429)      business refusal: failed for good      surely not sent: retry
+2xx, bad waybill_no    failed: effect_bad_receipt             -
+3xx                    outcome unknown: retry, same token     outcome unknown: failed, reconcile by hand
+409                    same key still in progress: retry,     surely not sent: retry
+                       same token
+4xx (not 408/409/429)  business refusal: failed for good      surely not sent: retry
 408, 429               not done: retry, same token            surely not sent: retry
 5xx                    outcome unknown: retry, same token     outcome unknown: failed, reconcile by hand
 timeout / reset        outcome unknown: retry, same token     outcome unknown: failed, reconcile by hand
 connection refused     not sent: retry                        surely not sent: retry
 =====================  =====================================  ==========================================
+
+Redirects are never followed: a POST answered with a 303 to a page that then
+answers 4xx would read as "refused", and an SMS the gateway did accept would
+go out again. A 3xx is an answer whose outcome we do not know.
+
+A waybill number is checked against the receipt table's column before T3: a
+service that answers success with a number that is not a string, or longer
+than the column, gets this one record failed with a clear reason instead of
+making the whole batch's T3 fail.
 """
 
 from __future__ import annotations
@@ -22,13 +35,15 @@ import aiohttp
 import orjson
 
 from app.metrics import EFFECT_CALLS
-from app.pipeline.errors import (EffectNotDelivered, EffectRejected, EffectUnavailable, PipelineError,
-                                 UnknownOutcomeNonIdempotent)
+from app.pipeline.errors import (EffectBadReceipt, EffectNotDelivered, EffectRejected, EffectUnavailable,
+                                 PipelineError, UnknownOutcomeNonIdempotent)
 from app.pipeline.plan import EffectJob
 from app.pipeline.ports import Receipt
 from app.pipeline.steps import Effect
+from tables.schema import t_waybill_receipt
 
-RETRY_LATER = {408, 429}
+RETRY_LATER = {408, 409, 429}      # 409: the same idempotency key is still being worked on
+WAYBILL_NO_MAX = t_waybill_receipt.c.waybill_no.type.length
 
 
 class HttpEffects:
@@ -55,13 +70,10 @@ class HttpEffects:
         where = f"logistics for {job.order_no}"
         try:
             async with self.session.post(self.waybills_url, json=job.request, timeout=self.timeout,
-                                         headers={"Idempotency-Key": job.token}) as resp:
+                                         headers={"Idempotency-Key": job.token}, allow_redirects=False) as resp:
                 body = await resp.read()
                 if resp.status in (200, 201):
-                    waybill_no = _json_field(body, "waybill_no")
-                    if waybill_no is None:
-                        raise EffectUnavailable(f"{where}: {resp.status} without a waybill_no: {body[:200]!r}")
-                    return Receipt("waybill_issued", waybill_no)
+                    return Receipt("waybill_issued", _waybill_no(where, resp.status, body))
                 if 400 <= resp.status < 500 and resp.status not in RETRY_LATER:
                     raise EffectRejected(f"{where}: refused with {resp.status}: {body[:300]!r}")
                 raise EffectUnavailable(f"{where}: answered {resp.status}")
@@ -75,7 +87,8 @@ class HttpEffects:
     async def _send_sms(self, job: EffectJob) -> Receipt:
         where = f"SMS for {job.order_no}"
         try:
-            async with self.session.post(self.sms_url, json=job.request, timeout=self.timeout) as resp:
+            async with self.session.post(self.sms_url, json=job.request, timeout=self.timeout,
+                                         allow_redirects=False) as resp:
                 body = await resp.read()
                 if 200 <= resp.status < 300:
                     return Receipt("sms_accepted")
@@ -95,9 +108,18 @@ class HttpEffects:
                 f"{where}: {exc.__class__.__name__} after the request; it may have been sent") from None
 
 
-def _json_field(body: bytes, name: str) -> str | None:
+def _waybill_no(where: str, status: int, body: bytes) -> str:
     try:
-        value = orjson.loads(body).get(name)
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
-    return value if isinstance(value, str) and value else None
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = None
+    value = doc.get("waybill_no") if isinstance(doc, dict) else None
+    if value is None or value == "":
+        # Perhaps a glitch: the same token asks again and gets the same waybill.
+        raise EffectUnavailable(f"{where}: {status} without a waybill_no: {body[:200]!r}")
+    if not isinstance(value, str):
+        raise EffectBadReceipt(f"{where}: {status} with a waybill_no that is not a string: {value!r:.100}")
+    if len(value) > WAYBILL_NO_MAX:
+        raise EffectBadReceipt(f"{where}: {status} with a waybill_no of {len(value)} characters, longer than "
+                               f"the {WAYBILL_NO_MAX} the receipt holds: {value[:80]!r}...")
+    return value

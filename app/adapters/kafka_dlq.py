@@ -1,10 +1,31 @@
 """The dead-letter topic: the original record, byte for byte, plus headers that say
 where it came from and why it is here. A publish returns only once the broker
-acknowledged every record (acks=all)."""
+acknowledged every record (acks=all).
+
+Every dead letter must be sendable, whatever the original was, or the worker
+would stop on it again after every restart. So three kinds of record are
+changed on the way, and a header says how:
+
+* neither key nor value (legal on the wire; aiokafka refuses to send one):
+  the value becomes ``b""`` and ``dlq.placeholder: value`` says so;
+* an oversized record (reason ``oversized``, or a record too big for the
+  dead-letter topic): the value, and the key or the headers if they are
+  large too, are cut to their first ``DLQ_TRUNCATE_BYTES``;
+  ``dlq.truncated`` names what was cut, and ``dlq.original.<part>.bytes`` and
+  ``dlq.original.<part>.sha256`` describe the whole;
+* header keys that are not UTF-8 (aiokafka cannot send them, and no consumer
+  built on it could read them back): the keys are written escaped
+  (``\\xff``), and ``dlq.original.headers`` holds every original header
+  exactly, as JSON ``[[base64 key, base64 value or null], ...]``.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from aiokafka import AIOKafkaProducer
@@ -14,10 +35,84 @@ from app.pipeline.ports import DeadLetter
 
 MAX_MESSAGE = 1024
 PREFIX = "dlq."
+OUR_HEADERS_ROOM = 64 * 1024      # what our own headers may take, at most, in a dead-letter record
 
 
-def dead_letter_headers(letter: DeadLetter, group: str) -> list[tuple[str, bytes]]:
-    """The record's own headers first, then ours (all ``dlq.``-prefixed, UTF-8)."""
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A dead letter as it goes on the topic."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    truncated: bool
+
+
+def _is_utf8(name: str) -> bool:
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _raw(name: str) -> bytes:
+    return name.encode("utf-8", "surrogateescape")
+
+
+def _size(data: bytes | None) -> int:
+    return 0 if data is None else len(data)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def outgoing(letter: DeadLetter, group: str, *, truncate_bytes: int,
+             max_bytes: int = DLQ_MAX_MESSAGE_BYTES) -> Outgoing:
+    """What :class:`KafkaDeadLetterSink` sends for ``letter`` (pure: the ledger asks it too)."""
+    record = letter.record
+    key, value = record.key, record.value
+    own = [(k, v) for k, v in record.headers if not k.startswith(PREFIX)]
+    notes: dict[str, str] = {}
+
+    if not all(_is_utf8(k) for k, _ in own):
+        notes["original.headers"] = json.dumps(
+            [[base64.b64encode(_raw(k)).decode(), None if v is None else base64.b64encode(v).decode()]
+             for k, v in record.headers])
+        own = [(_raw(k).decode("utf-8", "backslashreplace"), v) for k, v in own]
+    own_bytes = sum(len(_raw(k)) + _size(v) for k, v in own)
+
+    cut: list[str] = []
+    too_big = _size(key) + _size(value) + own_bytes + OUR_HEADERS_ROOM > max_bytes
+    if letter.reason == "oversized" or too_big:
+        for part, data in (("value", value), ("key", key)):
+            if data is not None and len(data) > truncate_bytes:
+                notes[f"original.{part}.bytes"] = str(len(data))
+                notes[f"original.{part}.sha256"] = _digest(data)
+                cut.append(part)
+        if "value" in cut:
+            value = value[:truncate_bytes]
+        if "key" in cut:
+            key = key[:truncate_bytes]
+        if own_bytes > truncate_bytes:
+            notes["original.headers.count"] = str(len(own))
+            notes["original.headers.bytes"] = str(own_bytes)
+            notes["original.headers.sha256"] = _digest(b"".join(_raw(k) + (v or b"") for k, v in own))
+            notes.pop("original.headers", None)
+            own = []
+            cut.append("headers")
+    if cut:
+        notes["truncated"] = ",".join(cut)
+    if key is None and value is None:
+        value = b""
+        notes["placeholder"] = "value"     # the original had neither key nor value
+    return Outgoing(key, value, own + _our_headers(letter, group, notes), truncated=bool(cut))
+
+
+def _our_headers(letter: DeadLetter, group: str, notes: dict[str, str]) -> list[tuple[str, bytes]]:
     record = letter.record
     ours = {
         "original.topic": record.topic,
@@ -32,15 +127,17 @@ def dead_letter_headers(letter: DeadLetter, group: str) -> list[tuple[str, bytes
         "first.failure": letter.first_failure_at.isoformat(timespec="milliseconds"),
         "worker.id": letter.worker_id or "",
         "may.be.superseded": "true" if letter.may_be_superseded else "false",
+        **notes,
     }
-    own = [(k, v) for k, v in record.headers if not k.startswith(PREFIX)]
-    return own + [(PREFIX + name, value.encode()) for name, value in ours.items()]
+    return [(PREFIX + name, value.encode()) for name, value in ours.items()]
 
 
 class KafkaDeadLetterSink:
-    def __init__(self, bootstrap: str, topic: str, group: str, *, timeout_seconds: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, topic: str, group: str, *, timeout_seconds: float = 30.0,
+                 truncate_bytes: int = 64 * 1024) -> None:
         self.topic = topic
         self.group = group
+        self.truncate_bytes = truncate_bytes
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
             request_timeout_ms=int(timeout_seconds * 1000), max_request_size=DLQ_MAX_MESSAGE_BYTES)
@@ -52,11 +149,17 @@ class KafkaDeadLetterSink:
     async def stop(self) -> None:
         await self._producer.stop()
 
+    def prepare(self, letters: Sequence[DeadLetter]) -> list[DeadLetter]:
+        """The letters as they will be sent: ``truncated`` set where the record will be cut."""
+        return [replace(letter, truncated=self._outgoing(letter).truncated) for letter in letters]
+
+    def _outgoing(self, letter: DeadLetter) -> Outgoing:
+        return outgoing(letter, self.group, truncate_bytes=self.truncate_bytes)
+
     async def publish(self, letters: Sequence[DeadLetter]) -> None:
         async def send(letter: DeadLetter):
-            record = letter.record
-            return await self._producer.send(self.topic, value=record.value, key=record.key,
-                                             headers=dead_letter_headers(letter, self.group))
+            out = self._outgoing(letter)
+            return await self._producer.send(self.topic, value=out.value, key=out.key, headers=out.headers)
 
         # send() waits for topic metadata and buffer space; its future for the ack.
         acks = await asyncio.wait_for(asyncio.gather(*(send(letter) for letter in letters)), self._timeout)

@@ -5,6 +5,19 @@ costs a handful of round trips, whatever its size. Each write repeats its
 rule as a SQL condition (status, attempt, owner, lease), so the database
 refuses a move the state machine forbids even if the caller asked for it.
 
+Every statement and every transaction has a client-side time limit: a
+connection whose peer vanished (a half-open TCP connection, a network cut
+that drops packets instead of refusing them) would otherwise wait for the
+kernel's keepalive, two hours by default, while the worker keeps
+heartbeating and nobody notices. A timed-out connection is discarded, never
+returned to the pool, and the timeout is an infrastructure failure
+(:class:`StoreUnavailable`), like a refused connection or an exhausted pool.
+
+A transaction re-run after its commit was lost (the connection died during
+COMMIT) must not mistake its own earlier success for somebody else's: T3's
+fenced writes count a row already moved by this owner and attempt to the
+same place as their own.
+
 Two MariaDB/MySQL traps shape the SQL here:
 
 * ``INSERT ... ON DUPLICATE KEY UPDATE`` assignments run left to right and
@@ -25,10 +38,11 @@ from datetime import date, datetime
 from typing import Awaitable, Callable, Sequence, TypeVar
 
 from sqlalchemy.exc import DBAPIError, InterfaceError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.pipeline.errors import PipelineError, StoreUnavailable
-from app.pipeline.plan import BatchPlan, IdemRow, Order
+from app.pipeline.plan import NOT_DELIVERED, BatchPlan, IdemRow, Order
 from app.pipeline.ports import DeadLetter, Finished
 from app.pipeline.states import IdemStatus, OrderStatus
 from app.pipeline.steps import Effect
@@ -100,12 +114,15 @@ def _error_code(exc: DBAPIError) -> int | None:
 
 
 class MySqlStore:
-    """Runs pipeline transactions with lock-error retries; counts round trips."""
+    """Runs pipeline transactions with lock-error retries and time limits; counts round trips."""
 
-    def __init__(self, engine: AsyncEngine, *, lock_retries: int = 5,
+    def __init__(self, engine: AsyncEngine, *, lock_retries: int = 5, statement_timeout: float = 15.0,
+                 transaction_timeout: float = 30.0,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.engine = engine
         self.lock_retries = lock_retries
+        self.statement_timeout = statement_timeout
+        self.transaction_timeout = transaction_timeout
         self.round_trips = 0
         self._sleep = sleep
 
@@ -114,11 +131,7 @@ class MySqlStore:
         while True:
             attempt += 1
             try:
-                async with self.engine.connect() as conn:
-                    result = await work(MySqlTransaction(conn, self))
-                    await conn.commit()
-                    self.round_trips += 1
-                    return result
+                return await self._attempt(work)
             except (Conflict, DBAPIError) as exc:
                 code = None if isinstance(exc, Conflict) else _error_code(exc)
                 retriable = isinstance(exc, Conflict) or code in LOCK_ERRORS or code in RACE_ERRORS
@@ -137,10 +150,53 @@ class MySqlStore:
                 if retriable:
                     raise StoreUnavailable(f"still conflicting after {attempt} runs: {exc}") from exc
                 raise StoreFailure(f"database refused a statement: {getattr(exc, 'orig', exc)!r}") from exc
+            except TimeoutError as exc:     # before OSError: TimeoutError is one
+                raise StoreUnavailable(f"database did not answer in time ({exc or 'client-side timeout'})") from exc
+            except PoolTimeout as exc:
+                # Every pooled connection is busy: a wait for the infrastructure like any other.
+                raise StoreUnavailable(f"no database connection free: {exc}") from exc
             except OSError as exc:
                 if attempt == 1:
                     continue
                 raise StoreUnavailable(f"database unreachable: {exc!r}") from exc
+
+    async def _attempt(self, work: Callable[["MySqlTransaction"], Awaitable[T]]) -> T:
+        """One try: checkout, ``work``, commit, all inside the transaction's time limit.
+
+        A connection that timed out or was cancelled mid-statement is in an unknown
+        state (a reply may still be on its way): it is invalidated, not pooled."""
+        conn = self.engine.connect()
+        started = False
+        try:
+            async with asyncio.timeout(self.transaction_timeout):
+                await conn.start()
+                started = True
+                result = await work(MySqlTransaction(conn, self))
+                await self._bounded(conn.commit())
+                self.round_trips += 1
+        except BaseException as exc:
+            if started:
+                await self._discard(conn, broken=isinstance(exc, (TimeoutError, asyncio.CancelledError)))
+            raise
+        await conn.close()
+        return result
+
+    async def _discard(self, conn: AsyncConnection, *, broken: bool) -> None:
+        if not broken:
+            try:
+                await self._bounded(conn.close())     # rolls back and returns the connection to the pool
+                return
+            except Exception:
+                pass
+        try:
+            await conn.invalidate()
+            await conn.close()
+        except Exception:
+            log.debug("discarding a broken database connection failed", exc_info=True)
+
+    async def _bounded(self, step: Awaitable[T]) -> T:
+        async with asyncio.timeout(self.statement_timeout):
+            return await step
 
 
 class MySqlTransaction:
@@ -152,7 +208,7 @@ class MySqlTransaction:
 
     async def _exec(self, sql: str, params: Sequence = ()):
         self.store.round_trips += 1
-        return await self.conn.exec_driver_sql(sql, tuple(params))
+        return await self.store._bounded(self.conn.exec_driver_sql(sql, tuple(params)))
 
     # -- T1 ------------------------------------------------------------------
 
@@ -176,9 +232,10 @@ class MySqlTransaction:
             return {}
         sql = _Sql()
         result = await self._exec(
-            "SELECT order_no, status, amount_cents, phone, address, paid_cents, cancel_reason FROM t_order "
-            f"WHERE order_no IN ({sql.list(order_nos)}) FOR UPDATE", sql.params)
-        return {row[0]: Order(row[0], OrderStatus(row[1]), *row[2:]) for row in result}
+            "SELECT order_no, status, amount_cents, phone, address, paid_cents, cancel_reason, has_dead_letters "
+            f"FROM t_order WHERE order_no IN ({sql.list(order_nos)}) FOR UPDATE", sql.params)
+        return {row[0]: Order(row[0], OrderStatus(row[1]), *row[2:7], has_dead_letters=bool(row[7]))
+                for row in result}
 
     async def apply_plan(self, plan: BatchPlan, *, owner: str, lease_seconds: float) -> None:
         lease_us = int(lease_seconds * 1_000_000)
@@ -214,6 +271,16 @@ class MySqlTransaction:
                 raise Conflict(f"re-claimed {result.rowcount} of {len(keys)} rows")
         for fail in plan.fails:
             await self._fail_pending(fail.biz_key, fail.part_date, fail.attempt, fail.reason, fail.message)
+        if plan.superseding:
+            await self._flag_overtaken_letters(sorted(plan.superseding), sorted(plan.batch_keys))
+
+    async def _flag_overtaken_letters(self, order_nos: list[str], batch_keys: list[str]) -> None:
+        """Dead letters of these orders now have later events that ran after them."""
+        sql = _Sql()
+        spare = f" AND (biz_key IS NULL OR biz_key NOT IN ({sql.list(batch_keys)}))" if batch_keys else ""
+        await self._exec(
+            "UPDATE t_compensation SET may_be_superseded = 1, gmt_modified = NOW(3) "
+            f"WHERE order_no IN ({sql.list(order_nos)}) AND may_be_superseded = 0{spare}", sql.params)
 
     async def _upsert_orders(self, orders: list[Order]) -> None:
         sql = _Sql()
@@ -221,7 +288,8 @@ class MySqlTransaction:
                    for o in orders)
         values = ", ".join(f"({sql.list(row)}, NOW(3), NOW(3))" for row in columns)
         # The order's rank only goes up. Columns whose condition reads status
-        # come first: each assignment sees the ones before it.
+        # come first: each assignment sees the ones before it. A move clears
+        # has_dead_letters: the letters it stood for were flagged in this T1.
         await self._exec(
             "INSERT INTO t_order (order_no, status, amount_cents, phone, address, paid_cents, cancel_reason, "
             f"gmt_create, gmt_modified) VALUES {values} "
@@ -229,22 +297,33 @@ class MySqlTransaction:
             "paid_cents = IF(VALUES(status) > status, COALESCE(VALUES(paid_cents), paid_cents), paid_cents), "
             "cancel_reason = IF(VALUES(status) > status, COALESCE(VALUES(cancel_reason), cancel_reason), "
             "cancel_reason), "
+            "has_dead_letters = IF(VALUES(status) > status, 0, has_dead_letters), "
             "gmt_modified = IF(VALUES(status) > status, NOW(3), gmt_modified), "
             "status = IF(VALUES(status) > status, VALUES(status), status)", sql.params)
 
     async def _fail_pending(self, key: str, part_date: date, attempt: int, reason: str, message: str,
                             owner: str | None = None) -> bool:
+        fence = (f"biz_key = %s AND part_date = %s AND attempt = %s" + (" AND owner = %s" if owner else ""))
+        where = [key, part_date, attempt] + ([owner] if owner else [])
         result = await self._exec(
             f"UPDATE t_idem SET status = {int(IdemStatus.FAILED)}, outcome = %s, last_err = %s, lease_until = NULL, "
-            f"gmt_modified = NOW(3) WHERE biz_key = %s AND part_date = %s AND status = {int(IdemStatus.PENDING)} "
-            "AND attempt = %s" + (" AND owner = %s" if owner else ""),
-            [reason, message[:512], key, part_date, attempt] + ([owner] if owner else []))
-        return result.rowcount == 1
+            f"gmt_modified = NOW(3) WHERE {fence} AND status = {int(IdemStatus.PENDING)}",
+            [reason, message[:512], *where])
+        if result.rowcount == 1 or owner is None:
+            return result.rowcount == 1
+        # A T3 re-run after a lost commit: the row may already be where we put it.
+        again = await self._exec(
+            f"SELECT 1 FROM t_idem WHERE {fence} AND status = {int(IdemStatus.FAILED)} AND outcome = %s",
+            [*where, reason])
+        return again.first() is not None
 
     # -- T3 ------------------------------------------------------------------
 
     async def finish_effects(self, finished: Sequence[Finished], *, owner: str) -> set[str]:
-        """Record how each call ended, fenced on (owner, attempt); return the keys still ours."""
+        """Record how each call ended, fenced on (owner, attempt); return the keys still ours.
+
+        Running it twice with the same outcomes (a re-run after a lost commit) gives
+        the same answer and writes nothing more."""
         owned: set[str] = set()
         done = [f for f in finished if f.receipt is not None]
         by_outcome: dict[str, list[Finished]] = {}
@@ -256,20 +335,24 @@ class MySqlTransaction:
         if receipts:
             params = [v for f in receipts for v in (f.job.order_no, f.receipt.waybill_no, f.job.token,
                                                    f.job.biz_key, f.job.attempt)]
+            # One receipt per order, written only with the fenced pending -> done of
+            # its key: an existing one can only be this T3's own, from a lost commit.
             await self._exec(
                 "INSERT INTO t_waybill_receipt (order_no, waybill_no, idem_token, biz_key, attempt, gmt_create) "
-                f"VALUES {_marks(len(receipts), '(%s, %s, %s, %s, %s, NOW(3))')}", params)
+                f"VALUES {_marks(len(receipts), '(%s, %s, %s, %s, %s, NOW(3))')} "
+                "ON DUPLICATE KEY UPDATE order_no = order_no", params)
         for item in finished:
             if item.error is None:
                 continue
             job, error = item.job, item.error
             if error.retriable:
-                # Stays pending; the note says why, and for a non-idempotent call
-                # that it surely did not go through (so it may be claimed again).
+                # Stays pending; the note says why, and for a call that surely did not
+                # go through, that it did not (so even a non-idempotent one may be claimed again).
+                note = NOT_DELIVERED if error.not_delivered else error.reason
                 result = await self._exec(
                     "UPDATE t_idem SET outcome = %s, last_err = %s, gmt_modified = NOW(3) WHERE biz_key = %s "
                     f"AND part_date = %s AND status = {int(IdemStatus.PENDING)} AND owner = %s AND attempt = %s",
-                    [error.reason, str(error)[:512], job.biz_key, job.part_date, owner, job.attempt])
+                    [note, str(error)[:512], job.biz_key, job.part_date, owner, job.attempt])
                 ours = result.rowcount == 1
             else:
                 ours = await self._fail_pending(job.biz_key, job.part_date, job.attempt, error.reason, str(error),
@@ -290,7 +373,7 @@ class MySqlTransaction:
             [outcome, *keys, *dates, owner, *pairs])
         if result.rowcount == len(keys):
             return set(keys)
-        # Some leases were lost: find out which rows this transaction moved.
+        # Some leases were lost (or a lost commit moved them already): find the rows that are ours.
         rows = await self._exec(
             f"SELECT biz_key FROM t_idem WHERE {fence} AND status = {int(IdemStatus.DONE)} AND outcome = %s",
             [*keys, *dates, owner, *pairs, outcome])
@@ -300,23 +383,33 @@ class MySqlTransaction:
 
     async def record_dead_letters(self, letters: Sequence[DeadLetter], *, group: str,
                                   retry_after_seconds: int = 60) -> None:
-        """One ledger row per letter, keyed by the record's source coordinates: writing
-        the same letter again (a replay after a crash) leaves the first row as it is."""
+        """One ledger row per letter, keyed by the consumer group and the record's source
+        (topic, partition, offset and timestamp: a topic deleted and created again reuses
+        offsets, not timestamps): writing the same letter again (a replay after a crash)
+        leaves the first row as it is.
+
+        The letters' orders are marked ``has_dead_letters``: their next move (a later
+        event, in a later batch) flags these rows ``may_be_superseded``."""
         if not letters:
             return
         params: list = []
         values = []
         for letter in letters:
             record = letter.record
-            values.append("(%s, %s, %s, %s, %s, %s, %s, 1, %s, %s, %s, %s, "
+            values.append("(%s, %s, %s, %s, %s, %s, %s, %s, 1, %s, %s, %s, %s, "
                           + (f"NOW(3) + INTERVAL {int(retry_after_seconds)} SECOND" if letter.retriable else "NULL")
-                          + ", %s, %s, %s, NOW(3), NOW(3))")
-            params += [record.topic, record.partition, record.offset, group, letter.order_no, letter.event_id,
-                       letter.biz_key, letter.reason[:64], letter.message[:1024], letter.retriable, letter.attempts,
-                       letter.may_be_superseded, letter.worker_id,
+                          + ", %s, %s, %s, %s, NOW(3), NOW(3))")
+            params += [record.topic, record.partition, record.offset,
+                       -1 if record.timestamp_ms is None else record.timestamp_ms, group, letter.order_no,
+                       letter.event_id, letter.biz_key, letter.reason[:64], letter.message[:1024], letter.retriable,
+                       letter.attempts, letter.may_be_superseded, letter.truncated, letter.worker_id,
                        letter.first_failure_at.replace(tzinfo=None)]
         await self._exec(
-            "INSERT INTO t_compensation (src_topic, src_partition, src_offset, consumer_group, order_no, event_id, "
-            "biz_key, status, reason, message, retriable, attempts, next_retry_at, may_be_superseded, worker_id, "
-            f"first_failure_at, gmt_create, gmt_modified) VALUES {', '.join(values)} "
-            "ON DUPLICATE KEY UPDATE src_offset = src_offset", params)
+            "INSERT INTO t_compensation (src_topic, src_partition, src_offset, src_timestamp, consumer_group, "
+            "order_no, event_id, biz_key, status, reason, message, retriable, attempts, next_retry_at, "
+            "may_be_superseded, truncated, worker_id, first_failure_at, gmt_create, gmt_modified) "
+            f"VALUES {', '.join(values)} ON DUPLICATE KEY UPDATE src_offset = src_offset", params)
+        orders = sorted({letter.order_no for letter in letters if letter.order_no})
+        if orders:
+            await self._exec(f"UPDATE t_order SET has_dead_letters = 1 WHERE order_no IN ({_marks(len(orders))})",
+                             orders)

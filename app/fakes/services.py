@@ -18,6 +18,11 @@ Faults are injected per service through ``POST /__config`` (or ``--config``)::
 
 ``reject_orders`` answer 422 (a business refusal) for those orders, every
 time; ``fail_orders`` answer ``fail_status`` for them, every time.
+``conflict_next`` answers 409 ("this idempotency key is still in progress")
+without doing the work; ``redirect_next`` does the work, then answers
+``303 See Other`` pointing at ``/__gone``, which answers 404;
+``waybill_no_override`` (any JSON value) replaces the waybill number in the
+answer, to play a service that breaks its own contract.
 
 ``fail_next``/``timeout_next``/``reset_next`` count down per call. A *timeout*
 sleeps ``timeout_ms`` before answering; a *reset* does the work (issues the
@@ -55,6 +60,9 @@ class Faults:
     reject_orders: set[str] = field(default_factory=set)
     fail_orders: set[str] = field(default_factory=set)
     ignore_idempotency_key: bool = False
+    conflict_next: int = 0
+    redirect_next: int = 0
+    waybill_no_override: object = None
 
     def update(self, changes: dict) -> None:
         for name, value in changes.items():
@@ -95,6 +103,7 @@ class FakeServices:
             web.post("/__config", self.set_config),
             web.post("/__reset", self.reset),
             web.get("/__health", self.health),
+            web.route("*", "/__gone", self.gone),
         ])
         return app
 
@@ -109,6 +118,9 @@ class FakeServices:
         if faults.fail_next > 0:
             faults.fail_next -= 1
             return web.json_response({"error": "injected failure"}, status=faults.fail_status)
+        if faults.conflict_next > 0:
+            faults.conflict_next -= 1
+            return web.json_response({"error": "a request with this key is in progress"}, status=409)
         if order_no in faults.reject_orders:
             return web.json_response({"error": f"order {order_no} rejected"}, status=422)
         if order_no in faults.fail_orders:
@@ -121,6 +133,14 @@ class FakeServices:
             faults.reset_next -= 1
             # The work is done; the caller never hears about it.
             request.transport.abort()
+
+    def _maybe_redirect(self, service: str) -> web.Response | None:
+        faults = self.faults[service]
+        if faults.redirect_next > 0:
+            faults.redirect_next -= 1
+            # The work is done; the answer points somewhere that knows nothing of it.
+            return web.Response(status=303, headers={"Location": "/__gone"})
+        return None
 
     @contextmanager
     def _in_flight(self, key: str):
@@ -155,6 +175,10 @@ class FakeServices:
             self.ledger.waybill_by_key[key] = waybill_no
             self.ledger.waybills[order_no].append(waybill_no)
         self._maybe_reset("waybill", request)
+        if (redirect := self._maybe_redirect("waybill")) is not None:
+            return redirect
+        if faults.waybill_no_override is not None:
+            waybill_no = faults.waybill_no_override
         return web.json_response({"waybill_no": waybill_no}, status=status)
 
     async def sms(self, request: web.Request) -> web.Response:
@@ -173,7 +197,12 @@ class FakeServices:
         message_id = f"SMS{next(self._serial):010d}"
         self.ledger.sms[order_no].append({"message_id": message_id, **body})
         self._maybe_reset("sms", request)
+        if (redirect := self._maybe_redirect("sms")) is not None:
+            return redirect
         return web.json_response({"message_id": message_id}, status=202)
+
+    async def gone(self, request: web.Request) -> web.Response:
+        return web.json_response({"error": "nothing here"}, status=404)
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True})

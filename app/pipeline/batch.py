@@ -7,14 +7,27 @@ phase 2   each record that failed retriably, or was deferred behind a failed
           record of its order, on its own: up to ``len(backoff)`` retries with
           those delays, orders concurrently, an order's records in offset
           order. A record waiting for another worker's lease waits for the
-          lease instead (bounded), without using up its retries.
+          lease instead (bounded), without using up its retries. Records of an
+          order that ask for the same thing (same idempotency key and payload)
+          are one piece of work: the first one is retried, the others share
+          its end.
 dead      non-retriable errors and exhausted retries: a t_compensation row,
 letters   then the record on the dead-letter topic, acknowledged by the
           broker. If either fails, :class:`Fatal` is raised and the batch
           must not be committed.
 
+The batch has a deadline (``deadline`` seconds from its start, well under the
+group's rebalance timeout: a rebalance waits for the batch in flight, and a
+member that does not rejoin in time is evicted and its commit refused). When
+it passes, a record still waiting to retry is dead-lettered as retriable
+(``deadline_exceeded``) and the compensator goes on with it; a call already in
+flight is waited for.
+
 Errors that are the database's, not the record's (:class:`StoreUnavailable`),
-are waited out for ``infra_budget`` seconds per batch, then :class:`Fatal`.
+are waited out: the batch gives up (:class:`Fatal`) once the database has been
+unreachable for ``infra_budget`` seconds of wall-clock time, however many
+records were waiting for it at once. Those waits do not count against the
+deadline: a database outage is nobody's record's fault.
 A bug met while handling one record is isolated: phase 1 falls back to
 phase 2, and phase 2 dead-letters that record as ``internal_error``.
 """
@@ -29,19 +42,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Awaitable, Callable, Sequence, TypeVar
 
-from app.pipeline.errors import InternalError, LeaseHeld, MalformedEvent, PipelineError, StoreUnavailable
-from app.pipeline.events import OrderEvent, decode
+from app.pipeline.errors import (DeadlineExceeded, Fatal, InternalError, LeaseHeld, MalformedEvent, PipelineError,
+                                 StoreUnavailable)
+from app.pipeline.events import OrderEvent, check_headers, decode
 from app.pipeline.plan import step_keys
 from app.pipeline.ports import DeadLetter, DeadLetterSink, SourceRecord, Store
 from app.pipeline.processor import Processor, Result
 
+__all__ = ["BatchHandler", "BatchReport", "Fatal"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class Fatal(Exception):
-    """The batch cannot be finished (database gone too long, dead letter not delivered):
-    the worker must stop without acknowledging it, so Kafka delivers it again."""
 
 
 @dataclass
@@ -50,7 +60,7 @@ class BatchReport:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     retries: Counter = field(default_factory=Counter)         # by error reason
     lease_waits: int = 0
-    infra_wait_seconds: float = 0.0
+    infra_wait_seconds: float = 0.0                           # wall clock the database was unreachable
     seconds: dict[str, float] = field(default_factory=dict)   # wall time per phase: decode, phase1, ...
 
 
@@ -62,11 +72,42 @@ class _Item:
     first_failure: datetime | None = None
     attempts: int = 0
 
+    @property
+    def work(self) -> tuple[str, str]:
+        """What the record asks for: two records with the same are one piece of work."""
+        return step_keys(self.event)[0], self.event.payload_hash
+
+
+class _Outage:
+    """Wall-clock time the database has been unreachable, shared by every wait of a batch."""
+
+    def __init__(self, budget: float, clock: Callable[[], float], report: BatchReport) -> None:
+        self.budget = budget
+        self._clock = clock
+        self._report = report
+        self._since: float | None = None
+
+    def failed(self, exc: Exception) -> float:
+        """Seconds left of the budget; :class:`Fatal` when none are."""
+        now = self._clock()
+        if self._since is None:
+            self._since = now
+        down = now - self._since
+        if down >= self.budget:
+            self._report.infra_wait_seconds += down
+            raise Fatal(f"database unavailable for {down:.0f}s: {exc}") from exc
+        return self.budget - down
+
+    def recovered(self) -> None:
+        if self._since is not None:
+            self._report.infra_wait_seconds += self._clock() - self._since
+            self._since = None
+
 
 class BatchHandler:
     def __init__(self, processor: Processor, store: Store, sink: DeadLetterSink, *, group: str, worker_id: str,
                  backoff: Sequence[float], max_event_bytes: int, infra_budget: float, max_lease_wait: float,
-                 dlq_retry_after: int = 60, concurrency: int = 64,
+                 deadline: float = 15.0, dlq_retry_after: int = 60, concurrency: int = 64,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.processor = processor
@@ -78,6 +119,7 @@ class BatchHandler:
         self.max_event_bytes = max_event_bytes
         self.infra_budget = infra_budget
         self.max_lease_wait = max_lease_wait
+        self.deadline = deadline
         self.dlq_retry_after = dlq_retry_after
         self.concurrency = concurrency
         self._sleep = sleep
@@ -86,17 +128,16 @@ class BatchHandler:
     async def handle(self, records: Sequence[SourceRecord]) -> BatchReport:
         """Process ``records`` (offset order per partition) until the batch may be committed."""
         report = BatchReport()
-        mark = self._clock()
-
-        def lap(phase: str) -> None:
-            nonlocal mark
-            now = self._clock()
-            report.seconds[phase] = now - mark
-            mark = now
+        run = _Run(self, report)
 
         items: list[_Item] = []
         for index, record in enumerate(records):
             try:
+                if record.unreadable is not None:
+                    reason, message = record.unreadable
+                    raise MalformedEvent(message, reason=reason)
+                if record.headers:
+                    check_headers(record.headers)
                 event = decode(record.key, record.value, max_bytes=self.max_event_bytes)
             except MalformedEvent as exc:
                 report.dead_letters.append(self._letter(record, exc, attempts=1, first=_now()))
@@ -107,10 +148,10 @@ class BatchHandler:
                 report.dead_letters.append(self._letter(record, error, attempts=1, first=_now()))
                 continue
             items.append(_Item(index, record, event))
-        lap("decode")
+        run.lap("decode")
 
-        results = await self._phase1(items, report)
-        lap("phase1")
+        results = await run.phase1(items)
+        run.lap("phase1")
         retry: list[tuple[_Item, PipelineError | None]] = []
         for item, result in zip(items, results):
             if result.ok:
@@ -123,112 +164,16 @@ class BatchHandler:
                     continue
             retry.append((item, result.error))
         if retry:
-            await self._phase2(retry, report)
-            lap("phase2")
+            await run.phase2(retry)
+            run.lap("phase2")
         if report.dead_letters:
             self._mark_superseded(report, items)
-            await self._dead_letter(report)
+            await run.dead_letter()
             report.outcomes["dead_letter"] += len(report.dead_letters)
-            lap("dead_letters")
+            run.lap("dead_letters")
         return report
 
-    # -- phases ----------------------------------------------------------------
-
-    async def _phase1(self, items: list[_Item], report: BatchReport) -> list[Result]:
-        if not items:
-            return []
-        try:
-            return await self._with_infra(lambda: self.processor.run([i.event for i in items]), report)
-        except Fatal:
-            raise
-        except Exception:
-            # A bug somewhere in the batch: find the record that triggers it, one by one.
-            log.exception("phase 1 failed on a batch of %d; retrying its records one by one", len(items))
-            return [Result(deferred=True)] * len(items)
-
-    async def _phase2(self, retry: list[tuple[_Item, PipelineError | None]], report: BatchReport) -> None:
-        chains: dict[str, list[tuple[_Item, PipelineError | None]]] = defaultdict(list)
-        for item, error in retry:
-            chains[item.event.order_no].append((item, error))
-        slots = asyncio.Semaphore(self.concurrency)
-
-        async def run_chain(chain):
-            async with slots:
-                for item, error in chain:     # an order's records stay in offset order
-                    await self._retry_one(item, error, report)
-
-        await asyncio.gather(*(run_chain(chain) for chain in chains.values()))
-
-    async def _retry_one(self, item: _Item, error: PipelineError | None, report: BatchReport) -> None:
-        retries = 0
-        lease_waited = 0.0
-        while True:
-            if isinstance(error, LeaseHeld) and lease_waited < self.max_lease_wait:
-                wait = min(error.wait_seconds + 0.05, self.max_lease_wait - lease_waited)
-                report.lease_waits += 1
-                lease_waited += wait
-                await self._sleep(wait)
-            elif error is not None and error.retriable and not isinstance(error, LeaseHeld) \
-                    and retries < len(self.backoff):
-                report.retries[error.reason] += 1
-                await self._sleep(self.backoff[retries])
-                retries += 1
-            elif error is not None:
-                report.dead_letters.append(self._letter_for(item, error))
-                return
-            result = await self._run_one(item, report)
-            if result.ok:
-                report.outcomes[result.outcome] += 1
-                return
-            error = result.error or PipelineError("deferred in a batch of one", reason="deferred")
-            item.attempts += 1
-            item.first_failure = item.first_failure or _now()
-
-    async def _run_one(self, item: _Item, report: BatchReport) -> Result:
-        try:
-            [result] = await self._with_infra(lambda: self.processor.run([item.event]), report)
-            return result
-        except Fatal:
-            raise
-        except Exception as exc:
-            log.exception("internal error on %s[%s]@%s", item.record.topic, item.record.partition,
-                          item.record.offset)
-            error = InternalError(f"{exc.__class__.__name__}: {exc}")
-            return Result(error=error)
-
-    async def _with_infra(self, work: Callable[[], Awaitable[T]], report: BatchReport) -> T:
-        delay = 0.5
-        while True:
-            try:
-                return await work()
-            except StoreUnavailable as exc:
-                if report.infra_wait_seconds >= self.infra_budget:
-                    raise Fatal(f"database unavailable for {report.infra_wait_seconds:.0f}s: {exc}") from exc
-                wait = min(delay, self.infra_budget - report.infra_wait_seconds)
-                log.warning("database unavailable (%s); waiting %.1fs", exc, wait)
-                report.infra_wait_seconds += wait
-                await self._sleep(wait)
-                delay = min(delay * 2, 10.0)
-
-    # -- dead letters ------------------------------------------------------------
-
-    async def _dead_letter(self, report: BatchReport) -> None:
-        report.dead_letters.sort(key=lambda letter: (letter.record.topic, letter.record.partition,
-                                                     letter.record.offset))
-        letters = report.dead_letters
-        # The ledger row first: the same record dead-lettered twice (a replay)
-        # finds its row and adds none. Then the record, acknowledged by the broker.
-        await self._with_infra(
-            lambda: self.store.in_transaction(lambda tx: tx.record_dead_letters(
-                letters, group=self.group, retry_after_seconds=self.dlq_retry_after)),
-            report)
-        try:
-            await self.sink.publish(letters)
-        except Exception as exc:
-            raise Fatal(f"{len(letters)} dead letters not acknowledged by the broker: {exc!r}") from exc
-        for letter in letters:
-            log.warning("dead-lettered %s[%s]@%s (%s): %s", letter.record.topic, letter.record.partition,
-                        letter.record.offset, letter.reason, letter.message[:300])
+    # -- letters -----------------------------------------------------------------
 
     def _letter_for(self, item: _Item, error: PipelineError) -> DeadLetter:
         event = item.event
@@ -252,6 +197,163 @@ class BatchHandler:
             if letter.order_no and last_index.get(letter.order_no, -1) > positions.get(id(letter.record), -1)
             else letter
             for letter in report.dead_letters]
+
+
+class _Run:
+    """One batch in progress: its clock, deadline and database outage."""
+
+    def __init__(self, handler: BatchHandler, report: BatchReport) -> None:
+        self.h = handler
+        self.report = report
+        self.started = self._mark = handler._clock()
+        self.deadline = self.started + handler.deadline
+        self.outage = _Outage(handler.infra_budget, handler._clock, report)
+
+    def lap(self, phase: str) -> None:
+        now = self.h._clock()
+        self.report.seconds[phase] = now - self._mark
+        self._mark = now
+
+    async def guard(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Run one database step; wait out an unreachable database, within the budget."""
+        delay = 0.5
+        while True:
+            try:
+                result = await work()
+            except StoreUnavailable as exc:
+                left = self.outage.failed(exc)
+                wait = min(delay, left)
+                log.warning("database unavailable (%s); waiting %.1fs", exc, wait)
+                await self.h._sleep(wait)
+                delay = min(delay * 2, 10.0)
+                continue
+            self.outage.recovered()
+            return result
+
+    # -- phases ----------------------------------------------------------------
+
+    async def phase1(self, items: list[_Item]) -> list[Result]:
+        if not items:
+            return []
+        try:
+            return await self.h.processor.run([i.event for i in items], self.guard)
+        except Fatal:
+            raise
+        except Exception:
+            # A bug somewhere in the batch: find the record that triggers it, one by one.
+            log.exception("phase 1 failed on a batch of %d; retrying its records one by one", len(items))
+            return [Result(deferred=True)] * len(items)
+
+    async def phase2(self, retry: list[tuple[_Item, PipelineError | None]]) -> None:
+        chains: dict[str, list[tuple[_Item, PipelineError | None]]] = defaultdict(list)
+        for item, error in retry:
+            chains[item.event.order_no].append((item, error))
+        slots = asyncio.Semaphore(self.h.concurrency)
+
+        async def run_chain(chain: list[tuple[_Item, PipelineError | None]]) -> None:
+            async with slots:
+                for lead, error, same in _pieces_of_work(chain):     # in offset order of their first record
+                    result, error = await self._retry(lead, error)
+                    if result is not None:
+                        self.report.outcomes[result.outcome] += 1
+                        if same:
+                            self.report.outcomes["duplicate"] += len(same)
+                        continue
+                    self.report.dead_letters.append(self.h._letter_for(lead, error))
+                    for item in same:
+                        item.attempts, item.first_failure = lead.attempts, lead.first_failure
+                        self.report.dead_letters.append(self.h._letter_for(item, _shared(error, lead)))
+
+        await asyncio.gather(*(run_chain(chain) for chain in chains.values()))
+
+    async def _retry(self, item: _Item, error: PipelineError | None) -> tuple[Result | None, PipelineError | None]:
+        """Retry one record until it succeeds (the result) or must be dead-lettered (the error)."""
+        h = self.h
+        retries = 0
+        lease_waited = 0.0
+        while True:
+            wait, lease_wait = 0.0, False
+            if error is None:
+                pass                                       # deferred in phase 1: not tried yet
+            elif isinstance(error, LeaseHeld) and lease_waited < h.max_lease_wait:
+                wait, lease_wait = min(error.wait_seconds + 0.05, h.max_lease_wait - lease_waited), True
+            elif error.retriable and not isinstance(error, LeaseHeld) and retries < len(h.backoff):
+                wait = h.backoff[retries]
+            else:
+                return None, error
+            if h._clock() + wait > self.deadline:
+                return None, _past_deadline(error, h.deadline)
+            if lease_wait:
+                self.report.lease_waits += 1
+                lease_waited += wait
+            elif error is not None:
+                self.report.retries[error.reason] += 1
+                retries += 1
+            if wait:
+                await h._sleep(wait)
+            result = await self._run_one(item)
+            if result.ok:
+                return result, None
+            error = result.error or PipelineError("deferred in a batch of one", reason="deferred")
+            item.attempts += 1
+            item.first_failure = item.first_failure or _now()
+
+    async def _run_one(self, item: _Item) -> Result:
+        try:
+            [result] = await self.h.processor.run([item.event], self.guard)
+            return result
+        except Fatal:
+            raise
+        except Exception as exc:
+            log.exception("internal error on %s[%s]@%s", item.record.topic, item.record.partition,
+                          item.record.offset)
+            return Result(error=InternalError(f"{exc.__class__.__name__}: {exc}"))
+
+    # -- dead letters ------------------------------------------------------------
+
+    async def dead_letter(self) -> None:
+        h, report = self.h, self.report
+        report.dead_letters.sort(key=lambda letter: (letter.record.topic, letter.record.partition,
+                                                     letter.record.offset))
+        # As they will be sent: the ledger says which records went out truncated.
+        report.dead_letters[:] = letters = h.sink.prepare(report.dead_letters)
+        # The ledger row first: the same record dead-lettered twice (a replay)
+        # finds its row and adds none. Then the record, acknowledged by the broker.
+        await self.guard(lambda: h.store.in_transaction(lambda tx: tx.record_dead_letters(
+            letters, group=h.group, retry_after_seconds=h.dlq_retry_after)))
+        try:
+            await h.sink.publish(letters)
+        except Exception as exc:
+            raise Fatal(f"{len(letters)} dead letters not acknowledged by the broker: {exc!r}") from exc
+        for letter in letters:
+            log.warning("dead-lettered %s[%s]@%s (%s): %s", letter.record.topic, letter.record.partition,
+                        letter.record.offset, letter.reason, letter.message[:300])
+
+
+def _pieces_of_work(chain: list[tuple[_Item, PipelineError | None]]):
+    """``(lead, its error, the other records asking for the same thing)``, in offset order of the leads."""
+    pieces: dict[tuple[str, str], tuple[_Item, PipelineError | None, list[_Item]]] = {}
+    for item, error in chain:
+        work = item.work
+        if work in pieces:
+            pieces[work][2].append(item)
+        else:
+            pieces[work] = (item, error, [])
+    return list(pieces.values())
+
+
+def _shared(error: PipelineError, lead: _Item) -> PipelineError:
+    """The lead's error, for a record that asked for the same thing and was not tried on its own."""
+    shared = PipelineError(f"same request as {lead.record.topic}[{lead.record.partition}]@{lead.record.offset}, "
+                           f"which ended: {error}", reason=error.reason)
+    shared.retriable = error.retriable
+    return shared
+
+
+def _past_deadline(error: PipelineError | None, deadline: float) -> DeadlineExceeded:
+    last = "not tried: its order's earlier records took the time" if error is None else \
+        f"last error {error.reason}: {error}"
+    return DeadlineExceeded(f"the batch's {deadline:g}s deadline passed while retrying; {last}")
 
 
 def _now() -> datetime:

@@ -14,6 +14,9 @@ class PipelineError(Exception):
 
     retriable: bool = False
     reason: str = "error"
+    # True when the external call surely did not take effect (never made, or refused
+    # before doing anything): even a non-idempotent effect may then be called again.
+    not_delivered: bool = False
 
     def __init__(self, message: str = "", *, reason: str | None = None) -> None:
         super().__init__(message or self.__class__.__doc__ or self.reason)
@@ -51,6 +54,20 @@ class LeaseHeld(PipelineError):
         self.wait_seconds = wait_seconds
 
 
+class ClaimExpiring(LeaseHeld):
+    """The claim had too little lease left for the call to finish inside it; not called, claim again."""
+
+    reason = "lease_expiring"
+    not_delivered = True
+
+
+class DeadlineExceeded(PipelineError):
+    """The batch's deadline passed while the record was still being retried; the compensator goes on."""
+
+    retriable = True
+    reason = "deadline_exceeded"
+
+
 class EffectRejected(PipelineError):
     """The external service refused the request for a business reason (4xx)."""
 
@@ -65,10 +82,18 @@ class EffectUnavailable(PipelineError):
 
 
 class EffectNotDelivered(PipelineError):
-    """A non-idempotent call definitely did not take effect (refused, 4xx); safe to retry."""
+    """The call definitely did not take effect (never made, refused, 4xx); safe to retry."""
 
     retriable = True
     reason = "effect_not_delivered"
+    not_delivered = True
+
+
+class EffectBadReceipt(PipelineError):
+    """The service answered success with a receipt that breaks its contract (a waybill number that
+    is missing, not a string, or too long); retrying returns the same answer, so reconcile by hand."""
+
+    reason = "effect_bad_receipt"
 
 
 class UnknownOutcomeNonIdempotent(PipelineError):
@@ -88,3 +113,8 @@ class InternalError(PipelineError):
     """A bug met while handling one record; it is isolated and dead-lettered."""
 
     reason = "internal_error"
+
+
+class Fatal(Exception):
+    """The batch cannot be finished (database gone too long, dead letter not delivered):
+    the worker must stop without acknowledging it, so Kafka delivers it again."""

@@ -125,6 +125,20 @@ def decode(key: bytes | None, value: bytes | None, *, max_bytes: int) -> OrderEv
     return OrderEvent(event_id, order_no, type_, occurred_at, data, part, payload_hash(order_no, type_, data))
 
 
+def check_headers(headers) -> None:
+    """Refuse a record with a header key that is not UTF-8 (librdkafka writes raw bytes;
+    the consumer keeps them as surrogate escapes). No contract field lives in headers,
+    but a record no other client can read back must not pass as a good event."""
+    for name, _ in headers:
+        if name.isascii():
+            continue
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = name.encode("utf-8", "surrogateescape")
+            raise MalformedEvent(f"header key {raw[:80]!r} is not UTF-8", reason="header_not_utf8") from None
+
+
 def _field(doc: Mapping[str, Any], name: str, kind: type, bound: int = 0, *, prefix: str = "") -> Any:
     """``doc[name]`` if it is a ``kind`` within ``bound`` (length of a str, value of an int)."""
     label = prefix + name

@@ -10,6 +10,12 @@ Events are judged in offset order. Once an event of an order fails in a way
 that a retry may fix, the later events of that order in the batch are
 *deferred*: they run after it, in phase 2, so an order's events never
 overtake each other.
+
+An effect is only ever called for an order still at its step's target: once
+the order has moved past it (a CONFIRM's waybill when a CANCEL came after),
+the effect row is failed as ``stale`` without a call, whether it is claimed
+for the first time or again (seed 003's "a cancelled order got confirmed"
+in its effect form).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from app.pipeline.events import EventType, OrderEvent
 from app.pipeline.states import TERMINAL, IdemStatus, OrderStatus, Verdict, judge
 from app.pipeline.steps import PIPELINES, Effect
 
-NOT_DELIVERED = "effect_not_delivered"   # t_idem.outcome of a pending row whose last call surely failed
+NOT_DELIVERED = "effect_not_delivered"   # t_idem.outcome of a pending row whose last call surely did not happen
+STALE = Verdict.STALE.value              # t_idem.outcome of an effect never called: its order moved past it
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,7 @@ class Order:
     address: str | None = None
     paid_cents: int | None = None
     cancel_reason: str | None = None
+    has_dead_letters: bool = False        # a dead letter of this order awaits its next move (see below)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +109,7 @@ class EffectJob:
     token: str
     attempt: int          # the fencing token: T3 matches only this attempt
     request: dict
+    target: OrderStatus   # the order state the call is for; past it, the call is stale
 
 
 @dataclass(slots=True)
@@ -121,6 +130,10 @@ class BatchPlan:
     inserts: list[NewRow] = field(default_factory=list)
     reclaims: list[Reclaim] = field(default_factory=list)
     fails: list[FailRow] = field(default_factory=list)
+    # Orders moved here that have dead letters from earlier batches: those letters
+    # now have later events that ran after them (``t_compensation.may_be_superseded``).
+    superseding: set[str] = field(default_factory=set)
+    batch_keys: set[str] = field(default_factory=set)     # their events' local keys here: not overtaken by themselves
 
     @property
     def writes(self) -> bool:
@@ -204,6 +217,8 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
             if row is not None and row.status is IdemStatus.DONE:
                 continue
             if row is not None and row.status is IdemStatus.FAILED:
+                if row.outcome == STALE:      # settled: its order moved on before it was called
+                    continue
                 result.error = _terminal_error(row)
                 break
             order = current[event.order_no]
@@ -228,10 +243,42 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                 token, attempt = row.idem_token or new_token(), row.attempt + 1
                 plan.reclaims.append(Reclaim(key, event.part_date, row.attempt))
             result.jobs.append(EffectJob(index, event.order_no, key, event.part_date, step.name, step.effect,
-                                         token, attempt, _request(step.effect, event, order)))
+                                         token, attempt, _request(step.effect, event, order),
+                                         pipe.local.moves_order_to))
         if result.error is None and not result.jobs:
             result.outcome = local_outcome if fresh else "duplicate"
+    _drop_stale_jobs(plan, current)
+    plan.superseding = {o for o in plan.orders if o in orders and orders[o].has_dead_letters}
+    if plan.superseding:
+        plan.batch_keys = {(keys_of[i] if keys_of is not None else step_keys(e))[0]
+                           for i, e in enumerate(events) if e.order_no in plan.superseding}
     return plan
+
+
+def _drop_stale_jobs(plan: BatchPlan, current: dict[str, Order]) -> None:
+    """No call for an order that has moved past the call's target by the end of this T1.
+
+    The job's row is failed as ``stale`` instead: a fresh claim is inserted failed,
+    a re-claim becomes a fenced pending -> failed. Its event ends ``stale``, not in error.
+    """
+    fresh = {row.biz_key: i for i, row in enumerate(plan.inserts) if row.status is IdemStatus.PENDING}
+    reclaimed = {r.biz_key: r for r in plan.reclaims}
+    for result in plan.events:
+        stale = [job for job in result.jobs if current[job.order_no].status > job.target]
+        if not stale:
+            continue
+        for job in stale:
+            message = (f"{job.biz_key}: not called, order {job.order_no} is "
+                       f"{current[job.order_no].status.name}, past {job.target.name}")
+            if job.biz_key in fresh:
+                i = fresh[job.biz_key]
+                plan.inserts[i] = replace(plan.inserts[i], status=IdemStatus.FAILED, idem_token=None, outcome=STALE)
+            else:
+                plan.reclaims.remove(reclaimed[job.biz_key])
+                plan.fails.append(FailRow(job.biz_key, job.part_date, job.attempt - 1, STALE, message))
+        result.jobs = [job for job in result.jobs if job not in stale]
+        if result.error is None and not result.jobs:
+            result.outcome = STALE
 
 
 def _apply_local(event: OrderEvent, target: OrderStatus, current: dict[str, Order], plan: BatchPlan) -> Verdict:

@@ -43,7 +43,9 @@ class SourceRecord:
     timestamp_ms: int | None
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...] = ()
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    # (reason, message) when the client could not read the record at all; value is then the raw batch
+    unreadable: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,7 @@ class DeadLetter:
     biz_key: str | None = None
     may_be_superseded: bool = False   # later events of the same order ran after this one
     worker_id: str | None = None
+    truncated: bool = False           # the dead-letter record carries only the start of the original
 
 
 class Transaction(Protocol):
@@ -90,6 +93,10 @@ class EffectClient(Protocol):
 
 
 class DeadLetterSink(Protocol):
+    def prepare(self, letters: Sequence[DeadLetter]) -> list[DeadLetter]:
+        """The letters as they will be published (``truncated`` set where the record will be cut)."""
+        ...
+
     async def publish(self, letters: Sequence[DeadLetter]) -> None:
         """Send every letter and return once the broker acknowledged all of them; raise otherwise."""
         ...

@@ -19,22 +19,46 @@ For one effect step the timeline and its crash windows are (seed 000 §2)::
 The attempt is the fencing token. A worker whose lease ran out while it was
 in T2 finds ``attempt = n`` no longer matches in T3: another worker claimed
 the key, so this one writes no receipt and leaves the key to it.
+
+The lease is also checked *before* each call, on this process's monotonic
+clock from the moment T1 began (the lease the database wrote starts later
+than that, so the check is conservative)::
+
+    T1 began            call may start           lease ends (DB clock)
+       |----------------------|================|-------|
+                               timeout + margin   (slack)
+
+A call that could not finish inside the lease is not made: another worker may
+claim the key as soon as the lease ends, and two calls for one key must never
+be in flight. The key is noted "not delivered" and claimed again.
+
+Once T2 is over, its outcomes are facts that must reach T3 as they are: a
+failed T3 is retried with the same outcomes (never by running T1 and T2
+again, which would find the SMS rows pending with no outcome and could only
+call their sends unknown).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Awaitable, Callable, Sequence, TypeVar
 
-from app.pipeline.errors import PipelineError
+from app.pipeline.errors import ClaimExpiring, EffectNotDelivered, Fatal, PipelineError, StoreUnavailable
 from app.pipeline.events import OrderEvent
 from app.pipeline.plan import BatchPlan, EffectJob, orders_needed, plan_batch, step_keys
 from app.pipeline.ports import EffectClient, Finished, Store, Transaction
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+Guard = Callable[[Callable[[], Awaitable[T]]], Awaitable[T]]
+
+
+async def _unguarded(work: Callable[[], Awaitable[T]]) -> T:
+    return await work()
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,23 +78,33 @@ class Processor:
     """Runs events through their declared steps against a store and effect client."""
 
     def __init__(self, store: Store, effects: EffectClient, *, owner: str, lease_seconds: float,
-                 effect_concurrency: int, new_token: Callable[[], str] | None = None,
-                 on_cut: Callable[[str], None] = lambda cut: None) -> None:
+                 effect_concurrency: int, effect_timeout: float = 0.0, lease_margin: float = 0.0,
+                 new_token: Callable[[], str] | None = None,
+                 on_cut: Callable[[str], None] = lambda cut: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.effects = effects
         self.owner = owner
         self.lease_seconds = lease_seconds
+        # A call starts only with this much of the claim's lease left.
+        self.call_needs = effect_timeout + lease_margin
         self._slots = asyncio.Semaphore(effect_concurrency)
         self._token_kw = {"new_token": new_token} if new_token else {}
+        self._clock = clock
         # Called at each cut point of a batch that makes external calls
         # ("before_a", "a_b", "b_c", "after_c"); the chaos tests kill the process there.
         self._on_cut = on_cut
 
-    async def run(self, events: Sequence[OrderEvent]) -> list[Result]:
-        """One pass of ``events`` (offset order) through T1, T2 and T3."""
+    async def run(self, events: Sequence[OrderEvent], guard: Guard = _unguarded) -> list[Result]:
+        """One pass of ``events`` (offset order) through T1, T2 and T3.
+
+        ``guard`` runs each database step; the batch handler passes one that waits
+        out an unreachable database (and re-runs the step) within its budget.
+        """
         if not events:
             return []
-        plan = await self.store.in_transaction(lambda tx: self._t1(tx, events))
+        claimed_at = self._clock()
+        plan = await guard(lambda: self.store.in_transaction(lambda tx: self._t1(tx, events)))
         results: list[Result | None] = [
             Result(outcome=p.outcome) if p.outcome else
             Result(error=p.error) if p.error else
@@ -79,11 +113,11 @@ class Processor:
         jobs = [job for p in plan.events for job in p.jobs]
         if jobs:
             self._on_cut("a_b")
-            finished, skipped = await self._t2(jobs)
+            finished, skipped = await self._t2(jobs, claimed_at)
             self._on_cut("b_c")
-            owned = await self.store.in_transaction(lambda tx: tx.finish_effects(finished, owner=self.owner))
+            owned, broken = await self._t3(finished, guard)
             self._on_cut("after_c")
-            self._settle(plan, finished, skipped, owned, results)
+            self._settle(plan, finished, skipped, owned, broken, results)
         return results  # type: ignore[return-value]
 
     async def _t1(self, tx: Transaction, events: Sequence[OrderEvent]) -> BatchPlan:
@@ -99,11 +133,12 @@ class Processor:
             self._on_cut("before_a")
         return plan
 
-    async def _t2(self, jobs: list[EffectJob]) -> tuple[list[Finished], set[int]]:
+    async def _t2(self, jobs: list[EffectJob], claimed_at: float) -> tuple[list[Finished], set[int]]:
         """Call every job; an order's jobs one after another in offset order, orders concurrently.
 
         Once a job of an order fails, the order's later jobs are not called (their
-        events are deferred to phase 2, so they still run after it, in order).
+        events are deferred to phase 2, so they still run after it, in order); they
+        are recorded as not delivered, which they surely are.
         """
         chains: dict[str, list[EffectJob]] = defaultdict(list)
         for job in jobs:
@@ -114,33 +149,79 @@ class Processor:
         async def run_chain(chain: list[EffectJob]) -> None:
             for position, job in enumerate(chain):
                 async with self._slots:
-                    outcome = await self._call(job)
+                    outcome = await self._call(job, claimed_at)
                 finished.append(outcome)
                 if outcome.error is not None:
-                    skipped.update(later.index for later in chain[position + 1:] if later.index != job.index)
+                    for later in chain[position + 1:]:
+                        finished.append(Finished(later, error=EffectNotDelivered(
+                            f"{later.biz_key}: not called, an earlier call of order {later.order_no} failed")))
+                        if later.index != job.index:
+                            skipped.add(later.index)
                     return
 
         await asyncio.gather(*(run_chain(chain) for chain in chains.values()))
         return finished, skipped
 
-    async def _call(self, job: EffectJob) -> Finished:
+    async def _call(self, job: EffectJob, claimed_at: float) -> Finished:
+        left = self.lease_seconds - (self._clock() - claimed_at)
+        if left < self.call_needs:
+            return Finished(job, error=ClaimExpiring(
+                f"{job.biz_key}: not called, the claim had {left:.1f}s of lease left and a call may take "
+                f"{self.call_needs:.1f}s"))
         try:
             return Finished(job, receipt=await self.effects.call(job))
         except PipelineError as exc:
             return Finished(job, error=exc)
 
+    async def _t3(self, finished: list[Finished], guard: Guard) -> tuple[set[str], dict[str, PipelineError]]:
+        """Record every outcome; return the keys still ours, and the keys whose outcome could not be written.
+
+        An unreachable database is waited out by ``guard``, re-running T3 with the
+        same outcomes (a T3 whose commit was lost finds its rows already moved by
+        this owner and attempt, and counts them as its own). A statement the
+        database refuses for good is a bug or bad data: the outcomes are then
+        written one per transaction, so only the one that breaks is lost.
+        """
+        async def record(items: list[Finished]) -> set[str]:
+            return await guard(lambda: self.store.in_transaction(
+                lambda tx: tx.finish_effects(items, owner=self.owner)))
+
+        try:
+            return await record(finished), {}
+        except (StoreUnavailable, Fatal):
+            raise
+        except Exception as exc:
+            log.warning("T3 failed for %d outcomes (%r); writing them one by one", len(finished), exc)
+        owned: set[str] = set()
+        broken: dict[str, PipelineError] = {}
+        for item in finished:
+            try:
+                owned |= await record([item])
+            except (StoreUnavailable, Fatal):
+                raise
+            except Exception as exc:
+                log.exception("T3 could not record the outcome of %s", item.job.biz_key)
+                broken[item.job.biz_key] = PipelineError(
+                    f"{item.job.biz_key}: the outcome of its call could not be recorded: {exc}",
+                    reason=getattr(exc, "reason", "internal_error"))
+        return owned, broken
+
     def _settle(self, plan: BatchPlan, finished: list[Finished], skipped: set[int], owned: set[str],
-                results: list[Result | None]) -> None:
+                broken: dict[str, PipelineError], results: list[Result | None]) -> None:
         by_event: dict[int, list[Finished]] = defaultdict(list)
         for item in finished:
             by_event[item.job.index].append(item)
         for index, event_plan in enumerate(plan.events):
             if results[index] is not None:
                 continue
+            done = by_event[index]
+            failed = next((broken[f.job.biz_key] for f in done if f.job.biz_key in broken), None)
+            if failed is not None:
+                results[index] = Result(error=failed)
+                continue
             if index in skipped:
                 results[index] = Result(deferred=True)
                 continue
-            done = by_event[index]
             lost = [f.job.biz_key for f in done if f.job.biz_key not in owned]
             error = next((f.error for f in done if f.error is not None), None)
             if lost:

@@ -19,13 +19,15 @@ class IdemStatus(IntEnum):
 # (from, to) pairs a t_idem row may take; None is "no row yet".
 #   None    -> PENDING  claim of a new key (T1)
 #   None    -> DONE     a local step, claimed and applied in one transaction (T1)
+#   None    -> FAILED   an effect whose order moved past its target in the same T1: never called, "stale"
 #   PENDING -> PENDING  re-claim after the lease expired: attempt + 1 (T1)
 #   PENDING -> DONE     effect succeeded, receipt written (T3, fenced by attempt)
-#   PENDING -> FAILED   effect refused for good (T3, fenced by attempt)
+#   PENDING -> FAILED   effect refused for good (T3), or stale / unknown outcome on re-claim (T1); fenced by attempt
 # DONE and FAILED are terminal: nothing leaves them.
 IDEM_TRANSITIONS: frozenset[tuple[IdemStatus | None, IdemStatus]] = frozenset({
     (None, IdemStatus.PENDING),
     (None, IdemStatus.DONE),
+    (None, IdemStatus.FAILED),
     (IdemStatus.PENDING, IdemStatus.PENDING),
     (IdemStatus.PENDING, IdemStatus.DONE),
     (IdemStatus.PENDING, IdemStatus.FAILED),

@@ -15,7 +15,8 @@ from tests.support.services import caught_up, committed_offsets, consume_all, pr
 
 pytestmark = pytest.mark.integration
 FAST_RETRIES = {"RETRY_BACKOFF_MS": "50,100,200", "BATCH_WITHIN_SECONDS": "0.5",
-                "BROKER_SESSION_TIMEOUT_SECONDS": "6", "BROKER_HEARTBEAT_INTERVAL_SECONDS": "1"}
+                "BROKER_SESSION_TIMEOUT_SECONDS": "6", "BROKER_HEARTBEAT_INTERVAL_SECONDS": "1",
+                "BATCH_DEADLINE_SECONDS": "5"}
 
 
 def local_key(doc: dict) -> str:
@@ -115,7 +116,7 @@ def test_sigterm_mid_stream_finishes_the_batch_and_nothing_is_processed_twice(se
     docs = [event(o, t) for o in orders for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
     asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
     fakes.configure({"waybill": {"latency_ms": 150}})
-    env = dict(FAST_RETRIES, BATCH_SIZE="60", EFFECT_CONCURRENCY="4", LOGISTICS_URL=fakes.url)
+    env = dict(FAST_RETRIES, BATCH_SIZE="60", EFFECT_CONCURRENCY="4", LEASE_SECONDS="60", LOGISTICS_URL=fakes.url)
 
     first = spawn_worker(pair, "first", **env)
     receipts = "SELECT COUNT(*) FROM t_waybill_receipt WHERE order_no LIKE %s"
@@ -172,3 +173,29 @@ def test_database_down_longer_than_the_budget_stops_without_committing(settings,
     wait_for(lambda: caught_up(settings, pair.events, pair.group, 1), timeout=90, what="redelivered batch",
              workers=[up])
     assert done_count(scratch_db, [local_key(d) for d in good]) == 10
+
+
+def test_a_batch_has_a_deadline_and_identical_records_are_one_piece_of_work(settings, topics, spawn_worker,
+                                                                            scratch_db):
+    """CREATED plus 100 re-published CONFIRMs of an order whose PAID never came (issue 7,
+    defect 6). Without a deadline and without merging the copies, this one batch would retry
+    for 100 x 7 s; here the copies are retried as one, the deadline dead-letters all 100 as
+    retriable (for the compensator), and the batch is committed."""
+    pair = topics(partitions=1)
+    order = order_no(prefix="DEADLINE")
+    confirms = [event(order, "ORDER_CONFIRM") for _ in range(100)]
+    asyncio.run(produce(settings, pair.events, [record(event(order, "ORDER_CREATED"))] + [record(d) for d in confirms]))
+    worker = spawn_worker(pair, **{**FAST_RETRIES, "RETRY_BACKOFF_MS": "1000,2000,4000", "BATCH_SIZE": "500",
+                                   "BATCH_WITHIN_SECONDS": "2", "BATCH_DEADLINE_SECONDS": "4"})
+    wait_for(lambda: caught_up(settings, pair.events, pair.group, 1), timeout=60, what="the batch committed",
+             workers=[worker])
+    letters = asyncio.run(consume_all(settings, pair.dlq, expect=100, timeout=30))
+    assert len(letters) == 100
+    assert {(headers(r)["dlq.error.type"], headers(r)["dlq.retriable"]) for r in letters} == {
+        ("deadline_exceeded", "true")}
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10).read().decode()
+    retries = [line for line in metrics.splitlines() if line.startswith("order_record_retries_total{")]
+    assert retries == ['order_record_retries_total{reason="precondition_not_met"} 2.0'], retries
+    rows = scratch_db.query("SELECT reason, retriable, next_retry_at IS NOT NULL AS due FROM t_compensation "
+                            "WHERE src_topic = %s", pair.events)
+    assert {(r["reason"], r["retriable"], r["due"]) for r in rows} == {("deadline_exceeded", 1, 1)} and len(rows) == 100

@@ -15,6 +15,7 @@ that collects every mismatch and names each failing case.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
@@ -36,6 +37,7 @@ from tests.support.services import consume_all, end_offsets, wait_for
 pytestmark = pytest.mark.integration
 
 MAX_EVENT_BYTES = 1024 * 1024            # passed to the worker, so the size cases do not depend on the env
+DLQ_TRUNCATE_BYTES = 64 * 1024           # likewise
 RETRY_BACKOFF_MS = "50,100,150"          # three retries: a retriable failure is dead-lettered on attempt 4
 GOOD_ORDERS = 100                        # CREATED + PAID each: 200 good events, plus the edge-case orders below
 SEED = 20261129
@@ -360,7 +362,8 @@ def _short(data: bytes | None) -> str:
 def test_poison_pills_are_dead_lettered_once_and_good_events_done(settings, topics, spawn_worker, scratch_db):
     started = time.monotonic()
     pair = topics(partitions=3)
-    worker = spawn_worker(pair, MAX_EVENT_BYTES=str(MAX_EVENT_BYTES), RETRY_BACKOFF_MS=RETRY_BACKOFF_MS)
+    worker = spawn_worker(pair, MAX_EVENT_BYTES=str(MAX_EVENT_BYTES), RETRY_BACKOFF_MS=RETRY_BACKOFF_MS,
+                          DLQ_TRUNCATE_BYTES=str(DLQ_TRUNCATE_BYTES))
     stream, orders = build_stream(random.Random(SEED))
     asyncio.run(produce_each(settings, pair.events, stream))
     bad_items = [p for p in stream if p.case is not None]
@@ -428,12 +431,21 @@ def test_poison_pills_are_dead_lettered_once_and_good_events_done(settings, topi
             problems.append(f"{where}: the record's own headers are {got_own}, expected {own}")
         if letter.key != item.key:
             problems.append(f"{where}: key {_short(letter.key)} differs from the produced {_short(item.key)}")
-        if letter.value != item.value:
-            problems.append(f"{where}: value {_short(letter.value)} differs from the produced {_short(item.value)}")
+        value = item.value
+        if case.reason == "oversized":          # goes out as its first DLQ_TRUNCATE_BYTES, described in headers
+            value = item.value[:DLQ_TRUNCATE_BYTES]
+            described = {"dlq.truncated": "value", "dlq.original.value.bytes": str(len(item.value)),
+                         "dlq.original.value.sha256": hashlib.sha256(item.value).hexdigest()}
+            if {name: h.get(name) for name in described} != described:
+                problems.append(f"{where}: truncation headers { {n: h.get(n) for n in described} }")
+        elif "dlq.truncated" in h:
+            problems.append(f"{where}: truncated ({h['dlq.truncated']}) although it fits")
+        if letter.value != value:
+            problems.append(f"{where}: value {_short(letter.value)} differs from the produced {_short(value)}")
 
     # -- the compensation ledger ------------------------------------------------------------
-    rows = scratch_db.query("SELECT src_partition, src_offset, consumer_group, status, reason, retriable, attempts "
-                            "FROM t_compensation WHERE src_topic = %s", pair.events)
+    rows = scratch_db.query("SELECT src_partition, src_offset, consumer_group, status, reason, retriable, attempts, "
+                            "truncated FROM t_compensation WHERE src_topic = %s", pair.events)
     ledger: dict[tuple[int, int], list[dict]] = {}
     for row in rows:
         ledger.setdefault((row["src_partition"], row["src_offset"]), []).append(row)
@@ -451,7 +463,8 @@ def test_poison_pills_are_dead_lettered_once_and_good_events_done(settings, topi
                 continue
         row = found[0]
         want = {"status": 1, "reason": case.reason, "consumer_group": pair.group,
-                "retriable": int(case.retriable == "true"), "attempts": int(case.attempts)}
+                "retriable": int(case.retriable == "true"), "attempts": int(case.attempts),
+                "truncated": int(case.reason == "oversized")}
         got = {name: row[name] for name in want}
         if got != want:
             problems.append(f"{where}: t_compensation row {got}, expected {want}")

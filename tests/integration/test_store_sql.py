@@ -27,7 +27,8 @@ _serial = itertools.count(1)
 
 
 def job(key: str, attempt: int = 1) -> EffectJob:
-    return EffectJob(0, "ORD-20261129-SQL", key, DAY, "issue_waybill", Effect.WAYBILL, "tok", attempt, {})
+    return EffectJob(0, "ORD-20261129-SQL", key, DAY, "issue_waybill", Effect.WAYBILL, "tok", attempt, {},
+                     OrderStatus.CONFIRMED)
 
 
 def moves_to(target: IdemStatus):

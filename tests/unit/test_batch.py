@@ -23,18 +23,21 @@ class ScriptedProcessor:
         self.batch_error = batch_error
         self.runs: list[list[str]] = []
 
-    async def run(self, events):
-        self.runs.append([e.order_no for e in events])
-        if len(events) > 1 and self.batch_error is not None:
-            raise self.batch_error
-        results = []
-        for e in events:
-            steps = self.script.get(e.order_no)
-            answer = steps.pop(0) if steps else OK
-            if isinstance(answer, BaseException):
-                raise answer
-            results.append(answer)
-        return results
+    async def run(self, events, guard=None):
+        async def once():
+            self.runs.append([e.order_no for e in events])
+            if len(events) > 1 and self.batch_error is not None:
+                raise self.batch_error
+            results = []
+            for e in events:
+                steps = self.script.get(e.order_no)
+                answer = steps.pop(0) if steps else OK
+                if isinstance(answer, BaseException):
+                    raise answer
+                results.append(answer)
+            return results
+
+        return await (guard(once) if guard else once())
 
 
 class Tx:
@@ -63,6 +66,9 @@ class Sink:
         self.sent = []
         self.error = error
 
+    def prepare(self, letters):
+        return list(letters)
+
     async def publish(self, letters):
         if self.error:
             raise self.error
@@ -70,14 +76,22 @@ class Sink:
 
 
 class Sleeps(list):
+    """Records every sleep and moves a virtual clock by it (one record at a time: sequential time)."""
+
+    now = 0.0
+
     async def __call__(self, seconds):
         self.append(round(seconds, 3))
+        self.now += seconds
+
+    def clock(self):
+        return self.now
 
 
 def handler(processor, store=None, sink=None, **kw):
     sleeps = Sleeps()
     options = dict(group="g", worker_id="w", backoff=(0.2, 0.8, 3.2), max_event_bytes=1 << 20, infra_budget=5,
-                   max_lease_wait=10, sleep=sleeps)
+                   max_lease_wait=10, sleep=sleeps, clock=sleeps.clock)
     options.update(kw)
     h = BatchHandler(processor, store or Store(), sink or Sink(), **options)
     return h, sleeps
@@ -211,3 +225,105 @@ async def test_dead_letters_go_out_in_offset_order():
     h, _ = handler(ScriptedProcessor({o: [Result(error=EffectRejected("no"))]}))
     await h.handle(records(event(o, "ORDER_CONFIRM"), (b"k", b"[]")))
     assert [letter.record.offset for letter in h.sink.sent] == [0, 1]
+
+
+# -- the batch deadline, pieces of work, the wall-clock outage budget ------------------------
+
+async def test_a_hundred_identical_records_not_ready_are_one_piece_of_work_and_meet_the_deadline():
+    """CREATED plus 100 CONFIRMs of an order whose PAID is missing (issue 7, defect 6): the
+    CONFIRMs are one request, retried once as one; at the deadline it and its 99 copies are
+    dead-lettered as retriable deadline_exceeded, and the batch is over."""
+    o = order_no()
+    not_ready = Result(error=PreconditionNotMet("PAID missing"))
+    confirm = event(o, "ORDER_CONFIRM")
+    copies = [dict(confirm, event_id=f"e{i}") for i in range(100)]     # re-published: same request
+    processor = ScriptedProcessor({o: [OK, not_ready] + [Result(deferred=True)] * 99 + [not_ready] * 10})
+    h, sleeps = handler(processor, deadline=3.0)
+    report = await h.handle(records(event(o, "ORDER_CREATED"), *copies))
+
+    assert len(processor.runs) == 1 + 2               # the batch, then the lead twice (0.2 s, 0.8 s)
+    assert sleeps == [0.2, 0.8] and sleeps.now <= 3.0  # the 3.2 s retry would pass the deadline
+    assert report.outcomes == {"applied": 1, "dead_letter": 100}
+    assert {(l.reason, l.retriable) for l in report.dead_letters} == {("deadline_exceeded", True)}
+    assert sorted(l.record.offset for l in report.dead_letters) == list(range(1, 101))
+    assert "precondition_not_met" in report.dead_letters[0].message
+    assert all("same request as" in l.message for l in report.dead_letters[1:])
+
+
+async def test_copies_of_a_request_that_succeeds_are_duplicates():
+    o = order_no()
+    confirm = event(o, "ORDER_CONFIRM")
+    processor = ScriptedProcessor({o: [Result(error=EffectUnavailable("503")), Result(deferred=True), OK]})
+    h, _ = handler(processor)
+    report = await h.handle(records(confirm, dict(confirm, event_id="again")))
+    assert report.outcomes == {"applied": 1, "duplicate": 1} and len(processor.runs) == 2
+
+
+async def test_a_lease_wait_longer_than_the_deadline_is_dead_lettered_for_the_compensator():
+    o = order_no()
+    h, sleeps = handler(ScriptedProcessor({o: [Result(error=LeaseHeld("held", wait_seconds=25.0))]}),
+                        deadline=15.0, max_lease_wait=60)
+    report = await h.handle(records(event(o, "ORDER_CONFIRM")))
+    [letter] = report.dead_letters
+    assert (letter.reason, letter.retriable) == ("deadline_exceeded", True) and sleeps == []
+    assert "lease_held" in letter.message
+
+
+async def test_records_deferred_past_the_deadline_are_not_tried():
+    o = order_no()
+
+    class Slow(ScriptedProcessor):
+        """Each retry of the first record is a call that takes 2 s (virtual)."""
+
+        async def run(self, events, guard=None):
+            if len(events) == 1:
+                sleeps.now += 2.0
+            return await super().run(events, guard)
+
+    processor = Slow({o: [Result(error=EffectUnavailable("503")), Result(deferred=True),
+                          Result(error=EffectUnavailable("503"))]})
+    h, sleeps = handler(processor, deadline=1.5)
+    report = await h.handle(records(event(o, "ORDER_CONFIRM"), event(o, "ORDER_CANCEL")))
+    assert [(l.record.offset, l.reason) for l in report.dead_letters] == [(0, "deadline_exceeded"),
+                                                                          (1, "deadline_exceeded")]
+    assert "not tried" in report.dead_letters[1].message
+    assert len(processor.runs) == 2                    # the batch, one retry of the first; the second never
+
+
+async def test_a_short_outage_met_by_many_records_at_once_is_waited_out():
+    """64 orders retrying at once meet a database that is gone for 0.3 s (real time): the
+    budget is the outage's wall-clock length, not the sum of 64 waits (defect 7)."""
+    import asyncio
+    import time as real_time
+
+    back = real_time.monotonic() + 0.3
+
+    class Flaky(ScriptedProcessor):
+        async def run(self, events, guard=None):
+            async def once():
+                if len(events) == 1 and real_time.monotonic() < back:
+                    raise StoreUnavailable("down")
+                return [Result(error=PreconditionNotMet("x")) if len(events) > 1 else OK for _ in events]
+            return await guard(once)
+
+    h = BatchHandler(Flaky(), Store(), Sink(), group="g", worker_id="w", backoff=(0.0, 0.0, 0.0),
+                     max_event_bytes=1 << 20, infra_budget=1.0, max_lease_wait=1, deadline=10, concurrency=64)
+    report = await h.handle(records(*[event(order_no(), "ORDER_PAID") for _ in range(64)]))
+    assert report.outcomes == {"applied": 64} and not report.dead_letters
+    assert 0.2 < report.infra_wait_seconds < 1.0
+    assert asyncio.get_running_loop()
+
+
+async def test_unreadable_records_and_raw_header_keys_are_dead_lettered():
+    processor = ScriptedProcessor()
+    h, _ = handler(processor)
+    good = event(order_no(), "ORDER_CREATED")
+    key, value = record(good)
+    unreadable = SourceRecord("order-event", 0, 0, 1, None, b"raw batch", (),
+                              ("oversized", "a gzip record batch ... decompresses to more than 64 MiB"))
+    raw_header = SourceRecord("order-event", 0, 1, 1, key, value,
+                              (("\udcff\udcfebad", b"1"),))
+    report = await h.handle([unreadable, raw_header])
+    assert [(l.reason, l.retriable) for l in report.dead_letters] == [("oversized", False),
+                                                                      ("header_not_utf8", False)]
+    assert "decompresses" in report.dead_letters[0].message and processor.runs == []

@@ -210,3 +210,51 @@ def test_one_batch_or_many_end_in_the_same_order_state(types, cut):
     if whole is not None and split is not None:
         assert whole[0] == split[0]
         assert split[1] == sorted(split[1])
+
+
+# -- no effect for an order that moved past the step's target (issue 7, defect 5) -------------
+
+def test_a_waybill_claimed_with_a_cancel_later_in_the_batch_is_stale_and_not_called():
+    p = plan([ev("ORDER_CONFIRM"), ev("ORDER_CANCEL")], orders={ORDER: Order(ORDER, OrderStatus.PAID, phone="1")})
+    confirm, cancel = p.events
+    assert confirm.outcome == "stale" and not confirm.jobs
+    assert [j.effect for j in cancel.jobs] == [Effect.SMS]
+    [waybill] = [r for r in p.inserts if r.step == "issue_waybill"]
+    assert (waybill.status, waybill.outcome, waybill.idem_token) == (IdemStatus.FAILED, "stale", None)
+
+
+def test_a_pending_waybill_reclaimed_after_the_order_was_cancelled_is_failed_stale():
+    e = ev("ORDER_CONFIRM")
+    local, effect = step_keys(e)
+    rows = {local: row(local, e), effect: row(effect, e, IdemStatus.PENDING, attempt=3, owner="dead/1", token="t",
+                                                outcome="effect_unavailable", expired=True)}
+    p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.CANCELLED)})
+    assert p.events[0].outcome == "stale" and not p.events[0].jobs and not p.reclaims
+    [fail] = p.fails
+    assert (fail.biz_key, fail.attempt, fail.reason) == (effect, 3, "stale") and "CANCELLED" in fail.message
+
+
+def test_a_held_lease_is_left_alone_even_when_the_order_moved_on():
+    e = ev("ORDER_CONFIRM")
+    local, effect = step_keys(e)
+    rows = {local: row(local, e), effect: row(effect, e, IdemStatus.PENDING, owner="other/1", outcome=None,
+                                                expired=False, remaining=5)}
+    p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.CANCELLED)})
+    assert isinstance(p.events[0].error, LeaseHeld) and not p.fails
+
+
+def test_a_stale_effect_row_replays_as_a_duplicate_not_a_dead_letter():
+    e = ev("ORDER_CONFIRM")
+    local, effect = step_keys(e)
+    rows = {local: row(local, e), effect: row(effect, e, IdemStatus.FAILED, outcome="stale")}
+    p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.CANCELLED)})
+    assert p.events[0].outcome == "duplicate" and p.events[0].error is None and not p.writes
+
+
+def test_an_order_with_dead_letters_that_moves_flags_them_but_not_its_own_events():
+    paid, cancel = ev("ORDER_PAID"), ev("ORDER_CANCEL")
+    p = plan([paid, cancel], orders={ORDER: Order(ORDER, OrderStatus.CREATED, phone="1", has_dead_letters=True)})
+    assert p.superseding == {ORDER}
+    assert p.batch_keys == {step_keys(paid)[0], step_keys(cancel)[0]}
+    p = plan([ev("ORDER_PAID")], orders={ORDER: Order(ORDER, OrderStatus.CREATED)})
+    assert p.superseding == set()

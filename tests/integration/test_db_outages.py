@@ -1,0 +1,92 @@
+"""A database that stops answering without closing anything (issue 7, defect 9): a TCP proxy
+owned by the test sits between a real worker and MariaDB and blackholes every connection
+mid-batch. Without client-side timeouts the worker waits on those connections for hours
+(TCP keepalive) while it keeps heartbeating; with them it notices within a statement
+timeout, treats it as an outage, and goes on once new connections get through."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.support.events import event, order_no, record
+from tests.support.fakes import FakesProcess
+from tests.support.proxy import BlackholeProxy
+from tests.support.services import caught_up, committed_offsets, produce, wait_for
+
+pytestmark = pytest.mark.integration
+TIMEOUTS = {"DB_STATEMENT_TIMEOUT_SECONDS": "2", "DB_TRANSACTION_TIMEOUT_SECONDS": "4",
+            "DB_LOCK_WAIT_TIMEOUT_SECONDS": "1", "DB_POOL_TIMEOUT_SECONDS": "2", "DB_CONNECT_TIMEOUT_SECONDS": "2",
+            "BATCH_SIZE": "20", "BATCH_WITHIN_SECONDS": "0.2", "RETRY_BACKOFF_MS": "50,100,200",
+            "BROKER_SESSION_TIMEOUT_SECONDS": "10", "BROKER_HEARTBEAT_INTERVAL_SECONDS": "1",
+            "BATCH_DEADLINE_SECONDS": "8", "DLQ_SEND_TIMEOUT_SECONDS": "10"}
+
+
+@pytest.fixture
+def proxied(scratch_db):
+    url = urlsplit(scratch_db.url)
+    proxy = BlackholeProxy(url.hostname, url.port or 3306).start()
+    netloc = url.netloc.replace(f"{url.hostname}:{url.port}" if url.port else url.hostname,
+                                f"127.0.0.1:{proxy.port}")
+    yield proxy, url._replace(netloc=netloc).geturl()
+    proxy.stop()
+
+
+@pytest.fixture
+def fakes():
+    process = FakesProcess({"waybill": {"latency_ms": 50}})
+    yield process
+    process.stop()
+
+
+def orders_in_flight(settings, topics, n: int):
+    pair = topics(partitions=1)
+    orders = [order_no(prefix="HANG") for _ in range(n)]
+    docs = [event(o, t) for o in orders for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
+    asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
+    return pair, orders
+
+
+def test_9_connections_that_hang_mid_batch_are_abandoned_and_the_worker_goes_on(settings, topics, spawn_worker,
+                                                                               scratch_db, proxied, fakes):
+    proxy, url = proxied
+    pair, orders = orders_in_flight(settings, topics, 60)
+    worker = spawn_worker(pair, MYSQL_URL=url, LOGISTICS_URL=fakes.url, INFRA_RETRY_BUDGET_SECONDS="60", **TIMEOUTS)
+    receipts = "SELECT COUNT(*) FROM t_waybill_receipt WHERE order_no LIKE %s"
+    prefix = orders[0][:13] + "HANG%"
+    wait_for(lambda: scratch_db.scalar(receipts, prefix) >= 5, timeout=90, what="work under way", workers=[worker])
+
+    proxy.blackhole()
+    cut = time.monotonic()
+    worker.wait_log("database did not answer in time", timeout=30)     # a bound: without timeouts, hours
+    print(f"hang noticed after {time.monotonic() - cut:.1f}s")
+    time.sleep(3)                                   # the outage goes on a little...
+    proxy.restore()                                 # ...then new connections get through; the old ones never will
+
+    wait_for(lambda: caught_up(settings, pair.events, pair.group, 1), timeout=120, what="everything committed",
+             workers=[worker])
+    assert scratch_db.scalar(receipts, prefix) == len(orders)
+    ledger = fakes.ledger()
+    assert all(len(ledger["waybills"][o]) == 1 for o in orders) and ledger["peak_in_flight_per_key"] == 1
+    assert scratch_db.scalar("SELECT COUNT(*) FROM t_compensation WHERE src_topic = %s", pair.events) == 0
+
+
+def test_9_a_database_that_never_answers_again_stops_the_worker_within_its_budget(settings, topics, spawn_worker,
+                                                                                 scratch_db, proxied, fakes):
+    proxy, url = proxied
+    pair, orders = orders_in_flight(settings, topics, 60)
+    worker = spawn_worker(pair, MYSQL_URL=url, LOGISTICS_URL=fakes.url, INFRA_RETRY_BUDGET_SECONDS="6", **TIMEOUTS)
+    receipts = "SELECT COUNT(*) FROM t_waybill_receipt WHERE order_no LIKE %s"
+    prefix = orders[0][:13] + "HANG%"
+    wait_for(lambda: scratch_db.scalar(receipts, prefix) >= 5, timeout=90, what="work under way", workers=[worker])
+
+    proxy.blackhole()
+    cut = time.monotonic()
+    assert worker.wait_exit(90) == 70, f"expected exit 70; log {worker.log_path}"   # a bound, not a goal
+    print(f"the worker stopped {time.monotonic() - cut:.1f}s after the cut")
+    assert "stopping the worker without committing" in worker.logs()
+    committed = asyncio.run(committed_offsets(settings, pair.group, pair.events, 1))[0]
+    assert committed < len(orders) * 3

@@ -1,0 +1,86 @@
+"""A TCP proxy the test owns, to cut a network the way real networks fail: silently.
+
+``blackhole()`` stops forwarding on every connection open at that moment, for good,
+and on every connection opened while it lasts, without closing any of them: the
+peers see a connection that is up and never answers (a half-open connection, a
+firewall dropping packets), not a refusal. ``restore()`` lets connections opened
+afterwards through; the blackholed ones stay hung until their client gives up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from tests.support.services import free_port
+
+
+class BlackholeProxy:
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="blackhole-proxy", daemon=True)
+        self._holes = False
+        self._live: list[asyncio.Event] = []   # one "forward" switch per connection
+        self._server: asyncio.AbstractServer | None = None
+        self.connections = 0
+
+    def start(self) -> "BlackholeProxy":
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(10)
+        return self
+
+    def stop(self) -> None:
+        async def close():
+            self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def blackhole(self) -> None:
+        def cut():
+            self._holes = True
+            for switch in self._live:
+                switch.clear()
+        self._loop.call_soon_threadsafe(cut)
+
+    def restore(self) -> None:
+        def heal():
+            self._holes = False
+            self._live.clear()          # the cut connections stay cut
+        self._loop.call_soon_threadsafe(heal)
+
+    async def _serve(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+
+    async def _accept(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        switch = asyncio.Event()
+        if not self._holes:
+            switch.set()
+            self._live.append(switch)
+        try:
+            server_r, server_w = await asyncio.open_connection(*self.target)
+        except OSError:
+            client_w.close()
+            return
+        await asyncio.gather(self._pump(client_r, server_w, switch), self._pump(server_r, client_w, switch),
+                             return_exceptions=True)
+        for writer in (client_w, server_w):
+            writer.close()
+
+    @staticmethod
+    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, switch: asyncio.Event) -> None:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                break
+            await switch.wait()            # a blackholed connection holds its bytes for ever
+            writer.write(data)
+            await writer.drain()
+        writer.close()

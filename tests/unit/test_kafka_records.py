@@ -1,0 +1,132 @@
+"""Record batches aiokafka alone cannot read: the guard reads them, or stands a placeholder in,
+and never raises. Batches are built with aiokafka's own builder, then broken by hand the
+way other clients (librdkafka's raw header keys) or attackers (decompression bombs) do."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.record.util import calc_crc32c
+
+from app.adapters.kafka_records import GuardedRecords, unreadable
+
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+LIMIT = 1 << 20
+
+
+def batch(records, codec: int = 0, base_offset: int = 100) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, codec, 0, -1, -1, -1, 64 << 20)
+    for delta, (key, value, headers) in enumerate(records):
+        builder.append(delta, 1_000 + delta, key, value, headers)
+    raw = bytearray(builder.build())
+    struct.pack_into(">q", raw, 0, base_offset)
+    return bytes(raw)
+
+
+def with_crc(raw: bytes) -> bytes:
+    """Recompute the CRC after editing a batch (it covers attributes to the end)."""
+    raw = bytearray(raw)
+    struct.pack_into(">I", raw, 17, calc_crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+def read(data: bytes, limit: int = LIMIT) -> list:
+    GuardedRecords.max_batch_bytes = limit
+    records = GuardedRecords(data)
+    out = []
+    while records.has_next():
+        b = records.next_batch()
+        assert b.validate_crc()
+        out.extend(b)
+    return out
+
+
+def plain(data: bytes) -> list:
+    records = MemoryRecords(data)
+    out = []
+    while records.has_next():
+        out.extend(records.next_batch())
+    return out
+
+
+ROWS = [(b"k1", b"v1", [("trace", b"t1")]), (None, b"v2", []), (b"k3", None, [("n", None)])]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_every_codec_reads_the_same_records_as_aiokafka(codec):
+    data = batch(ROWS, CODECS[codec]) + batch(ROWS, CODECS[codec], base_offset=103)
+    got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in read(data)]
+    want = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in plain(data)]
+    assert got == want and [g[0] for g in got] == [100, 101, 102, 103, 104, 105]
+
+
+def header_key_not_utf8(codec: int) -> bytes:
+    """A batch whose second record has the header key b'\\xff\\xfebad', as kcat writes it."""
+    rows = [(b"k1", b"v1", []), (b"k2", b"v2", [("AAbad", b"1"), ("ok", b"2")]), (b"k3", b"v3", [])]
+    raw = batch(rows)                                   # uncompressed: the key bytes are there to edit
+    raw = raw.replace(b"AAbad", b"\xff\xfebad")
+    if codec:
+        # recompress the edited records with aiokafka's codec, as a producer would have
+        from aiokafka.codec import gzip_encode, lz4_encode, snappy_encode, zstd_encode
+        encode = {1: gzip_encode, 2: snappy_encode, 3: lz4_encode, 4: zstd_encode}[codec]
+        body = encode(raw[61:])
+        header = bytearray(raw[:61])
+        struct.pack_into(">i", header, 8, 49 + len(body))
+        attrs, = struct.unpack_from(">h", header, 21)
+        struct.pack_into(">h", header, 21, attrs | codec)
+        raw = bytes(header) + body
+    return with_crc(raw)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_header_key_that_is_not_utf8_is_kept_byte_for_byte(codec):
+    data = header_key_not_utf8(CODECS[codec])
+    with pytest.raises(UnicodeDecodeError):
+        plain(data)                                    # what aiokafka alone does: the fetch dies
+    got = read(data)
+    assert [(r.offset, r.key, r.value) for r in got] == [(100, b"k1", b"v1"), (101, b"k2", b"v2"),
+                                                         (102, b"k3", b"v3")]
+    [(name, value), second] = got[1].headers
+    assert name.encode("utf-8", "surrogateescape") == b"\xff\xfebad" and value == b"1"
+    assert second == ("ok", b"2")
+    assert all(unreadable(r.headers) is None for r in got)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_a_decompression_bomb_is_never_inflated_past_the_bound(codec):
+    bomb = batch([(b"ORD-20261129-B1", bytes(8 << 20), [])], CODECS[codec])
+    assert len(bomb) < 1 << 20                         # it passes a broker that counts compressed bytes
+    [placeholder] = read(bomb + batch(ROWS, base_offset=101), limit=LIMIT)[:1]
+    reason, message = unreadable(placeholder.headers)
+    assert reason == "oversized" and "decompresses to more than 1048576 bytes" in message
+    assert placeholder.offset == 100 and placeholder.value == bomb and placeholder.key is None
+    rest = read(bomb + batch(ROWS, base_offset=101), limit=LIMIT)[1:]
+    assert [r.offset for r in rest] == [101, 102, 103]   # the batches after it are read as usual
+
+
+def test_a_batch_just_under_the_bound_is_read_and_one_over_is_not():
+    body = 200_000
+    data = batch([(b"k", bytes(body), [])], CODECS["gzip"])
+    size = len(plain(data)[0].value)
+    uncompressed = len(batch([(b"k", bytes(body), [])])) - 61
+    assert read(data, limit=uncompressed)[0].value == bytes(size)
+    assert unreadable(read(data, limit=uncompressed - 1)[0].headers)[0] == "oversized"
+
+
+def test_a_record_that_even_the_tolerant_parser_cannot_read_becomes_a_placeholder():
+    raw = bytearray(batch(ROWS))
+    raw[61] = 0x7F                                     # the first record's length varint, far too big
+    got = read(with_crc(bytes(raw)))
+    assert [r.offset for r in got] == [100, 101, 102]
+    assert {unreadable(r.headers)[0] for r in got} == {"unreadable_record"}
+
+
+def test_corrupt_compressed_data_becomes_placeholders():
+    raw = bytearray(batch(ROWS, CODECS["gzip"]))
+    raw[70:80] = b"\x00" * 10
+    got = read(with_crc(bytes(raw)))
+    assert [r.offset for r in got] == [100, 101, 102]
+    assert "cannot be decompressed" in unreadable(got[0].headers)[1]

@@ -289,3 +289,12 @@ async def test_14_the_engine_pins_utf8mb4_and_four_byte_characters_survive(harne
                                 data={"amount_cents": 1, "phone": "1", "address": "🚚 上海 Straße"})])
     assert created.outcome == "applied" and harness.order(order)["address"] == "🚚 上海 Straße"
 
+
+
+async def test_14_the_pin_wins_over_a_url_that_asks_for_another_charset(settings, scratch_db):
+    from app.db import create_engine
+    engine = create_engine(settings, url=scratch_db.url + "?charset=latin1")   # the settings would refuse it
+    async with engine.connect() as conn:
+        found = (await conn.exec_driver_sql("SELECT @@character_set_client")).scalar()
+    await engine.dispose()
+    assert found == "utf8mb4"

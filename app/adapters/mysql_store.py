@@ -178,10 +178,12 @@ class MySqlStore:
             if started:
                 await self._discard(conn, broken=isinstance(exc, (TimeoutError, asyncio.CancelledError)))
             raise
-        await conn.close()
+        # Committed: a connection that fails to go back to the pool is dropped, the result stands.
+        await self._discard(conn, broken=False)
         return result
 
     async def _discard(self, conn: AsyncConnection, *, broken: bool) -> None:
+        """Give the connection back to the pool, or, if it is broken (or giving it back fails), drop it."""
         if not broken:
             try:
                 await self._bounded(conn.close())     # rolls back and returns the connection to the pool

@@ -22,6 +22,8 @@ def describe(mariadb_version: str | None) -> dict:
         "kafka": kafka_version() or "unknown",
         "mariadb": mariadb_version or "unknown",
         "packages": {name: _version(name) for name in PACKAGES},
+        # What else the machine was doing: the figures mean little without it.
+        "loadavg": " / ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1 / 5 / 15 min)",
     }
 
 

@@ -42,22 +42,32 @@ def fakes():
     process.stop()
 
 
-def orders_in_flight(settings, topics, n: int):
-    pair = topics(partitions=1)
-    orders = [order_no(prefix="HANG") for _ in range(n)]
-    docs = [event(o, t) for o in orders for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
-    asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
-    return pair, orders
+RECEIPTS = "SELECT COUNT(*) FROM t_waybill_receipt WHERE order_no LIKE %s"
+
+
+class UnderLoad:
+    """60 orders created, paid and confirmed on one partition; a worker through the proxy, mid-way."""
+
+    def __init__(self, settings, topics, spawn_worker, scratch_db, url: str, fakes, budget: str) -> None:
+        self.db = scratch_db
+        self.pair = topics(partitions=1)
+        self.orders = [order_no(prefix="HANG") for _ in range(60)]
+        docs = [event(o, t) for o in self.orders for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
+        asyncio.run(produce(settings, self.pair.events, [record(d) for d in docs]))
+        self.prefix = self.orders[0][:13] + "HANG%"
+        self.worker = spawn_worker(self.pair, MYSQL_URL=url, LOGISTICS_URL=fakes.url,
+                                   INFRA_RETRY_BUDGET_SECONDS=budget, **TIMEOUTS)
+        wait_for(lambda: self.receipts() >= 5, timeout=90, what="work under way", workers=[self.worker])
+
+    def receipts(self) -> int:
+        return self.db.scalar(RECEIPTS, self.prefix)
 
 
 def test_9_connections_that_hang_mid_batch_are_abandoned_and_the_worker_goes_on(settings, topics, spawn_worker,
                                                                                scratch_db, proxied, fakes):
     proxy, url = proxied
-    pair, orders = orders_in_flight(settings, topics, 60)
-    worker = spawn_worker(pair, MYSQL_URL=url, LOGISTICS_URL=fakes.url, INFRA_RETRY_BUDGET_SECONDS="60", **TIMEOUTS)
-    receipts = "SELECT COUNT(*) FROM t_waybill_receipt WHERE order_no LIKE %s"
-    prefix = orders[0][:13] + "HANG%"
-    wait_for(lambda: scratch_db.scalar(receipts, prefix) >= 5, timeout=90, what="work under way", workers=[worker])
+    run = UnderLoad(settings, topics, spawn_worker, scratch_db, url, fakes, budget="60")
+    pair, orders, worker = run.pair, run.orders, run.worker
 
     proxy.blackhole()
     cut = time.monotonic()
@@ -68,7 +78,7 @@ def test_9_connections_that_hang_mid_batch_are_abandoned_and_the_worker_goes_on(
 
     wait_for(lambda: caught_up(settings, pair.events, pair.group, 1), timeout=120, what="everything committed",
              workers=[worker])
-    assert scratch_db.scalar(receipts, prefix) == len(orders)
+    assert run.receipts() == len(orders)
     ledger = fakes.ledger()
     assert all(len(ledger["waybills"][o]) == 1 for o in orders) and ledger["peak_in_flight_per_key"] == 1
     assert scratch_db.scalar("SELECT COUNT(*) FROM t_compensation WHERE src_topic = %s", pair.events) == 0
@@ -77,11 +87,8 @@ def test_9_connections_that_hang_mid_batch_are_abandoned_and_the_worker_goes_on(
 def test_9_a_database_that_never_answers_again_stops_the_worker_within_its_budget(settings, topics, spawn_worker,
                                                                                  scratch_db, proxied, fakes):
     proxy, url = proxied
-    pair, orders = orders_in_flight(settings, topics, 60)
-    worker = spawn_worker(pair, MYSQL_URL=url, LOGISTICS_URL=fakes.url, INFRA_RETRY_BUDGET_SECONDS="6", **TIMEOUTS)
-    receipts = "SELECT COUNT(*) FROM t_waybill_receipt WHERE order_no LIKE %s"
-    prefix = orders[0][:13] + "HANG%"
-    wait_for(lambda: scratch_db.scalar(receipts, prefix) >= 5, timeout=90, what="work under way", workers=[worker])
+    run = UnderLoad(settings, topics, spawn_worker, scratch_db, url, fakes, budget="6")
+    pair, orders, worker = run.pair, run.orders, run.worker
 
     proxy.blackhole()
     cut = time.monotonic()

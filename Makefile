@@ -24,7 +24,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench]'
 	touch $@
 
-test-tools: ## Debian's docker-compose (v1) to validate docker-compose.yml, and kcat to write what librdkafka writes
+test-tools: ## Debian's docker-compose (v1) to validate docker-compose.yml, kcat and Kafka's Java client to write what other clients write
+	ops/services.sh jars
 	@missing=""; command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	  command -v kcat >/dev/null || missing="$$missing kcat"; \
 	  if [ -n "$$missing" ]; then echo "installing$$missing from Debian"; \

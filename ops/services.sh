@@ -5,6 +5,8 @@
 #   ops/services.sh up      install what is missing, start what is not running, wait until ready
 #   ops/services.sh down    stop what `up` started (by pid file), nothing else
 #   ops/services.sh status  say what answers on the configured ports
+#   ops/services.sh jars    fetch the Kafka jars only (the tests use its Java client even
+#                           when a Kafka that is already running is reused)
 #
 # A service already listening on its port is reused as it is. State lives in
 # .cache/ (ignored by git): the broker jars, its data and log, pid files.
@@ -198,7 +200,8 @@ status() {
 
 case "${1:-}" in
   up) mkdir -p "$CACHE/kafka" "$CACHE/mariadb"; mariadb_up; kafka_up ;;
+  jars) mkdir -p "$CACHE/kafka"; kafka_jars ;;   # the Java client the tests write records with
   down) kafka_down; mariadb_down ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|jars" >&2; exit 2 ;;
 esac

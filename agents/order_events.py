@@ -31,38 +31,44 @@ import os
 import sys
 import time
 
+import faust
+
 from app import metrics
 from app.adapters.kafka_records import unreadable
+from app.bootstrap import Runtime
 from app.faust_app import freeze_startup_objects
-from app.main import app, order_events, settings
 from app.pipeline.batch import BatchReport
 from app.pipeline.ports import SourceRecord
-from app.runtime import Runtime
+from app.settings import Settings
 
 log = logging.getLogger(__name__)
-runtime = Runtime(settings)
 
 EXIT_NOT_ACKED = 70   # EX_SOFTWARE: stopped on purpose, the batch in flight was not committed
 
 
-@app.agent(order_events, concurrency=1)
-async def process_order_events(stream):
-    rt = await runtime.start()
-    freeze_startup_objects()
-    log.info("consuming %s as %s (event loop: %s)", settings.order_event_topic, rt.owner,
-             type(asyncio.get_running_loop()).__module__)
-    async for batch in stream.take_events(settings.batch_size, within=settings.batch_within_seconds):
-        try:
-            started, trips = time.perf_counter(), rt.store.round_trips
-            metrics.IN_FLIGHT_BATCH.set(1)
-            report = await rt.batches.handle([_source(event) for event in batch])
-            seconds = time.perf_counter() - started
-            _record(report, len(batch), seconds, rt.store.round_trips - trips)
-            if seconds > settings.slow_batch_seconds:
-                log.warning("slow batch: %d records in %.0f ms (%s)", len(batch), seconds * 1000,
-                            ", ".join(f"{phase} {s * 1000:.0f} ms" for phase, s in report.seconds.items()))
-        except BaseException as exc:  # noqa: B036 -- see the module docstring
-            stop_without_ack(exc)
+def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Settings):
+    """The ``order-event`` agent on ``app``, handing its batches to ``runtime``."""
+
+    @app.agent(topic, name="order_events", concurrency=1)
+    async def process_order_events(stream):
+        rt = await runtime.start()
+        freeze_startup_objects()
+        log.info("consuming %s as %s (event loop: %s)", settings.order_event_topic, rt.owner,
+                 type(asyncio.get_running_loop()).__module__)
+        async for batch in stream.take_events(settings.batch_size, within=settings.batch_within_seconds):
+            try:
+                started, trips = time.perf_counter(), rt.store.round_trips
+                metrics.IN_FLIGHT_BATCH.set(1)
+                report = await rt.batches.handle([_source(event) for event in batch])
+                seconds = time.perf_counter() - started
+                _record(report, len(batch), seconds, rt.store.round_trips - trips)
+                if seconds > settings.slow_batch_seconds:
+                    log.warning("slow batch: %d records in %.0f ms (%s)", len(batch), seconds * 1000,
+                                ", ".join(f"{phase} {s * 1000:.0f} ms" for phase, s in report.seconds.items()))
+            except BaseException as exc:  # noqa: B036 -- see the module docstring
+                stop_without_ack(exc)
+
+    return process_order_events
 
 
 def _source(event) -> SourceRecord:
@@ -102,9 +108,3 @@ def stop_without_ack(exc: BaseException) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(EXIT_NOT_ACKED)
-
-
-@app.on_before_shutdown.connect
-async def close_runtime(sender, **kwargs) -> None:
-    # Sent after Faust waited for the streams to be empty: no batch is in flight.
-    await runtime.stop()

@@ -14,8 +14,7 @@ import random
 import uuid
 from datetime import datetime, timezone
 
-from aiokafka import AIOKafkaProducer
-
+from app.adapters import kafka_ops
 from app.settings import get_settings
 
 
@@ -45,12 +44,7 @@ async def produce(orders: int) -> int:
             records.append((order_no.encode(), json.dumps(doc).encode()))
     records += random.sample(records, k=max(1, len(records) // 20))       # duplicates
     records += [(b"ORD-BROKEN", b"\xff not utf-8"), (b"ORD-BROKEN", b'{"type": "ORDER_PAID"}')]
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
-    await producer.start()
-    try:
-        await asyncio.gather(*[await producer.send(settings.order_event_topic, value=v, key=k) for k, v in records])
-    finally:
-        await producer.stop()
+    await kafka_ops.produce(settings.kafka_bootstrap, settings.order_event_topic, records)
     return len(records)
 
 

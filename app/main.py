@@ -1,22 +1,30 @@
-"""The composition root: the Faust app, its topics, agents and web views.
+"""The composition root: the Faust app, its topic, the runtime, and what runs on them.
 
-Nothing here decides anything about events; it wires the pieces together.
+Nothing here decides anything about events; it builds the pieces once and hands
+them to the agents and web views, which import neither this module nor each other.
 """
 
 from __future__ import annotations
 
 import logging
 
+from agents import order_events as order_events_agent
+from app.bootstrap import Runtime
 from app.faust_app import create_app, order_event_topic
 from app.settings import get_settings
+from app.web import views
 
 settings = get_settings()
 app = create_app(settings)
-order_events = order_event_topic(app, settings)
-
 logging.getLogger("app").setLevel(settings.log_level.upper())
 
-# Agents and views register themselves on import. (``import app.web.views``
-# would rebind the name ``app`` to the package, hence the ``from`` form.)
-from agents import order_events as _order_events_agent  # noqa: E402,F401
-from app.web import views as _views  # noqa: E402,F401
+order_events = order_event_topic(app, settings)
+runtime = Runtime(settings)
+process_order_events = order_events_agent.register(app, order_events, runtime, settings)
+views.register(app, settings)
+
+
+@app.on_before_shutdown.connect
+async def close_runtime(sender, **kwargs) -> None:
+    # Sent after Faust waited for the streams to be empty: no batch is in flight.
+    await runtime.stop()

@@ -3,7 +3,7 @@
 (a) ``raw_ceiling``: an aiokafka consumer that does nothing but consume and
     commit (``getmany(max_records=500)``, one commit per ``getmany``). No
     design that reads the same topic the same way can be faster.
-(b) ``naive``: the seeds' baseline design, one event at a time, one
+(b) ``naive``: the usual baseline design, one event at a time, one
     transaction per event::
 
         claim      INSERT INTO t_idem ... ON DUPLICATE KEY UPDATE      (1 round trip)

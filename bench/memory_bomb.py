@@ -16,7 +16,8 @@ import json
 import time
 import uuid
 
-from app.admin import create_topics, topic_specs
+from app.adapters import kafka_ops
+from app.topics import topic_specs
 from app.settings import Settings
 from tests.support.events import event, order_no, record
 from tests.support.java import java_produce, utf8, zeros
@@ -33,7 +34,7 @@ def run_once(settings: Settings, db: ScratchDatabase, gib: float, max_batch_byte
     suffix = uuid.uuid4().hex[:8]
     events, dlq, group = f"bench-bomb-{suffix}", f"bench-bomb-dlq-{suffix}", f"bench-bomb-{suffix}"
     single = settings.model_copy(update={"order_event_partitions": 1, "dlq_partitions": 1})
-    asyncio.run(create_topics(settings, topic_specs(single, events=events, dlq=dlq)))
+    asyncio.run(kafka_ops.create_topics(settings.kafka_bootstrap, topic_specs(single, events=events, dlq=dlq)))
     good = [record(event(order_no(prefix="BOMB"), "ORDER_CREATED")) for _ in range(4)]
     asyncio.run(produce(settings, events, good[:2]))
     java_produce(settings, events, [{"partition": 0, "key": utf8("ORD-20261129-BOMB1"),

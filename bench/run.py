@@ -7,7 +7,7 @@ a  ceiling   a raw aiokafka consumer that consumes the pre-filled topic and comm
              nothing else (``getmany(max_records=500)``, one commit per getmany).
              Clock: first records received -> last commit returned.
 b  naive     (b-full, b-local: once per mix)
-             the seeds' baseline: one event at a time, one transaction each
+             the usual baseline: one event at a time, one transaction each
              (claim ODKU into t_idem, work on t_order, mark done, COMMIT; for
              ORDER_CONFIRM an inline waybill call between claim and done), over
              the first ``--naive-events`` records. Same clock as (a).
@@ -45,20 +45,22 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from app.adapters import kafka_ops
 from app.settings import Settings
+from app.topics import topic_specs
 from bench import environment, report
 from bench.baselines import Measurement, naive, raw_ceiling
-from bench.topics import create_topics, delete_groups, delete_topics, produce
-from bench.worker import run_worker, worker_env
+from bench.worker import run_worker
 from bench.workload import Workload, build
 from tests.support.fakes import FakesProcess
-from tests.support.services import ScratchDatabase, end_offsets, free_port
+from tests.support.services import ScratchDatabase, free_port, worker_env
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -178,11 +180,15 @@ async def prepare(ctx: Context) -> None:
     for name in names:
         topic = f"bench-order-event-{name}-{ctx.tag}"
         ctx.workloads[name] = build(name, ctx.args.events, topic=topic, tag=ctx.tag)
-        topics = {topic: PARTITIONS, f"bench-order-event-dlq-{name}-{ctx.tag}": DLQ_PARTITIONS}
-        await create_topics(ctx.bootstrap, topics)
-        ctx.topics += list(topics)
-        seconds = await produce(ctx.bootstrap, ctx.workloads[name])
-        ctx.ends[name] = await end_offsets(ctx.settings, topic, PARTITIONS)
+        shape = ctx.settings.model_copy(update={"order_event_partitions": PARTITIONS, "dlq_partitions": DLQ_PARTITIONS})
+        specs = topic_specs(shape, events=topic, dlq=f"bench-order-event-dlq-{name}-{ctx.tag}")
+        await kafka_ops.create_topics(ctx.bootstrap, specs)
+        ctx.topics += [spec.name for spec in specs]
+        started = time.perf_counter()
+        await kafka_ops.produce(ctx.bootstrap, topic, ctx.workloads[name].records, linger_ms=20,
+                                max_batch_size=1024 * 1024)
+        seconds = time.perf_counter() - started
+        ctx.ends[name] = await kafka_ops.end_offsets(ctx.bootstrap, topic, PARTITIONS)
         print(f"filled {topic}: {sum(ctx.ends[name].values())} records in {seconds:.1f}s", flush=True)
 
 
@@ -272,8 +278,9 @@ def cleanup(ctx: Context) -> None:
     """Stop the fakes; unless --keep, delete topics, groups and the scratch database. Best effort."""
     steps = [("fake services", ctx.fakes.stop)]
     if not ctx.args.keep:
-        steps += [("topics", lambda: asyncio.run(delete_topics(ctx.bootstrap, ctx.topics)) if ctx.topics else None),
-                  ("consumer groups", lambda: asyncio.run(delete_groups(ctx.bootstrap, ctx.groups))),
+        steps += [("topics", lambda: asyncio.run(kafka_ops.delete_topics(ctx.bootstrap, ctx.topics))
+                   if ctx.topics else None),
+                  ("consumer groups", lambda: asyncio.run(kafka_ops.delete_groups(ctx.bootstrap, ctx.groups))),
                   ("scratch database", ctx.db.drop)]
     else:
         print(f"kept: topics {', '.join(ctx.topics)}; database {ctx.db.name}")

@@ -13,7 +13,6 @@ out both the startup and that tail and is reported next to it.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -23,8 +22,8 @@ from pathlib import Path
 
 import aiohttp
 
+from app.adapters.kafka_ops import CommittedOffsets, admin
 from bench.metrics import scrape
-from bench.topics import CommittedOffsets, admin_client
 
 POLL_SECONDS = 0.1
 
@@ -83,8 +82,8 @@ async def _measure(run: WorkerRun, proc: subprocess.Popen, http: aiohttp.ClientS
                    timeout: float, stall: float) -> None:
     healthy = await _wait_health(proc, http, f"{base}/health", spawned, timeout)
     run.startup_seconds = healthy - spawned
-    async with admin_client(bootstrap) as admin:
-        committed = CommittedOffsets(admin, group, topic)
+    async with admin(bootstrap) as client:
+        committed = CommittedOffsets(client, group, topic)
         first = last = None        # (time, records committed)
         progress_at, progress = healthy, 0
         while True:
@@ -148,10 +147,3 @@ def stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-def worker_env(**settings: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({"PYTHONUNBUFFERED": "1"})
-    env.update({name.upper(): str(value) for name, value in settings.items()})
-    return env

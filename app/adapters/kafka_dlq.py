@@ -30,7 +30,7 @@ from typing import Sequence
 
 from aiokafka import AIOKafkaProducer
 
-from app.admin import DLQ_MAX_MESSAGE_BYTES
+from app.topics import DLQ_MAX_MESSAGE_BYTES
 from app.pipeline.ports import DeadLetter
 
 MAX_MESSAGE = 1024

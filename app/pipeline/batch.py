@@ -1,5 +1,6 @@
-"""Strategy D (seed 003): an optimistic pass over the whole batch, then the
-failed records one by one, then dead letters; only then is the batch finished.
+"""The optimistic batch with per-record retries: the whole batch through the
+pipeline at once, then the failed records one by one, then dead letters; only
+then is the batch finished (and may Faust ack and commit it).
 
 phase 1   every decodable event of the batch through the pipeline at once
           (multi-row statements, effect calls concurrent across orders)
@@ -12,9 +13,7 @@ phase 2   each record that failed retriably, or was deferred behind a failed
           are one piece of work: the first one is retried, the others share
           its end.
 dead      non-retriable errors and exhausted retries: a t_compensation row,
-letters   then the record on the dead-letter topic, acknowledged by the
-          broker. If either fails, :class:`Fatal` is raised and the batch
-          must not be committed.
+letters   then the record on the dead-letter topic (``app.pipeline.letters``).
 
 The batch has a deadline (``deadline`` seconds from its start, well under the
 group's rebalance timeout: a rebalance waits for the batch in flight, and a
@@ -38,13 +37,14 @@ import asyncio
 import logging
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Awaitable, Callable, Sequence, TypeVar
 
-from app.pipeline.errors import (DeadlineExceeded, Fatal, InternalError, LeaseHeld, MalformedEvent, PipelineError,
-                                 StoreUnavailable)
+from app.pipeline import letters
+from app.pipeline.errors import Fatal, InternalError, LeaseHeld, MalformedEvent, PipelineError, StoreUnavailable
 from app.pipeline.events import OrderEvent, check_headers, decode
+from app.pipeline.outcomes import Outcome
 from app.pipeline.plan import step_keys
 from app.pipeline.ports import DeadLetter, DeadLetterSink, SourceRecord, Store
 from app.pipeline.processor import Processor, Result
@@ -56,7 +56,7 @@ T = TypeVar("T")
 
 @dataclass
 class BatchReport:
-    outcomes: Counter = field(default_factory=Counter)        # applied, stale, duplicate, superseded, dead_letter
+    outcomes: Counter = field(default_factory=Counter)        # by Outcome
     dead_letters: list[DeadLetter] = field(default_factory=list)
     retries: Counter = field(default_factory=Counter)         # by error reason
     lease_waits: int = 0
@@ -140,12 +140,12 @@ class BatchHandler:
                     check_headers(record.headers)
                 event = decode(record.key, record.value, max_bytes=self.max_event_bytes)
             except MalformedEvent as exc:
-                report.dead_letters.append(self._letter(record, exc, attempts=1, first=_now()))
+                report.dead_letters.append(self._letter(record, exc))
                 continue
             except Exception as exc:   # a decoder bug: this record goes aside, the worker goes on
                 log.exception("decoder failed on %s[%s]@%s", record.topic, record.partition, record.offset)
                 error = InternalError(f"decoder: {exc.__class__.__name__}: {exc}")
-                report.dead_letters.append(self._letter(record, error, attempts=1, first=_now()))
+                report.dead_letters.append(self._letter(record, error))
                 continue
             items.append(_Item(index, record, event))
         run.lap("decode")
@@ -158,7 +158,7 @@ class BatchHandler:
                 report.outcomes[result.outcome] += 1
                 continue
             if result.error is not None:
-                item.attempts, item.first_failure = 1, _now()
+                item.attempts, item.first_failure = 1, letters.now()
                 if not result.error.retriable:
                     report.dead_letters.append(self._letter_for(item, result.error))
                     continue
@@ -167,36 +167,22 @@ class BatchHandler:
             await run.phase2(retry)
             run.lap("phase2")
         if report.dead_letters:
-            self._mark_superseded(report, items)
-            await run.dead_letter()
-            report.outcomes["dead_letter"] += len(report.dead_letters)
+            last_of_order = {item.event.order_no: item.index for item in items}
+            letters.flag_overtaken(report.dead_letters, {id(item.record): item.index for item in items},
+                                   last_of_order)
+            report.dead_letters = await letters.deliver(report.dead_letters, store=self.store, sink=self.sink,
+                                                        group=self.group, retry_after=self.dlq_retry_after,
+                                                        guard=run.guard)
+            report.outcomes[Outcome.DEAD_LETTER] += len(report.dead_letters)
             run.lap("dead_letters")
         return report
 
-    # -- letters -----------------------------------------------------------------
+    def _letter(self, record: SourceRecord, error: PipelineError) -> DeadLetter:
+        return letters.for_record(record, error, attempts=1, first=letters.now(), worker_id=self.worker_id)
 
     def _letter_for(self, item: _Item, error: PipelineError) -> DeadLetter:
-        event = item.event
-        return replace(self._letter(item.record, error, attempts=max(item.attempts, 1),
-                                    first=item.first_failure or _now()),
-                       order_no=event.order_no, event_id=event.event_id, biz_key=step_keys(event)[0])
-
-    def _letter(self, record: SourceRecord, error: PipelineError, *, attempts: int, first: datetime) -> DeadLetter:
-        return DeadLetter(record=record, reason=error.reason, message=str(error), retriable=error.retriable,
-                          attempts=attempts, first_failure_at=first, worker_id=self.worker_id)
-
-    @staticmethod
-    def _mark_superseded(report: BatchReport, items: list[_Item]) -> None:
-        """Flag letters whose order had later events in this batch: those ran after them."""
-        last_index: dict[str, int] = {}
-        for item in items:
-            last_index[item.event.order_no] = item.index
-        positions = {id(item.record): item.index for item in items}
-        report.dead_letters[:] = [
-            replace(letter, may_be_superseded=True)
-            if letter.order_no and last_index.get(letter.order_no, -1) > positions.get(id(letter.record), -1)
-            else letter
-            for letter in report.dead_letters]
+        return letters.for_event(item.record, item.event, error, attempts=item.attempts,
+                                 first=item.first_failure or letters.now(), worker_id=self.worker_id)
 
 
 class _Run:
@@ -257,12 +243,13 @@ class _Run:
                     if result is not None:
                         self.report.outcomes[result.outcome] += 1
                         if same:
-                            self.report.outcomes["duplicate"] += len(same)
+                            self.report.outcomes[Outcome.DUPLICATE] += len(same)
                         continue
                     self.report.dead_letters.append(self.h._letter_for(lead, error))
                     for item in same:
                         item.attempts, item.first_failure = lead.attempts, lead.first_failure
-                        self.report.dead_letters.append(self.h._letter_for(item, _shared(error, lead)))
+                        self.report.dead_letters.append(self.h._letter_for(item, letters.same_request(error,
+                                                                                                  lead.record)))
 
         await asyncio.gather(*(run_chain(chain) for chain in chains.values()))
 
@@ -282,7 +269,7 @@ class _Run:
             else:
                 return None, error
             if h._clock() + wait > self.deadline:
-                return None, _past_deadline(error, h.deadline)
+                return None, letters.past_deadline(error, h.deadline)
             if lease_wait:
                 self.report.lease_waits += 1
                 lease_waited += wait
@@ -296,7 +283,7 @@ class _Run:
                 return result, None
             error = result.error or PipelineError("deferred in a batch of one", reason="deferred")
             item.attempts += 1
-            item.first_failure = item.first_failure or _now()
+            item.first_failure = item.first_failure or letters.now()
 
     async def _run_one(self, item: _Item) -> Result:
         try:
@@ -309,26 +296,6 @@ class _Run:
                           item.record.offset)
             return Result(error=InternalError(f"{exc.__class__.__name__}: {exc}"))
 
-    # -- dead letters ------------------------------------------------------------
-
-    async def dead_letter(self) -> None:
-        h, report = self.h, self.report
-        report.dead_letters.sort(key=lambda letter: (letter.record.topic, letter.record.partition,
-                                                     letter.record.offset))
-        # As they will be sent: the ledger says which records went out truncated.
-        report.dead_letters[:] = letters = h.sink.prepare(report.dead_letters)
-        # The ledger row first: the same record dead-lettered twice (a replay)
-        # finds its row and adds none. Then the record, acknowledged by the broker.
-        await self.guard(lambda: h.store.in_transaction(lambda tx: tx.record_dead_letters(
-            letters, group=h.group, retry_after_seconds=h.dlq_retry_after)))
-        try:
-            await h.sink.publish(letters)
-        except Exception as exc:
-            raise Fatal(f"{len(letters)} dead letters not acknowledged by the broker: {exc!r}") from exc
-        for letter in letters:
-            log.warning("dead-lettered %s[%s]@%s (%s): %s", letter.record.topic, letter.record.partition,
-                        letter.record.offset, letter.reason, letter.message[:300])
-
 
 def _pieces_of_work(chain: list[tuple[_Item, PipelineError | None]]):
     """``(lead, its error, the other records asking for the same thing)``, in offset order of the leads."""
@@ -340,21 +307,3 @@ def _pieces_of_work(chain: list[tuple[_Item, PipelineError | None]]):
         else:
             pieces[work] = (item, error, [])
     return list(pieces.values())
-
-
-def _shared(error: PipelineError, lead: _Item) -> PipelineError:
-    """The lead's error, for a record that asked for the same thing and was not tried on its own."""
-    shared = PipelineError(f"same request as {lead.record.topic}[{lead.record.partition}]@{lead.record.offset}, "
-                           f"which ended: {error}", reason=error.reason)
-    shared.retriable = error.retriable
-    return shared
-
-
-def _past_deadline(error: PipelineError | None, deadline: float) -> DeadlineExceeded:
-    last = "not tried: its order's earlier records took the time" if error is None else \
-        f"last error {error.reason}: {error}"
-    return DeadlineExceeded(f"the batch's {deadline:g}s deadline passed while retrying; {last}")
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)

@@ -109,6 +109,17 @@ class StoreUnavailable(PipelineError):
     reason = "store_unavailable"
 
 
+class StoreFailure(PipelineError):
+    """The database refused a statement for a reason a retry will not fix (a bug or bad data)."""
+
+    reason = "store_error"
+
+
+class Conflict(Exception):
+    """A fenced write matched fewer rows than the reads under lock promised; run the transaction again.
+    Never leaves the store: it retries, then reports :class:`StoreUnavailable`."""
+
+
 class InternalError(PipelineError):
     """A bug met while handling one record; it is isolated and dead-lettered."""
 

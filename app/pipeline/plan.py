@@ -4,7 +4,7 @@ The store reads the ``t_idem`` rows of every step key of the batch and the
 orders they touch (``SELECT ... FOR UPDATE``), calls :func:`plan_batch`, and
 writes what it returns in the same transaction. Deciding in Python under the
 row locks keeps one round trip per statement for the whole batch; each write
-still carries its rule as a SQL condition (see ``app.adapters.mysql_store``).
+still carries its rule as a SQL condition (see ``app.adapters.mysql``).
 
 Events are judged in offset order. Once an event of an order fails in a way
 that a retry may fix, the later events of that order in the batch are
@@ -14,131 +14,24 @@ overtake each other.
 An effect is only ever called for an order still at its step's target: once
 the order has moved past it (a CONFIRM's waybill when a CANCEL came after),
 the effect row is failed as ``stale`` without a call, whether it is claimed
-for the first time or again (seed 003's "a cancelled order got confirmed"
-in its effect form).
+for the first time or again (the effect form of "a cancelled order got
+confirmed again").
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field, replace
-from datetime import date
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from app.pipeline.errors import (LeaseHeld, PayloadMismatch, PipelineError, PreconditionNotMet,
                                  UnknownOutcomeNonIdempotent)
-from app.pipeline.events import EventType, OrderEvent
-from app.pipeline.states import TERMINAL, IdemStatus, OrderStatus, Verdict, judge
-from app.pipeline.steps import PIPELINES, Effect
-
-NOT_DELIVERED = "effect_not_delivered"   # t_idem.outcome of a pending row whose last call surely did not happen
-STALE = Verdict.STALE.value              # t_idem.outcome of an effect never called: its order moved past it
-
-
-@dataclass(frozen=True, slots=True)
-class IdemRow:
-    """A ``t_idem`` row as T1 reads it; ``expired`` and ``remaining`` use the database clock."""
-
-    biz_key: str
-    status: IdemStatus
-    attempt: int
-    owner: str | None
-    idem_token: str | None
-    payload_hash: str
-    outcome: str | None
-    last_err: str | None
-    expired: bool
-    remaining: float
-
-
-@dataclass(frozen=True, slots=True)
-class Order:
-    order_no: str
-    status: OrderStatus
-    amount_cents: int | None = None
-    phone: str | None = None
-    address: str | None = None
-    paid_cents: int | None = None
-    cancel_reason: str | None = None
-    has_dead_letters: bool = False        # a dead letter of this order awaits its next move (see below)
-
-
-@dataclass(frozen=True, slots=True)
-class NewRow:
-    """A ``t_idem`` row to insert: a done local step or a freshly claimed effect."""
-
-    biz_key: str
-    part_date: date
-    step: str
-    status: IdemStatus
-    payload_hash: str
-    idem_token: str | None = None
-    outcome: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Reclaim:
-    """An existing pending row to claim again: attempt + 1, fenced on the attempt read."""
-
-    biz_key: str
-    part_date: date
-    attempt: int
-
-
-@dataclass(frozen=True, slots=True)
-class FailRow:
-    """A pending row to move to failed in T1 (fenced on the attempt read)."""
-
-    biz_key: str
-    part_date: date
-    attempt: int
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class EffectJob:
-    """One external call to make after T1, with the token persisted in T1."""
-
-    index: int            # position of the event in the batch
-    order_no: str
-    biz_key: str
-    part_date: date
-    step: str
-    effect: Effect
-    token: str
-    attempt: int          # the fencing token: T3 matches only this attempt
-    request: dict
-    target: OrderStatus   # the order state the call is for; past it, the call is stale
-
-
-@dataclass(slots=True)
-class EventPlan:
-    """What T1 decided for one event."""
-
-    outcome: str | None = None            # applied / stale / duplicate, when nothing is left to do
-    error: PipelineError | None = None
-    deferred: bool = False
-    jobs: list[EffectJob] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class BatchPlan:
-    events: list[EventPlan]
-    orders: dict[str, Order] = field(default_factory=dict)        # final state of changed orders
-    new_orders: set[str] = field(default_factory=set)
-    inserts: list[NewRow] = field(default_factory=list)
-    reclaims: list[Reclaim] = field(default_factory=list)
-    fails: list[FailRow] = field(default_factory=list)
-    # Orders moved here that have dead letters from earlier batches: those letters
-    # now have later events that ran after them (``t_compensation.may_be_superseded``).
-    superseding: set[str] = field(default_factory=set)
-    batch_keys: set[str] = field(default_factory=set)     # their events' local keys here: not overtaken by themselves
-
-    @property
-    def writes(self) -> bool:
-        return bool(self.orders or self.inserts or self.reclaims or self.fails)
-
+from app.pipeline.events import OrderEvent
+from app.pipeline.model import (NOT_DELIVERED, STALE, BatchPlan, EffectJob, EventPlan, FailRow, IdemRow, NewRow,
+                                Order, Reclaim)
+from app.pipeline.outcomes import Outcome
+from app.pipeline.states import TERMINAL, IdemStatus, Verdict, judge
+from app.pipeline.steps import PIPELINES, LocalStep
 
 def step_keys(event: OrderEvent) -> list[str]:
     """Every idempotency key the event's pipeline uses, local step first."""
@@ -186,7 +79,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
             continue
         if local_key in first_hash:     # the same request twice in one batch
             if first_hash[local_key] == event.payload_hash:
-                result.outcome = "duplicate"
+                result.outcome = Outcome.DUPLICATE
             else:
                 result.error = PayloadMismatch(f"{local_key} arrived twice in one batch with different payloads")
             continue
@@ -194,7 +87,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
 
         local_row = rows.get(local_key)
         if local_row is None:
-            verdict = _apply_local(event, pipe.local.moves_order_to, current, plan)
+            verdict = _apply_local(event, pipe.local, current, plan)
             if verdict is Verdict.NOT_READY:
                 state = current.get(event.order_no)
                 result.error = PreconditionNotMet(
@@ -209,7 +102,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
             local_outcome, fresh = local_row.outcome, False
 
         if local_outcome != Verdict.APPLY.value:
-            result.outcome = local_outcome if fresh else "duplicate"
+            result.outcome = Outcome(local_outcome) if fresh else Outcome.DUPLICATE
             continue
 
         for step, key in zip(pipe.effects, keys[1:]):
@@ -243,10 +136,10 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                 token, attempt = row.idem_token or new_token(), row.attempt + 1
                 plan.reclaims.append(Reclaim(key, event.part_date, row.attempt))
             result.jobs.append(EffectJob(index, event.order_no, key, event.part_date, step.name, step.effect,
-                                         token, attempt, _request(step.effect, event, order),
+                                         token, attempt, step.effect.request(event, order),
                                          pipe.local.moves_order_to))
         if result.error is None and not result.jobs:
-            result.outcome = local_outcome if fresh else "duplicate"
+            result.outcome = Outcome(local_outcome) if fresh else Outcome.DUPLICATE
     _drop_stale_jobs(plan, current)
     plan.superseding = {o for o in plan.orders if o in orders and orders[o].has_dead_letters}
     if plan.superseding:
@@ -278,32 +171,22 @@ def _drop_stale_jobs(plan: BatchPlan, current: dict[str, Order]) -> None:
                 plan.fails.append(FailRow(job.biz_key, job.part_date, job.attempt - 1, STALE, message))
         result.jobs = [job for job in result.jobs if job not in stale]
         if result.error is None and not result.jobs:
-            result.outcome = STALE
+            result.outcome = Outcome.STALE
 
 
-def _apply_local(event: OrderEvent, target: OrderStatus, current: dict[str, Order], plan: BatchPlan) -> Verdict:
+def _apply_local(event: OrderEvent, step: LocalStep, current: dict[str, Order], plan: BatchPlan) -> Verdict:
+    """Move the order as ``step`` declares, copying its ``sets`` from the event."""
     order = current.get(event.order_no)
-    verdict = judge(order.status if order else None, target)
+    verdict = judge(order.status if order else None, step.moves_order_to)
     if verdict is not Verdict.APPLY:
         return verdict
-    data = event.data
-    if event.type is EventType.CREATED:
-        moved = Order(event.order_no, target, data["amount_cents"], data["phone"], data["address"])
+    if order is None:
+        order = Order(event.order_no, step.moves_order_to)
         plan.new_orders.add(event.order_no)
-    elif event.type is EventType.PAID:
-        moved = replace(order, status=target, paid_cents=data["amount_cents"])
-    elif event.type is EventType.CANCEL:
-        moved = replace(order, status=target, cancel_reason=data["reason"])
-    else:
-        moved = replace(order, status=target)
+    moved = replace(order, status=step.moves_order_to,
+                    **{column: event.data[name] for column, name in step.sets.items()})
     current[event.order_no] = plan.orders[event.order_no] = moved
     return verdict
-
-
-def _request(effect: Effect, event: OrderEvent, order: Order) -> dict:
-    if effect is Effect.WAYBILL:
-        return {"order_no": order.order_no, "address": order.address}
-    return {"phone": order.phone, "text": f"Order {order.order_no} was cancelled: {event.data['reason']}"}
 
 
 def _terminal_error(row: IdemRow) -> PipelineError:

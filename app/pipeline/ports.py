@@ -6,22 +6,23 @@ their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Awaitable, Callable, Protocol, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, TypeVar
 
 from app.pipeline.errors import PipelineError
-from app.pipeline.plan import BatchPlan, EffectJob, IdemRow, Order
+from app.pipeline.model import BatchPlan, EffectJob, IdemRow, Order
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """What a successful effect call returned."""
+    """What a successful effect call returned: the service's reference for what it did
+    (a waybill number, a message id) and the effect's own fields (``Effect.receipt_fields``)."""
 
-    outcome: str                 # becomes t_idem.outcome: waybill_issued / sms_accepted
-    waybill_no: str | None = None
+    reference: str | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
-"""T1 / T2 / T3 for a list of events: the idempotent-step pipeline.
+"""The three transactions of the idempotent-step pipeline, for a list of events.
 
-For one effect step the timeline and its crash windows are (seed 000 §2)::
+T1 claims and applies, T2 calls out, T3 records. For one effect step the
+timeline and its crash windows (the cut points A, B and C) are::
 
     T1  BEGIN; read rows FOR UPDATE; claim key (pending, attempt n, token, lease);
         apply local step to t_order; COMMIT                        <- cut A
@@ -49,7 +50,9 @@ from typing import Awaitable, Callable, Sequence, TypeVar
 
 from app.pipeline.errors import ClaimExpiring, EffectNotDelivered, Fatal, PipelineError, StoreUnavailable
 from app.pipeline.events import OrderEvent
-from app.pipeline.plan import BatchPlan, EffectJob, orders_needed, plan_batch, step_keys
+from app.pipeline.model import BatchPlan, EffectJob
+from app.pipeline.outcomes import Outcome
+from app.pipeline.plan import orders_needed, plan_batch, step_keys
 from app.pipeline.ports import EffectClient, Finished, Store, Transaction
 
 log = logging.getLogger(__name__)
@@ -65,7 +68,7 @@ async def _unguarded(work: Callable[[], Awaitable[T]]) -> T:
 class Result:
     """How one event ended in one run of the pipeline."""
 
-    outcome: str | None = None          # applied, stale, duplicate, superseded
+    outcome: Outcome | None = None      # applied, stale, duplicate or superseded when it ended well
     error: PipelineError | None = None
     deferred: bool = False              # not tried: an earlier event of its order is unfinished
 
@@ -227,10 +230,10 @@ class Processor:
             if lost:
                 # Fenced out in T3: another claimer owns these keys now and holds this event too.
                 log.warning("lease lost before T3, leaving %s to the new owner", ", ".join(lost))
-                results[index] = Result(outcome="superseded")
+                results[index] = Result(outcome=Outcome.SUPERSEDED)
             elif error is not None:
                 results[index] = Result(error=error)
             elif len(done) < len(event_plan.jobs):
                 results[index] = Result(deferred=True)
             else:
-                results[index] = Result(outcome="applied")
+                results[index] = Result(outcome=Outcome.APPLIED)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from enum import Enum, IntEnum
 
+from app.pipeline.outcomes import Outcome
+
 
 class IdemStatus(IntEnum):
     PENDING = 1
@@ -60,9 +62,9 @@ ORDER_TRANSITIONS: frozenset[tuple[OrderStatus | None, OrderStatus]] = frozenset
 
 
 class Verdict(Enum):
-    APPLY = "applied"      # a legal move: make it
-    STALE = "stale"        # the order is already at or past the target: record, change nothing
-    NOT_READY = "not_ready"  # an earlier move is missing (PAID before CREATED): retry later
+    APPLY = Outcome.APPLIED.value    # a legal move: make it
+    STALE = Outcome.STALE.value      # the order is already at or past the target: record, change nothing
+    NOT_READY = "not_ready"          # an earlier move is missing (PAID before CREATED): retry later
 
 
 def judge(current: OrderStatus | None, target: OrderStatus) -> Verdict:

@@ -1,37 +1,61 @@
 """What each event type does, declared as data.
 
-A *local* step moves the order in ``t_order``; it runs inside T1, in the same
-transaction as its claim. An *effect* step calls an external service outside
-any transaction, with an idempotency token persisted in T1. Each step has its
-own idempotency key, so a replay resumes at the first step not yet done.
+An event type runs one *local step*, then its *effect steps*; each step has an
+idempotency key of its own, so a replay resumes at the first step not yet done.
+
+* A **local step** moves the order to a state and copies fields of the event
+  onto it (``sets``: order field <- event data field). It runs in the first
+  transaction, with its claim.
+* An **effect step** calls an external service, outside any transaction, with
+  a token persisted when it was claimed. What it calls is an :class:`Effect`:
+  its name (the client registered under that name makes the call, see
+  ``app.adapters.effects``), whether the service deduplicates by our token,
+  how its request is built from the event and the order, what ``t_idem``
+  records when it is done, and which fields its receipt holds besides its
+  reference. An effect whose receipt has a table of its own also has a
+  receipt writer, registered under the same name (``app.adapters.mysql.receipts``).
+
+A new event type is one line in :data:`PIPELINES` (and its data fields in
+``app.pipeline.events``); a new effect is one :class:`Effect` here plus its client.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from app.pipeline.events import EventType, OrderEvent
 from app.pipeline.states import OrderStatus
 
+if TYPE_CHECKING:
+    from app.pipeline.model import Order
+
 DEFAULT_KEY_FORMAT = "{order_no}:{type}:{step}"
 
 
-class Effect(str, Enum):
-    WAYBILL = "waybill"    # logistics API; honours Idempotency-Key
-    SMS = "sms"            # SMS gateway; no idempotency key: never retried on an unknown outcome
+@dataclass(frozen=True, slots=True)
+class Effect:
+    name: str
+    idempotent: bool                                    # the service deduplicates by our token: a call may repeat
+    request: Callable[[OrderEvent, "Order"], dict[str, Any]] = field(repr=False)
+    done: str                                           # t_idem.outcome once the call succeeded
+    receipt_fields: tuple[str, ...] = ()                # the receipt's own fields, beside its reference
 
-    @property
-    def idempotent(self) -> bool:
-        """Whether the service deduplicates by our token, so a call may be repeated."""
-        return self is Effect.WAYBILL
+
+ISSUE_WAYBILL = Effect(
+    "waybill", idempotent=True, done="waybill_issued",
+    request=lambda event, order: {"order_no": order.order_no, "address": order.address})
+SEND_SMS = Effect(
+    "sms", idempotent=False, done="sms_accepted",       # no idempotency key: never repeated on an unknown outcome
+    request=lambda event, order: {"phone": order.phone,
+                                  "text": f"Order {order.order_no} was cancelled: {event.data['reason']}"})
 
 
 @dataclass(frozen=True, slots=True)
 class LocalStep:
     name: str
     moves_order_to: OrderStatus
+    sets: Mapping[str, str] = field(default_factory=dict)   # order field <- event data field
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +77,17 @@ class Pipeline:
 
 
 PIPELINES: Mapping[EventType, Pipeline] = {
-    EventType.CREATED: Pipeline(LocalStep("create_order", OrderStatus.CREATED)),
-    EventType.PAID:    Pipeline(LocalStep("mark_paid", OrderStatus.PAID)),
+    EventType.CREATED: Pipeline(LocalStep("create_order", OrderStatus.CREATED,
+                                          sets={"amount_cents": "amount_cents", "phone": "phone",
+                                                "address": "address"})),
+    EventType.PAID:    Pipeline(LocalStep("mark_paid", OrderStatus.PAID, sets={"paid_cents": "amount_cents"})),
     EventType.CONFIRM: Pipeline(LocalStep("mark_confirmed", OrderStatus.CONFIRMED),
-                                effects=(EffectStep("issue_waybill", Effect.WAYBILL),)),
-    EventType.CANCEL:  Pipeline(LocalStep("mark_cancelled", OrderStatus.CANCELLED),
-                                effects=(EffectStep("send_cancel_sms", Effect.SMS),)),
+                                effects=(EffectStep("issue_waybill", ISSUE_WAYBILL),)),
+    EventType.CANCEL:  Pipeline(LocalStep("mark_cancelled", OrderStatus.CANCELLED, sets={"cancel_reason": "reason"}),
+                                effects=(EffectStep("send_cancel_sms", SEND_SMS),)),
 }
+
+
+def effects_used(pipelines: Mapping[EventType, Pipeline] = PIPELINES) -> dict[str, Effect]:
+    """Every effect some pipeline calls, by name (each needs a client at start-up)."""
+    return {step.effect.name: step.effect for pipe in pipelines.values() for step in pipe.effects}

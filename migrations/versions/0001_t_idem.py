@@ -1,4 +1,4 @@
-"""t_idem: the idempotency state machine table of seed 000 section 1.
+"""t_idem: the idempotency state machine table (one row per step of an event).
 
 Revision ID: 0001
 Revises:

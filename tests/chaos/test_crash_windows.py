@@ -1,4 +1,4 @@
-"""SIGKILL a real worker at each cut point of seed 000 §2, restart it, and check
+"""SIGKILL a real worker at each cut point of the three transactions, restart it, and check
 the invariants: one waybill per confirmed order (the fake's ledger), its
 receipt, ``t_idem`` done, the order confirmed; an SMS never sent twice.
 

@@ -12,15 +12,15 @@ import pytest
 from sqlalchemy import event as sa_event
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.adapters.mysql_store import MySqlStore
+from app.adapters.mysql import MySqlStore
 from app.db import WrongCharset, check_charset
 from app.pipeline.errors import ClaimExpiring, StoreUnavailable
 from app.pipeline.events import EventType
 from app.pipeline.ports import DeadLetter, SourceRecord
 from app.pipeline.states import OrderStatus
-from app.pipeline.steps import PIPELINES, Effect, EffectStep, LocalStep, Pipeline
+from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, EffectStep, LocalStep, Pipeline
 from tests.support.events import event, order_no
-from tests.support.pipeline import MemorySink, ev, paid_orders, source
+from tests.support.pipeline import ev, paid_orders, source
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ async def test_3_a_call_skipped_after_an_earlier_failure_is_sent_on_the_retry(ha
     with two effects, as a future step list may.)"""
     monkeypatch.setitem(PIPELINES, EventType.CANCEL, Pipeline(
         LocalStep("mark_cancelled", OrderStatus.CANCELLED),
-        effects=(EffectStep("recall_parcel", Effect.WAYBILL), EffectStep("send_cancel_sms", Effect.SMS))))
+        effects=(EffectStep("recall_parcel", ISSUE_WAYBILL), EffectStep("send_cancel_sms", SEND_SMS))))
     p = await harness.processor()
     [order] = await paid_orders(p, 1, "SKIP")
     harness.fakes.configure({"waybill": {"fail_next": 1, "fail_status": 503}})

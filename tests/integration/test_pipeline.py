@@ -118,7 +118,7 @@ async def test_stale_event_changes_nothing_and_calls_nothing(harness):
     [order] = await paid_orders(p, 1, "STALE")
     [cancel] = await p.run([ev(order, "ORDER_CANCEL")])
     assert cancel.outcome == "applied"
-    [confirm] = await p.run([ev(order, "ORDER_CONFIRM")])                # seed 003: CONFIRM after CANCEL
+    [confirm] = await p.run([ev(order, "ORDER_CONFIRM")])                # a CONFIRM after the CANCEL
     assert confirm.outcome == "stale"
     assert harness.order(order)["status"] == 4
     assert harness.idem(f"{order}:ORDER_CONFIRM:mark_confirmed")[0]["outcome"] == "stale"

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
+from app.adapters import kafka_ops
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
@@ -306,20 +306,14 @@ def build_stream(rng: random.Random) -> tuple[list[Produced], dict[str, list[dic
 
 async def produce_each(settings, topic: str, stream: list[Produced]) -> None:
     """Produce in order (idempotent producer: per-partition order holds); note where each record landed."""
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True,
-                                linger_ms=5, max_request_size=8 * 1024 * 1024)
-    await producer.start()
-    try:
-        base = int(time.time() * 1000)
-        futures = []
-        for i, item in enumerate(stream):
-            item.timestamp_ms = base + i
-            futures.append(await producer.send(topic, value=item.value, key=item.key,
-                                               headers=list(item.headers) or None, timestamp_ms=item.timestamp_ms))
-        for item, meta in zip(stream, await asyncio.gather(*futures)):
-            item.partition, item.offset = meta.partition, meta.offset
-    finally:
-        await producer.stop()
+    base = int(time.time() * 1000)
+    for i, item in enumerate(stream):
+        item.timestamp_ms = base + i
+    placed = await kafka_ops.produce(settings.kafka_bootstrap, topic,
+                                     [(item.key, item.value, list(item.headers) or None) for item in stream],
+                                     timestamps=[item.timestamp_ms for item in stream])
+    for item, (partition, offset) in zip(stream, placed):
+        item.partition, item.offset = partition, offset
 
 
 # ------------------------------------------------------------------- tests --

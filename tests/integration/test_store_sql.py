@@ -11,13 +11,13 @@ import pymysql
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-from app.adapters.mysql_store import Conflict, MySqlStore, MySqlTransaction
+from app.adapters.mysql import MySqlStore, MySqlTransaction, idem, orders
 from app.db import create_engine
-from app.pipeline.errors import EffectRejected, EffectUnavailable
-from app.pipeline.plan import BatchPlan, EffectJob, NewRow, Order, Reclaim
+from app.pipeline.errors import Conflict, EffectRejected, EffectUnavailable
+from app.pipeline.model import BatchPlan, EffectJob, FailRow, NewRow, Order, Reclaim
 from app.pipeline.ports import Finished, Receipt
 from app.pipeline.states import IdemStatus, OrderStatus, idem_move_allowed
-from app.pipeline.steps import Effect
+from app.pipeline.steps import ISSUE_WAYBILL
 from tests.support.services import connect
 
 pytestmark = pytest.mark.integration
@@ -27,7 +27,7 @@ _serial = itertools.count(1)
 
 
 def job(key: str, attempt: int = 1) -> EffectJob:
-    return EffectJob(0, "ORD-20261129-SQL", key, DAY, "issue_waybill", Effect.WAYBILL, "tok", attempt, {},
+    return EffectJob(0, "ORD-20261129-SQL", key, DAY, "issue_waybill", ISSUE_WAYBILL, "tok", attempt, {},
                      OrderStatus.CONFIRMED)
 
 
@@ -41,14 +41,14 @@ def moves_to(target: IdemStatus):
         return True
 
     async def mark_done(tx, key):
-        return bool(await tx.finish_effects([Finished(job(key), receipt=Receipt("waybill_issued", "WB1"))],
+        return bool(await tx.finish_effects([Finished(job(key), receipt=Receipt(reference="WB1"))],
                                             owner=ME))
 
     async def fail_in_t3(tx, key):
         return bool(await tx.finish_effects([Finished(job(key), error=EffectRejected("no"))], owner=ME))
 
     async def fail_in_t1(tx, key):
-        return await tx._fail_pending(key, DAY, 1, "unknown_outcome_non_idempotent", "x")
+        return await idem.fail(tx._exec, FailRow(key, DAY, 1, "unknown_outcome_non_idempotent", "x"))
 
     return {IdemStatus.PENDING: [reclaim],
             IdemStatus.DONE: [mark_done],
@@ -100,9 +100,9 @@ async def test_fencing_pending_row_refuses_a_stale_attempt_and_a_live_lease(stor
     key = insert_row(scratch_db, IdemStatus.PENDING, expired=False)
     async with store.engine.connect() as conn:
         tx = MySqlTransaction(conn, store)
-        assert await tx.finish_effects([Finished(job(key, attempt=2), receipt=Receipt("x", "WB"))],
+        assert await tx.finish_effects([Finished(job(key, attempt=2), receipt=Receipt(reference="WB"))],
                                        owner=ME) == set()                 # wrong attempt
-        assert await tx.finish_effects([Finished(job(key), receipt=Receipt("x", "WB"))],
+        assert await tx.finish_effects([Finished(job(key), receipt=Receipt(reference="WB"))],
                                        owner="someone/else") == set()    # not the owner
         with pytest.raises(Conflict):                                     # live lease of another owner
             await tx.apply_plan(BatchPlan(events=[], reclaims=[Reclaim(key, DAY, 1)]), owner="someone/else",
@@ -117,7 +117,7 @@ async def test_order_rank_never_goes_down_in_sql(store, scratch_db):
     order = f"ORD-20261129-SQLO{next(_serial):05d}"
     scratch_db.query("INSERT INTO t_order (order_no, status, cancel_reason) VALUES (%s, 4, 'gone')", order)
     async with store.engine.connect() as conn:
-        await MySqlTransaction(conn, store)._upsert_orders([Order(order, OrderStatus.PAID, paid_cents=5),
+        await orders.upsert(MySqlTransaction(conn, store)._exec, [Order(order, OrderStatus.PAID, paid_cents=5),
                                                             ])
         await conn.commit()
     [row] = scratch_db.query("SELECT status, paid_cents, cancel_reason FROM t_order WHERE order_no = %s", order)

@@ -6,8 +6,9 @@ import itertools
 
 import aiohttp
 
-from app.adapters.http_effects import HttpEffects
-from app.adapters.mysql_store import MySqlStore
+from app.adapters.effects import EffectClients
+from app.adapters.mysql import MySqlStore
+from app.bootstrap import EFFECT_CLIENTS
 from app.db import create_engine
 from app.pipeline.batch import BatchHandler
 from app.pipeline.events import decode
@@ -59,8 +60,10 @@ class Harness:
         SIGSTOP) past its lease, which the check before each call cannot prevent."""
         session = aiohttp.ClientSession()
         self._closers.append(session.close)
-        effects = HttpEffects(session, logistics_url=self.base_url, sms_url=sms_url or self.base_url,
-                              timeout_seconds=timeout)
+        settings = self.settings.model_copy(update={"logistics_url": self.base_url,
+                                                    "sms_url": sms_url or self.base_url,
+                                                    "effect_timeout_seconds": timeout})
+        effects = EffectClients({name: make(session, settings) for name, make in EFFECT_CLIENTS.items()})
         return Processor(store or self.store(), effects, owner=owner or f"test-{next(_owners)}/main/x",
                          lease_seconds=lease, effect_concurrency=concurrency,
                          effect_timeout=timeout if lease_check else 0.0, lease_margin=margin)

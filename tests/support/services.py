@@ -17,14 +17,13 @@ from typing import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 import pymysql
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import AIOKafkaConsumer
 from alembic import command
 from alembic.config import Config
 
-from app.admin import TopicSpec
-from app.admin import create_topics as admin_create_topics
+from app.adapters import kafka_ops
 from app.settings import Settings
+from app.topics import TopicSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / ".cache" / "test-logs"
@@ -86,38 +85,20 @@ class ScratchDatabase:
 
 
 # ------------------------------------------------------------------ Kafka --
+# The app's own Kafka operations (app.adapters.kafka_ops), with the test settings.
 
 async def create_topics(settings: Settings, specs: list[TopicSpec]) -> None:
     """Create topics the way ``python -m app.admin create-topics`` does (same configs)."""
-    await admin_create_topics(settings, specs)
+    await kafka_ops.create_topics(settings.kafka_bootstrap, specs)
 
 
 async def delete_topics(settings: Settings, names: Iterable[str]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_topics(list(names))
-    except Exception:  # best effort cleanup
-        pass
-    finally:
-        await admin.close()
+    await kafka_ops.delete_topics(settings.kafka_bootstrap, names)
 
 
 async def produce(settings: Settings, topic: str, records: Iterable[tuple[bytes | None, bytes | None]],
                   headers: list[tuple[str, bytes]] | None = None) -> int:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5,
-                                max_request_size=8 * 1024 * 1024)
-    await producer.start()
-    count = 0
-    try:
-        futures = []
-        for key, value in records:
-            futures.append(await producer.send(topic, value=value, key=key, headers=headers))
-            count += 1
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
-    return count
+    return len(await kafka_ops.produce(settings.kafka_bootstrap, topic, records, headers=headers))
 
 
 async def consume_all(settings: Settings, topic: str, *, expect: int, timeout: float = 60.0) -> list:
@@ -139,25 +120,11 @@ async def consume_all(settings: Settings, topic: str, *, expect: int, timeout: f
 
 
 async def committed_offsets(settings: Settings, group: str, topic: str, partitions: int) -> dict[int, int]:
-    from aiokafka import TopicPartition
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=group,
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        return {p: (await consumer.committed(TopicPartition(topic, p))) or 0 for p in range(partitions)}
-    finally:
-        await consumer.stop()
+    return await kafka_ops.committed_offsets(settings.kafka_bootstrap, group, topic, partitions)
 
 
 async def end_offsets(settings: Settings, topic: str, partitions: int) -> dict[int, int]:
-    from aiokafka import TopicPartition
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        return {tp.partition: offset for tp, offset in (await consumer.end_offsets(tps)).items()}
-    finally:
-        await consumer.stop()
+    return await kafka_ops.end_offsets(settings.kafka_bootstrap, topic, partitions)
 
 
 def caught_up(settings: Settings, topic: str, group: str, partitions: int) -> bool:

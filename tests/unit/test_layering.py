@@ -1,13 +1,89 @@
-"""The pipeline package stands alone: importing it pulls in neither Faust nor aiohttp."""
+"""The folders are the architecture, and these tests keep them so.
 
+* ``app.pipeline`` stands alone: importing it pulls in neither Faust nor aiohttp
+  nor a database driver, and it imports nothing of the adapters or the wiring.
+* ``app.main`` is the only composition root: agents and web views get what they
+  need handed to them; they import neither ``app.main`` nor each other, and no
+  module but ``app.main`` imports an agent or a view.
+* Adapters never reach back into the wiring.
+"""
+
+from __future__ import annotations
+
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+MODULES = {module_name(p): p for folder in ("app", "agents") for p in (ROOT / folder).rglob("*.py")}
+
+# (modules whose name starts with, may not import anything starting with, why)
+RULES = [
+    ("app.pipeline", ("app.adapters", "app.main", "app.bootstrap", "app.web", "agents", "app.settings", "app.db",
+                      "app.metrics", "faust", "mode", "aiohttp", "aiokafka", "sqlalchemy", "aiomysql"),
+     "the pipeline is pure: ports in, results out"),
+    ("agents", ("app.main", "agents.", "app.web"), "an agent gets its runtime handed over"),
+    ("app.web", ("app.main", "agents", "app.bootstrap"), "a view gets what it needs handed over"),
+    ("app.adapters", ("app.main", "app.bootstrap", "app.web", "agents"), "adapters do not know the wiring"),
+]
+
+
+@pytest.mark.parametrize("prefix, forbidden, why", RULES, ids=[rule[0] for rule in RULES])
+def test_layer_imports(prefix, forbidden, why):
+    bad = {}
+    for name, path in MODULES.items():
+        if name == prefix or name.startswith(prefix + "."):
+            hits = sorted(i for i in imports(path) if i.startswith(forbidden) and not i.startswith(name))
+            if hits:
+                bad[name] = hits
+    assert not bad, f"{why}: {bad}"
+
+
+def test_only_the_composition_root_imports_agents_views_and_the_runtime_builder():
+    wiring = ("agents", "app.web", "app.bootstrap")
+    bad = {name: sorted(i for i in imports(path) if i.startswith(wiring))
+           for name, path in MODULES.items()
+           if name not in ("app.main",) and not name.startswith(("agents", "app.web", "app.bootstrap"))}
+    # Agents may name the runtime's type (app.bootstrap.Runtime), never build it.
+    bad = {name: hits for name, hits in bad.items() if hits}
+    assert not bad, f"only app.main wires agents, views and the runtime: {bad}"
 
 
 def test_pipeline_imports_nothing_from_faust_or_aiohttp():
     code = ("import sys, pkgutil, importlib, app.pipeline as p\n"
             "for m in pkgutil.iter_modules(p.__path__): importlib.import_module(f'app.pipeline.{m.name}')\n"
-            "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('faust', 'aiohttp', 'mode', 'aiokafka'))\n"
+            "bad = sorted(n for n in sys.modules if n.split('.')[0] in "
+            "('faust', 'aiohttp', 'mode', 'aiokafka', 'sqlalchemy', 'aiomysql'))\n"
             "print(','.join(bad))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "", f"app.pipeline imports {out.stdout.strip()}"
+
+
+def test_the_checks_can_fail(tmp_path):
+    """A module of the pipeline that imports aiohttp is caught by the rule above."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import aiohttp\nfrom app.adapters.mysql import MySqlStore\n")
+    assert {"aiohttp", "app.adapters.mysql"} <= imports(bad)
+    forbidden = RULES[0][1]
+    assert sorted(i for i in imports(bad) if i.startswith(forbidden))

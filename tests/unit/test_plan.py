@@ -8,10 +8,11 @@ from hypothesis import given, settings as hsettings
 from hypothesis import strategies as st
 
 from app.pipeline.errors import LeaseHeld, PayloadMismatch, PreconditionNotMet, UnknownOutcomeNonIdempotent
-from app.pipeline.events import EventType, decode
-from app.pipeline.plan import NOT_DELIVERED, IdemRow, Order, plan_batch, step_keys
+from app.pipeline.events import decode
+from app.pipeline.model import NOT_DELIVERED, IdemRow, Order
+from app.pipeline.plan import plan_batch, step_keys
 from app.pipeline.states import IdemStatus, OrderStatus, Verdict, judge
-from app.pipeline.steps import Effect
+from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
 from tests.support.events import event, record
 
 ME = "worker-a/1"
@@ -50,7 +51,7 @@ def test_order_state_machine_table():
                 assert verdict is Verdict.STALE, (current, target)
             else:
                 assert verdict is Verdict.NOT_READY, (current, target)
-    assert judge(S.CANCELLED, S.CONFIRMED) is Verdict.STALE          # seed 003's bug
+    assert judge(S.CANCELLED, S.CONFIRMED) is Verdict.STALE          # the bug the design notes started from
     assert judge(S.PAID, S.CREATED) is Verdict.STALE
 
 
@@ -69,7 +70,7 @@ def test_lifecycle_in_one_batch_collapses_to_final_state_with_one_job():
     assert p.orders[ORDER].status is OrderStatus.CONFIRMED
     assert p.orders[ORDER].paid_cents == events[1].data["amount_cents"]
     [job] = p.events[2].jobs
-    assert job.effect is Effect.WAYBILL and job.token == "tok-1" and job.attempt == 1
+    assert job.effect is ISSUE_WAYBILL and job.token == "tok-1" and job.attempt == 1
     assert job.request == {"order_no": ORDER, "address": events[0].data["address"]}
     pending = [r for r in p.inserts if r.status is IdemStatus.PENDING]
     assert [r.idem_token for r in pending] == ["tok-1"]
@@ -150,7 +151,7 @@ def test_sms_is_called_again_after_a_definite_non_delivery():
                                                 outcome=NOT_DELIVERED)}
     p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.CANCELLED, phone="1")})
     [job] = p.events[0].jobs
-    assert job.effect is Effect.SMS and job.attempt == 2 and job.request["phone"] == "1"
+    assert job.effect is SEND_SMS and job.attempt == 2 and job.request["phone"] == "1"
 
 
 def test_failed_effect_replays_as_its_terminal_error():
@@ -218,7 +219,7 @@ def test_a_waybill_claimed_with_a_cancel_later_in_the_batch_is_stale_and_not_cal
     p = plan([ev("ORDER_CONFIRM"), ev("ORDER_CANCEL")], orders={ORDER: Order(ORDER, OrderStatus.PAID, phone="1")})
     confirm, cancel = p.events
     assert confirm.outcome == "stale" and not confirm.jobs
-    assert [j.effect for j in cancel.jobs] == [Effect.SMS]
+    assert [j.effect for j in cancel.jobs] == [SEND_SMS]
     [waybill] = [r for r in p.inserts if r.step == "issue_waybill"]
     assert (waybill.status, waybill.outcome, waybill.idem_token) == (IdemStatus.FAILED, "stale", None)
 

@@ -2,11 +2,11 @@
 
 from datetime import date
 
-from app.adapters.mysql_store import _Sql
+from app.adapters.mysql.sql import Sql
 
 
 def test_safe_values_are_inlined_and_others_become_parameters():
-    sql = _Sql()
+    sql = Sql()
     text = sql.list(["ORD-20261129-A1:ORDER_PAID:mark_paid", date(2026, 11, 29), 7, True, None, "o'brien",
                      "a\\b", "50%", "x y"])
     assert text == ("'ORD-20261129-A1:ORDER_PAID:mark_paid', '2026-11-29', 7, 1, NULL, %s, %s, %s, %s")
@@ -14,6 +14,6 @@ def test_safe_values_are_inlined_and_others_become_parameters():
 
 
 def test_each_use_of_an_unsafe_value_adds_its_own_parameter():
-    sql = _Sql()
+    sql = Sql()
     assert f"{sql.lit('a b')}, {sql.lit('a b')}" == "%s, %s"
     assert sql.params == ["a b", "a b"]

@@ -1,26 +1,48 @@
-"""What a worker opens once and closes at shutdown: database engine, HTTP
-session, dead-letter producer, and the pipeline built on them."""
+"""The runtime of a worker, built in one place: what it opens once and closes at
+shutdown (database engine, HTTP session, dead-letter producer) and the pipeline
+built on them. ``app.main`` makes one and hands it to the agents and views.
+
+The effect clients are registered here by effect name; an effect declared in
+``app.pipeline.steps`` without a client is refused when the runtime is made,
+before the worker joins its group.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Callable
 
 import aiohttp
 
-from app.adapters.http_effects import HttpEffects
+from app.adapters.effects import Client, EffectClients
+from app.adapters.effects.logistics import WaybillClient
+from app.adapters.effects.sms import SmsClient
 from app.adapters.kafka_dlq import KafkaDeadLetterSink
-from app.adapters.mysql_store import MySqlStore
+from app.adapters.mysql import MySqlStore
 from app.chaos import cut_hook
 from app.db import create_engine
 from app.pipeline.batch import BatchHandler
 from app.pipeline.processor import Processor
+from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
 from app.settings import Settings
+
+ClientFactory = Callable[[aiohttp.ClientSession, Settings], Client]
+
+# One entry per effect name (``steps.Effect.name``).
+EFFECT_CLIENTS: dict[str, ClientFactory] = {
+    ISSUE_WAYBILL.name: lambda session, s: WaybillClient(session, base_url=s.logistics_url,
+                                                         timeout_seconds=s.effect_timeout_seconds),
+    SEND_SMS.name: lambda session, s: SmsClient(session, base_url=s.sms_url, timeout_seconds=s.effect_timeout_seconds),
+}
 
 
 class Runtime:
-    def __init__(self, settings: Settings, role: str = "main") -> None:
+    def __init__(self, settings: Settings, role: str = "main",
+                 clients: dict[str, ClientFactory] | None = None) -> None:
         self.settings = settings
+        self.client_factories = EFFECT_CLIENTS if clients is None else clients
+        EffectClients.check(self.client_factories)
         # A fresh incarnation id: a restarted worker never mistakes its
         # predecessor's claims for its own, and waits for their leases.
         self.owner = f"{settings.worker_id}/{role}/{uuid.uuid4().hex[:8]}"
@@ -37,8 +59,7 @@ class Runtime:
                                     statement_timeout=s.db_statement_timeout_seconds,
                                     transaction_timeout=s.db_transaction_timeout_seconds)
             self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=s.effect_concurrency))
-            self.effects = HttpEffects(self.http, logistics_url=s.logistics_url, sms_url=s.sms_url,
-                                       timeout_seconds=s.effect_timeout_seconds)
+            self.effects = EffectClients({name: make(self.http, s) for name, make in self.client_factories.items()})
             self.processor = Processor(self.store, self.effects, owner=self.owner, lease_seconds=s.lease_seconds,
                                        effect_concurrency=s.effect_concurrency,
                                        effect_timeout=s.effect_timeout_seconds, lease_margin=s.lease_margin_seconds,

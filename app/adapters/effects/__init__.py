@@ -1,0 +1,56 @@
+"""The external effects' clients, registered by effect name (``steps.Effect.name``).
+
+:class:`EffectClients` is the pipeline's ``EffectClient`` port: it hands each call to
+the client registered under its effect's name and counts it. Every effect a pipeline
+declares must have a client: one without is an error at start-up, not at the first
+event that needs it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Protocol
+
+from app.metrics import EFFECT_CALLS
+from app.pipeline.errors import PipelineError
+from app.pipeline.model import EffectJob
+from app.pipeline.ports import Receipt
+from app.pipeline.steps import Effect, effects_used
+
+
+class Client(Protocol):
+    async def call(self, job: EffectJob) -> Receipt:
+        """Make the call of ``job`` with its token; raise a :class:`PipelineError` that says
+        whether the outcome is known and whether a retry may help."""
+        ...
+
+
+class MissingEffectClient(RuntimeError):
+    """A declared effect has no client registered under its name."""
+
+
+class EffectClients:
+    def __init__(self, clients: Mapping[str, Client], *, required: Iterable[Effect] | None = None) -> None:
+        self.check(clients, required=required)
+        self.clients = dict(clients)
+
+    @staticmethod
+    def check(names: Iterable[str], *, required: Iterable[Effect] | None = None) -> None:
+        """:class:`MissingEffectClient` unless every declared effect has a client in ``names``."""
+        names = set(names)
+        needed = {effect.name for effect in (required if required is not None else effects_used().values())}
+        missing = sorted(needed - names)
+        if missing:
+            raise MissingEffectClient(
+                f"no client registered for the effect(s) {', '.join(missing)}: every effect a pipeline declares "
+                f"(app/pipeline/steps.py) needs one (app/bootstrap.py, EFFECT_CLIENTS); registered: "
+                f"{', '.join(sorted(names)) or 'none'}")
+
+    async def call(self, job: EffectJob) -> Receipt:
+        name = job.effect.name
+        try:
+            receipt = await self.clients[name].call(job)
+        except PipelineError as exc:
+            EFFECT_CALLS.labels(name, exc.reason).inc()
+            raise
+        EFFECT_CALLS.labels(name, "ok").inc()
+        return receipt

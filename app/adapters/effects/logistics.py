@@ -1,0 +1,79 @@
+"""The logistics API: ``POST /v1/waybills`` with ``Idempotency-Key``; a key seen before
+answers with the same waybill.
+
+=====================  ==================================================
+what happened          what it means
+=====================  ==================================================
+2xx                    done; the waybill number is the receipt
+2xx, bad waybill_no    failed: effect_bad_receipt (this record only)
+3xx                    outcome unknown: retry, same token
+409                    the same key is still in progress: retry, same token
+other 4xx (not 408,    a business refusal: failed for good
+429)
+408, 429, 5xx,         not done, or outcome unknown: retry, same token
+timeout, reset
+=====================  ==================================================
+
+Redirects are never followed: an answer we did not ask for is no answer. A
+waybill number is checked against the receipt table's column before T3: a
+service that answers success with a number that is not a string, or longer than
+the column, gets this one record failed with a clear reason instead of making
+the whole batch's T3 fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import orjson
+
+from app.pipeline.errors import EffectBadReceipt, EffectRejected, EffectUnavailable, PipelineError
+from app.pipeline.model import EffectJob
+from app.pipeline.ports import Receipt
+from tables.schema import t_waybill_receipt
+
+RETRY_LATER = {408, 409, 429}
+WAYBILL_NO_MAX = t_waybill_receipt.c.waybill_no.type.length
+
+
+class WaybillClient:
+    def __init__(self, session: aiohttp.ClientSession, *, base_url: str, timeout_seconds: float) -> None:
+        self.session = session
+        self.url = f"{base_url.rstrip('/')}/v1/waybills"
+        self.timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+
+    async def call(self, job: EffectJob) -> Receipt:
+        where = f"logistics for {job.order_no}"
+        try:
+            async with self.session.post(self.url, json=job.request, timeout=self.timeout,
+                                         headers={"Idempotency-Key": job.token}, allow_redirects=False) as resp:
+                body = await resp.read()
+                if resp.status in (200, 201):
+                    return Receipt(reference=_waybill_no(where, resp.status, body))
+                if 400 <= resp.status < 500 and resp.status not in RETRY_LATER:
+                    raise EffectRejected(f"{where}: refused with {resp.status}: {body[:300]!r}")
+                raise EffectUnavailable(f"{where}: answered {resp.status}")
+        except PipelineError:
+            raise
+        except asyncio.TimeoutError:
+            raise EffectUnavailable(f"{where}: no answer within {self.timeout.total}s") from None
+        except aiohttp.ClientError as exc:
+            raise EffectUnavailable(f"{where}: {exc.__class__.__name__}: {exc}") from None
+
+
+def _waybill_no(where: str, status: int, body: bytes) -> str:
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = None
+    value = doc.get("waybill_no") if isinstance(doc, dict) else None
+    if value is None or value == "":
+        # Perhaps a glitch: the same token asks again and gets the same waybill.
+        raise EffectUnavailable(f"{where}: {status} without a waybill_no: {body[:200]!r}")
+    if not isinstance(value, str):
+        raise EffectBadReceipt(f"{where}: {status} with a waybill_no that is not a string: {value!r:.100}")
+    if len(value) > WAYBILL_NO_MAX:
+        raise EffectBadReceipt(f"{where}: {status} with a waybill_no of {len(value)} characters, longer than "
+                               f"the {WAYBILL_NO_MAX} the receipt holds: {value[:80]!r}...")
+    return value

@@ -1,0 +1,124 @@
+"""Kafka outside the stream: topics, consumer groups, offsets, and sending records.
+
+One copy of each, used by the operator command (``python -m app.admin``), the demo
+producer, the tests and the benchmark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Iterable, Sequence
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.protocol.admin import DeleteGroupsRequest
+
+from app.topics import EVENT_MAX_MESSAGE_BYTES, TopicSpec
+
+# (key, value), or (key, value, headers) for headers of its own
+Record = tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+
+
+@asynccontextmanager
+async def admin(bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
+    client = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+    await client.start()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def create_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]:
+    """Create the missing topics; an existing one is left as it is, and a partition count that
+    differs from its spec is reported. One line per topic saying what happened."""
+    report = []
+    async with admin(bootstrap) as client:
+        existing = set(await client.list_topics())
+        for spec in specs:
+            if spec.name not in existing:
+                try:
+                    await client.create_topics([NewTopic(spec.name, spec.partitions, spec.replication,
+                                                         topic_configs=spec.config)])
+                    report.append(f"created {spec.name} ({spec.partitions} partitions)")
+                    continue
+                except TopicAlreadyExistsError:
+                    pass
+            described = await client.describe_topics([spec.name])
+            count = len(described[0]["partitions"])
+            note = "" if count == spec.partitions else f" -- configured {spec.partitions}, left unchanged"
+            report.append(f"exists  {spec.name} ({count} partitions){note}")
+    return report
+
+
+async def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
+    """Best effort: a topic already gone is no error."""
+    async with admin(bootstrap) as client:
+        try:
+            await client.delete_topics(list(names))
+        except Exception:
+            pass
+
+
+async def delete_groups(bootstrap: str, groups: Iterable[str]) -> None:
+    """Best effort (aiokafka's admin client has no public call for DeleteGroups, API 42)."""
+    async with admin(bootstrap) as client:
+        for group in groups:
+            try:
+                node = await client.find_coordinator(group)
+                await client._send_request(DeleteGroupsRequest([group]), node_id=node)
+            except Exception:
+                pass
+
+
+class CommittedOffsets:
+    """A consumer group's committed offsets of one topic, read without joining the group."""
+
+    def __init__(self, client: AIOKafkaAdminClient, group: str, topic: str) -> None:
+        self.client, self.group, self.topic = client, group, topic
+        self._coordinator: int | None = None
+
+    async def read(self) -> dict[int, int]:
+        if self._coordinator is None:
+            self._coordinator = await self.client.find_coordinator(self.group)
+        offsets = await self.client.list_consumer_group_offsets(self.group, self._coordinator)
+        return {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == self.topic and meta.offset >= 0}
+
+
+async def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """Every partition's committed offset, 0 where nothing is committed."""
+    async with admin(bootstrap) as client:
+        found = await CommittedOffsets(client, group, topic).read()
+    return {p: found.get(p, 0) for p in range(partitions)}
+
+
+async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: offset for tp, offset in (await consumer.end_offsets(tps)).items()}
+    finally:
+        await consumer.stop()
+
+
+async def produce(bootstrap: str, topic: str, records: Iterable[Record], *,
+                  headers: list[tuple[str, bytes]] | None = None, timestamps: Sequence[int] | None = None,
+                  linger_ms: int = 5, max_batch_size: int = 16 * 1024) -> list[tuple[int, int]]:
+    """Send ``records`` in order with acks=all and an idempotent producer (so per-partition
+    order holds); wait for every acknowledgement; return each record's (partition, offset).
+    ``headers`` go on every record that brings none of its own."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                                linger_ms=linger_ms, max_batch_size=max_batch_size,
+                                max_request_size=EVENT_MAX_MESSAGE_BYTES)
+    await producer.start()
+    try:
+        pending = []
+        for i, (key, value, *own) in enumerate(records):
+            pending.append(await producer.send(topic, value=value, key=key, headers=own[0] if own else headers,
+                                               timestamp_ms=timestamps[i] if timestamps is not None else None))
+        return [(meta.partition, meta.offset) for meta in await asyncio.gather(*pending)]
+    finally:
+        await producer.stop()

@@ -1,0 +1,110 @@
+"""Statements on ``t_idem``, the steps' state machine. Each write repeats its rule as a
+SQL condition (status, attempt, owner, lease), so the database refuses a move the
+state machine forbids even if the caller asked for it; the fencing token is ``attempt``."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Sequence
+
+from app.adapters.mysql.sql import Execute, Sql, marks
+from app.pipeline.errors import Conflict
+from app.pipeline.model import FailRow, IdemRow, NewRow, Reclaim
+from app.pipeline.ports import Finished
+from app.pipeline.states import IdemStatus
+
+PENDING, DONE, FAILED = int(IdemStatus.PENDING), int(IdemStatus.DONE), int(IdemStatus.FAILED)
+
+
+async def read(execute: Execute, keys: Sequence[str], part_dates: Sequence[date]) -> dict[str, IdemRow]:
+    """The rows of ``keys``, locked. The lease is compared with the database clock, which also wrote it."""
+    if not keys:
+        return {}
+    sql = Sql()
+    result = await execute(
+        "SELECT biz_key, status, attempt, owner, idem_token, payload_hash, outcome, last_err, "
+        "COALESCE(lease_until < NOW(3), 1), "
+        "COALESCE(TIMESTAMPDIFF(MICROSECOND, NOW(3), lease_until), 0) "
+        f"FROM t_idem WHERE biz_key IN ({sql.list(keys)}) AND part_date IN ({sql.list(part_dates)}) "
+        "FOR UPDATE", sql.params)
+    return {row[0]: IdemRow(row[0], IdemStatus(row[1]), row[2], row[3], row[4], row[5], row[6], row[7],
+                            bool(row[8]), max(row[9], 0) / 1e6)
+            for row in result}
+
+
+async def insert(execute: Execute, rows: Sequence[NewRow], *, owner: str, lease_us: int) -> None:
+    """A plain INSERT: a key someone else inserted meanwhile fails the whole transaction
+    (1062), and the re-run reads it."""
+    sql = Sql()
+    lease = f"NOW(3) + INTERVAL {lease_us} MICROSECOND"
+    values = ", ".join(
+        f"({sql.lit(row.biz_key)}, {sql.lit(row.part_date)}, {sql.lit(row.step)}, {int(row.status)}, 1, "
+        f"{sql.lit(owner)}, {lease if row.status is IdemStatus.PENDING else 'NULL'}, "
+        f"{sql.lit(row.idem_token)}, {sql.lit(row.payload_hash)}, {sql.lit(row.outcome)}, NOW(3), NOW(3))"
+        for row in rows)
+    await execute(
+        "INSERT INTO t_idem (biz_key, part_date, step, status, attempt, owner, lease_until, idem_token, "
+        f"payload_hash, outcome, gmt_create, gmt_modified) VALUES {values}", sql.params)
+
+
+async def reclaim(execute: Execute, reclaims: Sequence[Reclaim], *, owner: str, lease_us: int) -> None:
+    """Fenced: only rows still pending at the attempt read, whose lease ran out or is ours.
+    ``attempt + 1`` is the new fencing token. Fewer rows than asked: :class:`Conflict`."""
+    sql = Sql()
+    keys = [r.biz_key for r in reclaims]
+    result = await execute(
+        f"UPDATE t_idem SET attempt = attempt + 1, owner = {sql.lit(owner)}, outcome = NULL, "
+        f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) "
+        f"WHERE biz_key IN ({sql.list(keys)}) "
+        f"AND part_date IN ({sql.list(sorted({r.part_date for r in reclaims}))}) "
+        f"AND status = {PENDING} "
+        f"AND (biz_key, attempt) IN ({', '.join(sql.tuple(r.biz_key, r.attempt) for r in reclaims)}) "
+        f"AND (lease_until < NOW(3) OR owner = {sql.lit(owner)})", sql.params)
+    if result.rowcount != len(keys):
+        raise Conflict(f"re-claimed {result.rowcount} of {len(keys)} rows")
+
+
+async def fail(execute: Execute, row: FailRow, *, owner: str | None = None) -> bool:
+    """pending -> failed, fenced on the attempt (and the owner, in T3). True if it is so now.
+
+    In T3 a re-run after a lost commit may find the row already where it would put it:
+    that counts as its own."""
+    fence = "biz_key = %s AND part_date = %s AND attempt = %s" + (" AND owner = %s" if owner else "")
+    where = [row.biz_key, row.part_date, row.attempt] + ([owner] if owner else [])
+    result = await execute(
+        f"UPDATE t_idem SET status = {FAILED}, outcome = %s, last_err = %s, lease_until = NULL, "
+        f"gmt_modified = NOW(3) WHERE {fence} AND status = {PENDING}", [row.reason, row.message[:512], *where])
+    if result.rowcount == 1 or owner is None:
+        return result.rowcount == 1
+    again = await execute(f"SELECT 1 FROM t_idem WHERE {fence} AND status = {FAILED} AND outcome = %s",
+                          [*where, row.reason])
+    return again.first() is not None
+
+
+async def note(execute: Execute, item: Finished, note: str, *, owner: str) -> bool:
+    """A pending row stays pending; its outcome says why (``effect_not_delivered`` when the call
+    surely did not happen, so that even a non-idempotent effect may be claimed again)."""
+    job = item.job
+    result = await execute(
+        "UPDATE t_idem SET outcome = %s, last_err = %s, gmt_modified = NOW(3) WHERE biz_key = %s "
+        f"AND part_date = %s AND status = {PENDING} AND owner = %s AND attempt = %s",
+        [note, str(item.error)[:512], job.biz_key, job.part_date, owner, job.attempt])
+    return result.rowcount == 1
+
+
+async def mark_done(execute: Execute, outcome: str, items: Sequence[Finished], *, owner: str) -> set[str]:
+    """pending -> done for calls that succeeded, fenced on (owner, attempt); the keys that are ours."""
+    keys = [f.job.biz_key for f in items]
+    pairs = [v for f in items for v in (f.job.biz_key, f.job.attempt)]
+    dates = sorted({f.job.part_date for f in items})
+    fence = (f"biz_key IN ({marks(len(keys))}) AND part_date IN ({marks(len(dates))}) "
+             f"AND owner = %s AND (biz_key, attempt) IN ({marks(len(keys), '(%s, %s)')})")
+    result = await execute(
+        f"UPDATE t_idem SET status = {DONE}, outcome = %s, last_err = NULL, lease_until = NULL, "
+        f"gmt_modified = NOW(3) WHERE {fence} AND status = {PENDING}", [outcome, *keys, *dates, owner, *pairs])
+    if result.rowcount == len(keys):
+        return set(keys)
+    # Some leases were lost (or a lost commit moved them already): find the rows that are ours.
+    rows = await execute(f"SELECT biz_key FROM t_idem WHERE {fence} AND status = {DONE} AND outcome = %s",
+                         [*keys, *dates, owner, *pairs, outcome])
+    return {row[0] for row in rows}

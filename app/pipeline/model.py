@@ -1,0 +1,132 @@
+"""The records the pipeline reads and writes: orders, ``t_idem`` rows, and what the
+first transaction (T1) decides for a batch. Plain data; the rules live in
+``states`` (what may move where), ``steps`` (what each event does) and ``plan``
+(the decision)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from datetime import date
+from typing import TYPE_CHECKING
+
+from app.pipeline.errors import PipelineError
+from app.pipeline.outcomes import Outcome
+from app.pipeline.states import IdemStatus, OrderStatus
+
+if TYPE_CHECKING:
+    from app.pipeline.steps import Effect
+
+NOT_DELIVERED = "effect_not_delivered"   # t_idem.outcome of a pending row whose last call surely did not happen
+STALE = Outcome.STALE.value              # t_idem.outcome of an effect never called: its order moved past it
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """A ``t_order`` row. The fields between ``status`` and ``has_dead_letters`` are the
+    order's data: local steps copy event fields onto them (``steps.LocalStep.sets``)."""
+
+    order_no: str
+    status: OrderStatus
+    amount_cents: int | None = None
+    phone: str | None = None
+    address: str | None = None
+    paid_cents: int | None = None
+    cancel_reason: str | None = None
+    has_dead_letters: bool = False        # a dead letter of this order awaits the order's next move
+
+
+ORDER_DATA: tuple[str, ...] = tuple(f.name for f in fields(Order)
+                                    if f.name not in ("order_no", "status", "has_dead_letters"))
+
+
+@dataclass(frozen=True, slots=True)
+class IdemRow:
+    """A ``t_idem`` row as T1 reads it; ``expired`` and ``remaining`` use the database clock."""
+
+    biz_key: str
+    status: IdemStatus
+    attempt: int
+    owner: str | None
+    idem_token: str | None
+    payload_hash: str
+    outcome: str | None
+    last_err: str | None
+    expired: bool
+    remaining: float
+
+
+@dataclass(frozen=True, slots=True)
+class NewRow:
+    """A ``t_idem`` row to insert: a done local step, a freshly claimed effect, or a stale one."""
+
+    biz_key: str
+    part_date: date
+    step: str
+    status: IdemStatus
+    payload_hash: str
+    idem_token: str | None = None
+    outcome: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """An existing pending row to claim again: attempt + 1, fenced on the attempt read."""
+
+    biz_key: str
+    part_date: date
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailRow:
+    """A pending row to move to failed in T1 (fenced on the attempt read)."""
+
+    biz_key: str
+    part_date: date
+    attempt: int
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class EffectJob:
+    """One external call to make after T1, with the token persisted in T1."""
+
+    index: int            # position of the event in the batch
+    order_no: str
+    biz_key: str
+    part_date: date
+    step: str
+    effect: Effect
+    token: str
+    attempt: int          # the fencing token: T3 matches only this attempt
+    request: dict
+    target: OrderStatus   # the order state the call is for; past it, the call is stale
+
+
+@dataclass(slots=True)
+class EventPlan:
+    """What T1 decided for one event."""
+
+    outcome: Outcome | None = None        # when nothing is left to do
+    error: PipelineError | None = None
+    deferred: bool = False
+    jobs: list[EffectJob] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class BatchPlan:
+    events: list[EventPlan]
+    orders: dict[str, Order] = field(default_factory=dict)        # final state of changed orders
+    new_orders: set[str] = field(default_factory=set)
+    inserts: list[NewRow] = field(default_factory=list)
+    reclaims: list[Reclaim] = field(default_factory=list)
+    fails: list[FailRow] = field(default_factory=list)
+    # Orders moved here that have dead letters from earlier batches: those letters
+    # now have later events that ran after them (``t_compensation.may_be_superseded``).
+    superseding: set[str] = field(default_factory=set)
+    batch_keys: set[str] = field(default_factory=set)     # their events' local keys here: not overtaken by themselves
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.orders or self.inserts or self.reclaims or self.fails)

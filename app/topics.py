@@ -1,0 +1,34 @@
+"""The topics: their names come from settings, their sizes and configs from here.
+
+Every record ``order-event`` accepts must fit on the dead-letter topic too, with the
+dead-letter headers on top: the dead-letter topic allows 1 MiB more (and records too
+big even for that go there truncated, see ``app.adapters.kafka_dlq``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.settings import Settings
+
+EVENT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+DLQ_MAX_MESSAGE_BYTES = EVENT_MAX_MESSAGE_BYTES + 1024 * 1024
+DLQ_RETENTION_MS = 30 * 24 * 3600 * 1000      # dead letters wait for people: 30 days
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication: int
+    config: dict[str, str]
+
+
+def topic_specs(settings: Settings, *, events: str | None = None, dlq: str | None = None) -> list[TopicSpec]:
+    """``order-event`` and ``order-event-dlq`` as the settings want them (other names for tests)."""
+    return [
+        TopicSpec(events or settings.order_event_topic, settings.order_event_partitions, settings.topic_replication,
+                  {"max.message.bytes": str(EVENT_MAX_MESSAGE_BYTES)}),
+        TopicSpec(dlq or settings.dlq_topic, settings.dlq_partitions, settings.topic_replication,
+                  {"retention.ms": str(DLQ_RETENTION_MS), "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)}),
+    ]

@@ -1,0 +1,58 @@
+"""The processor's scenario table (``tests/support/scenarios.py``) on MariaDB: the same
+scenarios the in-memory store passes in ``tests/unit/test_processor_scenarios.py``, so
+the fake's rules are checked against the real ones."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.adapters.mysql import MySqlStore
+from app.db import create_engine
+from tests.support.scenarios import SCENARIOS, Harness, MemoryEffects
+
+pytestmark = pytest.mark.integration
+
+
+class MySqlHarness(Harness):
+    def __init__(self, settings, db) -> None:
+        self.db = db
+        self.engine = create_engine(settings, url=db.url)
+        self.store = MySqlStore(self.engine)
+        self.effects = MemoryEffects(self.wait)
+
+    def clock(self):
+        return time.monotonic
+
+    async def pass_time(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def wait(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    def _one(self, sql: str, *args) -> dict | None:
+        rows = self.db.query(sql, *args)
+        return rows[0] if rows else None
+
+    def idem(self, key: str) -> dict | None:
+        return self._one("SELECT * FROM t_idem WHERE biz_key = %s", key)
+
+    def order(self, order: str) -> dict | None:
+        return self._one("SELECT * FROM t_order WHERE order_no = %s", order)
+
+    def receipt(self, order: str) -> dict | None:
+        return self._one("SELECT * FROM t_waybill_receipt WHERE order_no = %s", order)
+
+    def ledger(self, topic: str) -> list[dict]:
+        return self.db.query("SELECT * FROM t_compensation WHERE src_topic = %s", topic)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+async def test_scenario_on_mariadb(scenario, settings, scratch_db):
+    harness = MySqlHarness(settings, scratch_db)
+    try:
+        await scenario(harness)
+    finally:
+        await harness.engine.dispose()

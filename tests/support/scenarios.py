@@ -1,0 +1,289 @@
+"""One table of the processor's scenarios, run on both stores: the in-memory one
+(``tests/unit/test_processor_scenarios.py``, no MariaDB, milliseconds) and MariaDB
+(``tests/integration/test_store_scenarios.py``). The memory store is trusted in unit
+tests only because it passes the same table as the real one.
+
+A scenario is an ``async def`` taking a harness: processors, an in-memory effect
+client (a logistics API that deduplicates by token, an SMS gateway that does not),
+a clock (``pass_time``: the memory store's, or real seconds), and reads of the rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Awaitable, Callable
+
+from app.pipeline.errors import (ClaimExpiring, EffectUnavailable, LeaseHeld, PayloadMismatch, PipelineError,
+                                 UnknownOutcomeNonIdempotent)
+from app.pipeline.events import EventType
+from app.pipeline.model import EffectJob
+from app.pipeline.outcomes import Outcome
+from app.pipeline.ports import DeadLetter, Finished, Receipt, SourceRecord
+from app.pipeline.processor import Processor
+from app.pipeline.states import IdemStatus, OrderStatus
+from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, EffectStep, LocalStep, Pipeline
+from tests.support.events import order_no
+from tests.support.pipeline import ev
+
+_owners = itertools.count(1)
+
+
+class Fault:
+    """What the next call of an effect does instead of succeeding."""
+
+    def __init__(self, error: PipelineError, *, after_work: bool = False) -> None:
+        self.error, self.after_work = error, after_work
+
+
+class MemoryEffects:
+    """The ``EffectClient`` port in memory: waybills deduplicated by token, SMS counted."""
+
+    def __init__(self, wait: Callable[[float], Awaitable[None]]) -> None:
+        self.wait = wait                                          # a call that takes time waits on the harness's clock
+        self.faults: dict[str, list[Fault]] = {"waybill": [], "sms": []}
+        self.delay: dict[str, float] = {}
+        self.calls: list[tuple[str, str, str]] = []              # (effect, order_no, token)
+        self.waybill_by_token: dict[str, str] = {}
+        self.sent: Counter = Counter()                            # work actually done, per (effect, order_no)
+        self.in_flight: Counter = Counter()
+        self.peak_in_flight = 0
+        self._serial = itertools.count(1)
+
+    async def call(self, job: EffectJob) -> Receipt:
+        name = job.effect.name
+        self.calls.append((name, job.order_no, job.token))
+        self.in_flight[job.biz_key] += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight[job.biz_key])
+        try:
+            if self.delay.get(name):
+                await self.wait(self.delay[name])
+            fault = self.faults[name].pop(0) if self.faults[name] else None
+            if fault is not None and not fault.after_work:
+                raise fault.error
+            receipt = self._work(job)
+            if fault is not None:
+                raise fault.error
+            return receipt
+        finally:
+            self.in_flight[job.biz_key] -= 1
+
+    def _work(self, job: EffectJob) -> Receipt:
+        if job.effect.name == "waybill":
+            if job.token not in self.waybill_by_token:
+                self.waybill_by_token[job.token] = f"WB{next(self._serial):08d}"
+                self.sent["waybill", job.order_no] += 1
+            return Receipt(reference=self.waybill_by_token[job.token])
+        self.sent["sms", job.order_no] += 1
+        return Receipt(reference=f"SMS{next(self._serial):08d}")
+
+
+class Harness:
+    """What a scenario sees; ``MemoryHarness`` and ``MySqlHarness`` fill it in."""
+
+    effects: MemoryEffects
+
+    def new_store(self):
+        raise NotImplementedError
+
+    def clock(self) -> Callable[[], float]:
+        raise NotImplementedError
+
+    async def pass_time(self, seconds: float) -> None:
+        """Let ``seconds`` go by (the memory store's clock moves; MariaDB's just runs)."""
+        raise NotImplementedError
+
+    async def wait(self, seconds: float) -> None:
+        """Wait until ``seconds`` have gone by (on the memory clock: until somebody moves it)."""
+        raise NotImplementedError
+
+    def idem(self, key: str) -> dict | None:
+        raise NotImplementedError
+
+    def order(self, order: str) -> dict | None:
+        raise NotImplementedError
+
+    def receipt(self, order: str) -> dict | None:
+        raise NotImplementedError
+
+    def ledger(self, topic: str) -> list[dict]:
+        raise NotImplementedError
+
+    def processor(self, *, lease: float = 30.0, owner: str | None = None, lease_check: bool = True,
+                  store=None) -> Processor:
+        return Processor(store or self.store, self.effects, owner=owner or f"scenario-{next(_owners)}/main/x",
+                         lease_seconds=lease, effect_concurrency=64, effect_timeout=1.0 if lease_check else 0.0,
+                         clock=self.clock())
+
+    async def paid(self, p: Processor, n: int = 1) -> list[str]:
+        orders = [order_no(prefix="SCN") for _ in range(n)]
+        results = await p.run([ev(o, t) for o in orders for t in ("ORDER_CREATED", "ORDER_PAID")])
+        assert all(r.outcome is Outcome.APPLIED for r in results), results
+        return orders
+
+
+def key(order: str, type_: str, step: str) -> str:
+    return f"{order}:{type_}:{step}"
+
+
+@contextmanager
+def declared(event_type: EventType, pipeline: Pipeline):
+    """Run with ``pipeline`` declared for ``event_type``, as a future step list might."""
+    before = PIPELINES[event_type]
+    PIPELINES[event_type] = pipeline
+    try:
+        yield
+    finally:
+        PIPELINES[event_type] = before
+
+
+# -- the scenarios ------------------------------------------------------------------------
+
+async def a_stalled_owner_is_fenced_out_by_attempt(h: Harness) -> None:
+    """A claims with a 0.3 s lease and stalls in its call past it; B claims again
+    (attempt 2, same token) and finishes; A's T3 matches nothing: superseded."""
+    a = h.processor(lease=0.3, owner="a/main/1", lease_check=False)
+    b = h.processor(lease=30, owner="b/main/1")
+    [order] = await h.paid(a)
+    confirm = ev(order, "ORDER_CONFIRM")
+    h.effects.delay["waybill"] = 1.0
+    first = asyncio.create_task(a.run([confirm]))
+    while not h.effects.calls:                                     # A is in its call (1 s)...
+        await asyncio.sleep(0.01)
+    h.effects.delay.clear()
+    await h.pass_time(0.6)                                         # ...past its lease (0.3 s)
+    [second] = await b.run([confirm])
+    await h.pass_time(0.6)                                         # A's call ends
+    [stale] = await first
+    assert (stale.outcome, second.outcome) == (Outcome.SUPERSEDED, Outcome.APPLIED)
+    row = h.idem(key(order, "ORDER_CONFIRM", "issue_waybill"))
+    assert (row["status"], row["attempt"], row["owner"]) == (IdemStatus.DONE, 2, "b/main/1")
+    assert h.receipt(order)["attempt"] == 2
+    assert h.effects.sent["waybill", order] == 1 and len({c[2] for c in h.effects.calls if c[1] == order}) == 1
+
+
+async def a_live_lease_is_not_taken(h: Harness) -> None:
+    a = h.processor(owner="a/main/2")
+    b = h.processor(owner="b/main/2")
+    [order] = await h.paid(a)
+    h.effects.faults["waybill"].append(Fault(EffectUnavailable("503")))
+    [first] = await a.run([ev(order, "ORDER_CONFIRM")])
+    assert isinstance(first.error, EffectUnavailable)
+    [other] = await b.run([ev(order, "ORDER_CONFIRM")])
+    assert isinstance(other.error, LeaseHeld) and other.error.wait_seconds > 0
+    [again] = await a.run([ev(order, "ORDER_CONFIRM")])            # its own lease: renewed
+    assert again.outcome is Outcome.APPLIED
+    tokens = {c[2] for c in h.effects.calls if c[1] == order}
+    assert len(tokens) == 1 and h.effects.sent["waybill", order] == 1
+
+
+async def a_skipped_call_is_noted_and_made_on_the_retry(h: Harness) -> None:
+    """Two effects of one event, the first fails: the second was never called, T3 says
+    so (effect_not_delivered), and the re-run sends even the SMS, once."""
+    two_effects = Pipeline(LocalStep("mark_cancelled", OrderStatus.CANCELLED, sets={"cancel_reason": "reason"}),
+                           effects=(EffectStep("recall_parcel", ISSUE_WAYBILL), EffectStep("send_cancel_sms", SEND_SMS)))
+    with declared(EventType.CANCEL, two_effects):
+        p = h.processor()
+        [order] = await h.paid(p)
+        h.effects.faults["waybill"].append(Fault(EffectUnavailable("503")))
+        [first] = await p.run([ev(order, "ORDER_CANCEL")])
+        assert isinstance(first.error, EffectUnavailable)
+        row = h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))
+        assert (row["status"], row["outcome"]) == (IdemStatus.PENDING, "effect_not_delivered")
+        [second] = await p.run([ev(order, "ORDER_CANCEL")])
+        assert second.outcome is Outcome.APPLIED and h.effects.sent["sms", order] == 1
+
+
+async def an_sms_with_an_unknown_outcome_is_never_sent_again(h: Harness) -> None:
+    p = h.processor()
+    [order] = await h.paid(p)
+    h.effects.faults["sms"].append(Fault(UnknownOutcomeNonIdempotent("reset after sending"), after_work=True))
+    [first] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert first.error.reason == "unknown_outcome_non_idempotent" and not first.error.retriable
+    [again] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert again.error.reason == "unknown_outcome_non_idempotent"
+    assert h.effects.sent["sms", order] == 1 and sum(c[0] == "sms" for c in h.effects.calls) == 1
+    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["status"] == IdemStatus.FAILED
+
+
+async def a_pending_waybill_of_a_cancelled_order_is_stale(h: Harness) -> None:
+    p = h.processor()
+    [order] = await h.paid(p)
+    h.effects.faults["waybill"].append(Fault(EffectUnavailable("503")))
+    await p.run([ev(order, "ORDER_CONFIRM")])
+    [cancel] = await p.run([ev(order, "ORDER_CANCEL")])
+    [confirm] = await p.run([ev(order, "ORDER_CONFIRM")])
+    assert cancel.outcome is Outcome.APPLIED and confirm.outcome is Outcome.STALE
+    row = h.idem(key(order, "ORDER_CONFIRM", "issue_waybill"))
+    assert (row["status"], row["outcome"]) == (IdemStatus.FAILED, "stale")
+    assert sum(c[0] == "waybill" for c in h.effects.calls) == 1 and h.order(order)["status"] == OrderStatus.CANCELLED
+
+
+async def a_claim_without_enough_lease_left_is_not_called(h: Harness) -> None:
+    """The lease is checked right before the call, on the processor's clock from T1."""
+    p = h.processor(lease=1.5)                                       # a call may take 1 s
+    [order] = await h.paid(p)
+
+    class Slow(Processor):
+        async def _t2(self, jobs, claimed_at):
+            await h.pass_time(0.8)                                   # e.g. waiting for a concurrency slot
+            return await super()._t2(jobs, claimed_at)
+
+    slow = Slow(p.store, h.effects, owner=p.owner, lease_seconds=1.5, effect_concurrency=1, effect_timeout=1.0,
+                clock=h.clock())
+    [first] = await slow.run([ev(order, "ORDER_CONFIRM")])
+    assert isinstance(first.error, ClaimExpiring) and h.effects.calls == []
+    assert h.idem(key(order, "ORDER_CONFIRM", "issue_waybill"))["outcome"] == "effect_not_delivered"
+    [second] = await p.run([ev(order, "ORDER_CONFIRM")])
+    assert second.outcome is Outcome.APPLIED and h.effects.sent["waybill", order] == 1
+
+
+async def a_t3_run_twice_counts_its_own_rows_and_writes_one_receipt(h: Harness) -> None:
+    """The commit of a T3 was lost, so it runs again with the same outcomes."""
+    p = h.processor()
+    [order] = await h.paid(p)
+    plan = await p.store.in_transaction(lambda tx: p._t1(tx, [ev(order, "ORDER_CONFIRM")]))
+    [job] = plan.events[0].jobs
+    finished = [Finished(job, receipt=Receipt(reference="WB-1"))]
+    for _ in range(2):
+        owned = await p.store.in_transaction(lambda tx: tx.finish_effects(finished, owner=p.owner))
+        assert owned == {job.biz_key}
+    assert h.receipt(order)["waybill_no"] == "WB-1"
+    assert h.idem(job.biz_key)["status"] == IdemStatus.DONE
+
+
+async def a_replayed_batch_is_all_duplicates_and_a_new_payload_is_refused(h: Harness) -> None:
+    p = h.processor()
+    orders = await h.paid(p, 3)
+    again = await p.run([ev(o, "ORDER_CREATED") for o in orders])
+    assert [r.outcome for r in again] == [Outcome.DUPLICATE] * 3
+    [other] = await p.run([ev(orders[0], "ORDER_PAID", data={"amount_cents": 1})])
+    assert isinstance(other.error, PayloadMismatch)
+
+
+async def the_ledger_keeps_one_row_per_record_and_flags_overtaken_letters(h: Harness) -> None:
+    p = h.processor()
+    [order] = await h.paid(p)
+    topic = f"scenario-{order}"[:60]
+    record = SourceRecord(topic, 0, 7, 1000, order.encode(), b"{}")
+    letter = DeadLetter(record=record, reason="effect_unavailable", message="503", retriable=True, attempts=4,
+                        first_failure_at=datetime.now(timezone.utc), order_no=order,
+                        biz_key=key(order, "ORDER_CONFIRM", "mark_confirmed"))
+    for group in ("g1", "g1", "g2"):
+        await p.store.in_transaction(lambda tx: tx.record_dead_letters([letter], group=group))
+    assert sorted(row["may_be_superseded"] for row in h.ledger(topic)) == [0, 0]
+    await p.run([ev(order, "ORDER_CANCEL")])                           # a later batch moves the order
+    assert sorted(row["may_be_superseded"] for row in h.ledger(topic)) == [1, 1]
+    assert not h.order(order)["has_dead_letters"]
+
+
+SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken,
+             a_skipped_call_is_noted_and_made_on_the_retry, an_sms_with_an_unknown_outcome_is_never_sent_again,
+             a_pending_waybill_of_a_cancelled_order_is_stale, a_claim_without_enough_lease_left_is_not_called,
+             a_t3_run_twice_counts_its_own_rows_and_writes_one_receipt,
+             a_replayed_batch_is_all_duplicates_and_a_new_payload_is_refused,
+             the_ledger_keeps_one_row_per_record_and_flags_overtaken_letters]
+

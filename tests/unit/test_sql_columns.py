@@ -1,0 +1,49 @@
+"""Every table and column the MySQL adapter's SQL names exists in ``tables/``, so a rename
+there cannot silently break a statement here (the statements are written out by hand,
+for one round trip per table and batch)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from app.pipeline.model import ORDER_DATA
+from tables import metadata
+
+ADAPTER = Path(__file__).resolve().parents[2] / "app" / "adapters" / "mysql"
+SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|WHERE|SET|VALUES|FROM|AND|IN|IF|ON)\b")
+IDENTIFIER = re.compile(r"(?<![%'\w])[a-z_][a-z0-9_]*\b")
+KNOWN = {table.name for table in metadata.tables.values()} | {
+    column.name for table in metadata.tables.values() for column in table.columns}
+
+
+def sql_fragments(path: Path) -> list[str]:
+    """String constants (f-string parts included) that are SQL, not docstrings or messages."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and SQL_WORDS.search(node.value)]
+
+
+def unknown_names(fragments: list[str]) -> set[str]:
+    return {name for fragment in fragments for name in IDENTIFIER.findall(fragment)} - KNOWN
+
+
+def test_every_name_in_the_adapters_sql_is_a_table_or_column():
+    fragments = [f for path in sorted(ADAPTER.glob("*.py")) for f in sql_fragments(path)]
+    assert len(fragments) > 30, "the scan found too little SQL to be checking anything"
+    assert unknown_names(fragments) == set()
+
+
+def test_the_order_columns_written_from_the_model_exist():
+    assert set(ORDER_DATA) <= {column.name for column in metadata.tables["t_order"].columns}
+
+
+def test_a_renamed_column_is_caught():
+    assert unknown_names(["UPDATE t_idem SET statuz = %s WHERE biz_key = %s"]) == {"statuz"}
+    assert unknown_names(["SELECT biz_key FROM t_idemm WHERE status = 1"]) == {"t_idemm"}

@@ -24,10 +24,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench]'
 	touch $@
 
-test-tools: ## Debian's docker-compose (v1) to validate docker-compose.yml, kcat and Kafka's Java client to write what other clients write
+test-tools: ## from Debian: docker-compose (v1, validates docker-compose.yml), kcat, chromium (the console's browser test); Kafka's Java client
 	ops/services.sh jars
 	@missing=""; command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	  command -v kcat >/dev/null || missing="$$missing kcat"; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
 	  if [ -n "$$missing" ]; then echo "installing$$missing from Debian"; \
 	    sudo=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
 	    $$sudo apt-get update -qq >/dev/null && \

@@ -1,4 +1,4 @@
-"""The ``order-event`` agent: hand each batch to strategy D, record what happened.
+"""The ``order-event`` agent: hand each batch to the batch handler, record what happened.
 
 Faust facts this agent is built around (faust-streaming 0.15.3):
 
@@ -9,9 +9,8 @@ Faust facts this agent is built around (faust-streaming 0.15.3):
   would therefore ack, then commit, a batch that was never finished.
   So the body never raises for a record (the batch handler routes failures to
   the dead-letter topic), and if anything else escapes, the process stops with
-  ``os._exit`` before the generator can ack: Kafka delivers the batch again.
-  ``app.crash()`` or ``sys.exit`` are no good here: both end up closing the
-  generator, i.e. acking.
+  ``os._exit`` before the generator can ack (``app.exits``): Kafka delivers the
+  batch again.
 * With ``concurrency > 1`` actors share one queue and ack out of order, and the
   commit can jump over an unacked offset (faust-streaming#606, the ``> 1`` test
   in ``Consumer._new_offset``). Concurrency stays 1; we scale by partitions and
@@ -27,8 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import sys
 import time
 
 import faust
@@ -36,14 +33,13 @@ import faust
 from app import metrics
 from app.adapters.kafka_records import unreadable
 from app.bootstrap import Runtime
+from app.exits import stop_without_ack
 from app.faust_app import freeze_startup_objects
 from app.pipeline.batch import BatchReport
 from app.pipeline.ports import SourceRecord
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
-
-EXIT_NOT_ACKED = 70   # EX_SOFTWARE: stopped on purpose, the batch in flight was not committed
 
 
 def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Settings):
@@ -97,14 +93,3 @@ def _record(report: BatchReport, size: int, seconds: float, round_trips: int) ->
         metrics.RETRIES.labels(reason).inc(count)
     metrics.LEASE_WAITS.inc(report.lease_waits)
     metrics.INFRA_WAIT_SECONDS.inc(report.infra_wait_seconds)
-
-
-def stop_without_ack(exc: BaseException) -> None:
-    """Stop the process now: no ``finally``, no ack, no commit. A supervisor restarts it."""
-    log.critical("stopping the worker without committing the batch in flight (exit %d): %r",
-                 EXIT_NOT_ACKED, exc, exc_info=exc)
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(EXIT_NOT_ACKED)

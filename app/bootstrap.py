@@ -20,9 +20,14 @@ from app.adapters.effects.logistics import WaybillClient
 from app.adapters.effects.sms import SmsClient
 from app.adapters.kafka_dlq import KafkaDeadLetterSink
 from app.adapters.mysql import MySqlStore
+from app.adapters.mysql.compensations import MySqlLedger
+from app.adapters.mysql.leases import MySqlLeases
+from app.adapters.mysql.queries import Queries
 from app.chaos import cut_hook
 from app.db import create_engine
 from app.pipeline.batch import BatchHandler
+from app.pipeline.compensation import Backoff, Compensator
+from app.pipeline.outage import OutageGuard
 from app.pipeline.processor import Processor
 from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
 from app.settings import Settings
@@ -33,7 +38,9 @@ ClientFactory = Callable[[aiohttp.ClientSession, Settings], Client]
 EFFECT_CLIENTS: dict[str, ClientFactory] = {
     ISSUE_WAYBILL.name: lambda session, s: WaybillClient(session, base_url=s.logistics_url,
                                                          timeout_seconds=s.effect_timeout_seconds),
-    SEND_SMS.name: lambda session, s: SmsClient(session, base_url=s.sms_url, timeout_seconds=s.effect_timeout_seconds),
+    SEND_SMS.name: lambda session, s: SmsClient(session, base_url=s.sms_url, timeout_seconds=s.effect_timeout_seconds,
+                                                lookup=s.sms_lookup,
+                                                lookup_settle_seconds=s.sms_lookup_settle_seconds),
 }
 
 
@@ -45,11 +52,13 @@ class Runtime:
         EffectClients.check(self.client_factories)
         # A fresh incarnation id: a restarted worker never mistakes its
         # predecessor's claims for its own, and waits for their leases.
+        self.role = role
         self.owner = f"{settings.worker_id}/{role}/{uuid.uuid4().hex[:8]}"
         self._lock = asyncio.Lock()
         self._started = False
 
-    async def start(self) -> "Runtime":
+    async def start(self, *, kafka: bool = True) -> "Runtime":
+        """Open everything (``kafka=False``: all but the dead-letter producer, for commands)."""
         async with self._lock:
             if self._started:
                 return self
@@ -60,14 +69,21 @@ class Runtime:
                                     transaction_timeout=s.db_transaction_timeout_seconds)
             self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=s.effect_concurrency))
             self.effects = EffectClients({name: make(self.http, s) for name, make in self.client_factories.items()})
-            self.processor = Processor(self.store, self.effects, owner=self.owner, lease_seconds=s.lease_seconds,
-                                       effect_concurrency=s.effect_concurrency,
-                                       effect_timeout=s.effect_timeout_seconds, lease_margin=s.lease_margin_seconds,
-                                       on_cut=cut_hook(s.chaos_kill_at))
+            self.processor = self._processor(self.owner)
+            # The compensator's claims are its own: never mistaken for the main agent's lease.
+            self.compensator = Compensator(
+                self._processor(self.owner.replace(f"/{self.role}/", "/compensator/")), MySqlLedger(self.store),
+                group=s.app_id, lease_seconds=s.lease_seconds, max_event_bytes=s.max_event_bytes,
+                backoff=Backoff(s.compensation_backoff_seconds, s.compensation_backoff_max_seconds,
+                                s.compensation_max_attempts))
+            self.leases = MySqlLeases(self.store)
+            self.queries = Queries(self.store)
             self.dead_letters = KafkaDeadLetterSink(s.kafka_bootstrap, s.dlq_topic, s.app_id,
                                                     timeout_seconds=s.dlq_send_timeout_seconds,
                                                     truncate_bytes=s.dlq_truncate_bytes)
-            await self.dead_letters.start()
+            self._kafka = kafka
+            if kafka:
+                await self.dead_letters.start()
             self.batches = BatchHandler(
                 self.processor, self.store, self.dead_letters, group=s.app_id, worker_id=s.worker_id,
                 backoff=s.retry_backoff, max_event_bytes=s.max_event_bytes,
@@ -77,10 +93,25 @@ class Runtime:
             self._started = True
         return self
 
+    def _processor(self, owner: str) -> Processor:
+        s = self.settings
+        return Processor(self.store, self.effects, owner=owner, lease_seconds=s.lease_seconds,
+                         effect_concurrency=s.effect_concurrency, effect_timeout=s.effect_timeout_seconds,
+                         lease_margin=s.lease_margin_seconds, on_cut=cut_hook(s.chaos_kill_at))
+
+    async def kafka_ping(self) -> None:
+        rt = await self.start()
+        await rt.dead_letters.ping()
+
+    def guard(self) -> OutageGuard:
+        """A fresh budget for waiting out an unreachable database."""
+        return OutageGuard(self.settings.infra_retry_budget_seconds)
+
     async def stop(self) -> None:
         async with self._lock:
             if self._started:
-                await self.dead_letters.stop()
+                if self._kafka:
+                    await self.dead_letters.stop()
                 await self.http.close()
                 await self.engine.dispose()
                 self._started = False

@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import Callable
 
-CUTS = ("before_a", "a_b", "b_c", "after_c")
+CUTS = ("before_a", "a_b", "looked_up", "b_c", "after_c")
 log = logging.getLogger(__name__)
 
 

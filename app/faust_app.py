@@ -55,6 +55,12 @@ def order_event_topic(app: faust.App, settings: Settings) -> faust.TopicT:
                      value_serializer="raw", partitions=settings.order_event_partitions)
 
 
+def dead_letter_topic(app: faust.App, settings: Settings) -> faust.TopicT:
+    """``order-event-dlq``, read raw like ``order-event``."""
+    return app.topic(settings.dlq_topic, key_type=bytes, value_type=bytes, key_serializer="raw",
+                     value_serializer="raw", partitions=settings.dlq_partitions)
+
+
 def freeze_startup_objects() -> None:
     """Move everything alive after startup out of the garbage collector's sight.
 

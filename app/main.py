@@ -1,17 +1,21 @@
-"""The composition root: the Faust app, its topic, the runtime, and what runs on them.
+"""The composition root: the Faust app, its topics, the runtime, and what runs on them.
 
 Nothing here decides anything about events; it builds the pieces once and hands
-them to the agents and web views, which import neither this module nor each other.
+them to the agents, timers and web views, which import neither this module nor
+each other.
 """
 
 from __future__ import annotations
 
 import logging
 
+from agents import compensator as compensator_agent
 from agents import order_events as order_events_agent
 from app.bootstrap import Runtime
-from app.faust_app import create_app, order_event_topic
+from app.commands import dlq as dlq_command
+from app.faust_app import create_app, dead_letter_topic, order_event_topic
 from app.settings import get_settings
+from app.timers import compensation as compensation_timer
 from app.web import views
 
 settings = get_settings()
@@ -19,9 +23,14 @@ app = create_app(settings)
 logging.getLogger("app").setLevel(settings.log_level.upper())
 
 order_events = order_event_topic(app, settings)
+dead_letters = dead_letter_topic(app, settings)
 runtime = Runtime(settings)
 process_order_events = order_events_agent.register(app, order_events, runtime, settings)
-views.register(app, settings)
+if settings.compensator_enabled:
+    compensate_dead_letters = compensator_agent.register(app, dead_letters, runtime, settings)
+    run_due_compensations = compensation_timer.register(app, runtime, settings)
+views.register(app, runtime, settings)
+dlq_command.register(app, runtime, settings)
 
 
 @app.on_before_shutdown.connect

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     # -- external effects ---------------------------------------------------
     logistics_url: str = "http://127.0.0.1:8900"
     sms_url: str = "http://127.0.0.1:8900"
+    sms_lookup: bool = Field(
+        True, description="The gateway answers GET /v1/sms/{client_ref}: an SMS whose outcome is unknown is "
+                          "verified, not failed for a person to reconcile.")
+    sms_lookup_settle_seconds: float = Field(
+        30.0, ge=0, description="How long after an SMS call with an unknown outcome the gateway is asked: a "
+                                "request still on its way to it must have landed by then.")
     effect_timeout_seconds: float = Field(3.0, gt=0)
     effect_concurrency: int = Field(64, ge=1, description="Effect calls in flight per worker.")
     lease_seconds: float = Field(
@@ -98,9 +104,26 @@ class Settings(BaseSettings):
     dlq_retry_after_seconds: int = Field(
         60, ge=0, description="When a retriable dead letter becomes due for the compensator (next_retry_at).")
 
+    # -- compensation -------------------------------------------------------
+    compensator_enabled: bool = Field(True, description="Run the dead-letter agent and its timer in this worker.")
+    compensator_batch_size: int = Field(10, ge=1, le=10, description="Dead letters per compensator batch (<= 10).")
+    compensator_within_seconds: float = Field(1.0, gt=0)
+    compensation_backoff_seconds: float = Field(
+        60.0, gt=0, description="First wait before a dead letter is retried again; doubles per attempt.")
+    compensation_backoff_max_seconds: float = Field(3600.0, gt=0, description="The longest such wait.")
+    compensation_max_attempts: int = Field(
+        5, ge=1, description="Compensation attempts before a dead letter is left to a person (manual).")
+    compensation_timer_seconds: float = Field(
+        30.0, gt=0, description="How often one worker (a database lease) runs the dead letters that are due.")
+    stuck_pending_seconds: float = Field(
+        600.0, gt=0, description="A t_idem row pending longer than this is stuck (GET /idem/stuck/).")
+
     # -- web ----------------------------------------------------------------
     web_bind: str = "127.0.0.1"
     web_port: int = Field(6066, ge=1, le=65535)
+    web_token: SecretStr | None = Field(
+        None, description="Bearer token every POST must carry; without it, actions answer 403.")
+    web_max_body_bytes: int = Field(16 * 1024, ge=256, description="The largest request body a view reads.")
 
     log_level: str = "info"
     event_loop: Literal["uvloop", "asyncio"] = Field(
@@ -132,6 +155,8 @@ class Settings(BaseSettings):
         self._check_lease()
         self._check_timeouts()
         self._check_mysql_url()
+        if self.web_token is not None and not self.web_token.get_secret_value().strip():
+            self.web_token = None          # WEB_TOKEN="" is no token
         return self
 
     def _check_lease(self) -> None:

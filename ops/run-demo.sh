@@ -12,6 +12,8 @@ WEB_PORT="${WEB_PORT:-6066}"
 FAKES_PORT="${FAKES_PORT:-8900}"
 export LOGISTICS_URL="${LOGISTICS_URL:-http://127.0.0.1:$FAKES_PORT}"
 export SMS_URL="${SMS_URL:-http://127.0.0.1:$FAKES_PORT}"
+# The console's actions need a bearer token: one for this run unless you bring your own.
+export WEB_TOKEN="${WEB_TOKEN:-$("${VENV:-.venv}/bin/python" -c 'import secrets; print(secrets.token_urlsafe(18))')}"
 
 pids=()
 cleanup() {
@@ -42,9 +44,11 @@ wait_http "http://$WEB_BIND:$WEB_PORT/health" "the worker" "$LOGS/worker.log"
 "$BIN/python" -m app.demo --orders "${DEMO_ORDERS:-100}"
 cat <<MSG
 
-[run] worker up. Web views and metrics:
-        http://$WEB_BIND:$WEB_PORT/health
-        http://$WEB_BIND:$WEB_PORT/metrics
+[run] worker up.
+      console:               http://$WEB_BIND:$WEB_PORT/console/   (token for actions: $WEB_TOKEN)
+      compensation queue:    http://$WEB_BIND:$WEB_PORT/compensation/
+      health, readiness:     http://$WEB_BIND:$WEB_PORT/healthz  http://$WEB_BIND:$WEB_PORT/readyz
+      metrics:               http://$WEB_BIND:$WEB_PORT/metrics
       fake services ledger:  http://127.0.0.1:$FAKES_PORT/__ledger
       logs:                  $LOGS/worker.log, $LOGS/fakes.log
       Ctrl-C stops the worker and the fake services.

@@ -1,8 +1,8 @@
 """The tables. Statuses are small integers; their meaning lives in ``app.pipeline.states``."""
 
-from sqlalchemy import (BigInteger, Boolean, Column, Date, Index, Integer, MetaData, SmallInteger, String,
-                        Table, UniqueConstraint, text)
-from sqlalchemy.dialects.mysql import DATETIME
+from sqlalchemy import (BigInteger, Boolean, Column, Date, Index, Integer, MetaData, SmallInteger, String, Table,
+                        Text, UniqueConstraint, text)
+from sqlalchemy.dialects.mysql import DATETIME, MEDIUMBLOB
 
 metadata = MetaData()
 
@@ -84,7 +84,8 @@ t_compensation = Table(
     Column("order_no", String(64), nullable=True),
     Column("event_id", String(64), nullable=True),
     Column("biz_key", String(128), nullable=True),
-    Column("status", SmallInteger, nullable=False, comment="1 open, 2 retrying, 3 compensated, 4 manual, 5 discarded"),
+    Column("status", SmallInteger, nullable=False,
+           comment="1 open, 2 retrying, 3 compensated, 4 manual, 5 discarded, 6 superseded, 7 resolved"),
     Column("reason", String(64), nullable=False),
     Column("message", String(1024), nullable=True),
     Column("retriable", Boolean, nullable=False),
@@ -99,9 +100,47 @@ t_compensation = Table(
            comment="the record's timestamp in ms, -1 if it had none"),
     Column("truncated", Boolean, nullable=False, server_default=text("0"),
            comment="the dead-letter record carries only the start of the original"),
+    Column("record_key", MEDIUMBLOB, nullable=True, comment="the record's key as dead-lettered"),
+    Column("record_value", MEDIUMBLOB, nullable=True, comment="the record's value as dead-lettered"),
+    Column("record_headers", Text, nullable=True, comment="its own headers, JSON [[key, base64 value or null]]"),
+    Column("redrives", Integer, nullable=False, server_default=text("0"),
+           comment="times the compensator ran the event again"),
+    Column("owner", String(128), nullable=True, comment="who is working the row now (status 2)"),
+    Column("lease_until", DATETIME(fsp=3), nullable=True, comment="the claim of status 2 is exclusive until then"),
     UniqueConstraint("consumer_group", "src_topic", "src_partition", "src_offset", "src_timestamp",
                      name="uk_source"),
     Index("idx_status_next_retry", "status", "next_retry_at"),
     Index("idx_order_no", "order_no"),
+    Index("idx_status_id", "status", "id"),
+    Index("idx_reason_id", "reason", "id"),
+    **TABLE_ARGS,
+)
+
+# What happened to each ledger row, and who did it: every attempt of the compensator
+# and every action of a person (the console, the CLI), in order.
+t_compensation_audit = Table(
+    "t_compensation_audit",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("compensation_id", BigInteger, nullable=False),
+    Column("at", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("actor", String(128), nullable=False, comment="compensator, timer, web:<who>, cli:<who>"),
+    Column("action", String(32), nullable=False, comment="attempt, retry, resolve, discard, opened"),
+    Column("from_status", SmallInteger, nullable=True),
+    Column("to_status", SmallInteger, nullable=True),
+    Column("note", String(1024), nullable=True, comment="what the person wrote"),
+    Column("detail", String(1024), nullable=True, comment="what happened: an outcome or an error"),
+    Index("idx_compensation", "compensation_id", "id"),
+    **TABLE_ARGS,
+)
+
+# Named leases: one worker at a time runs a timer's work (``on_leader`` is no mutual exclusion).
+t_lease = Table(
+    "t_lease",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("owner", String(128), nullable=False),
+    Column("lease_until", DATETIME(fsp=3), nullable=False),
+    Column("gmt_modified", DATETIME(fsp=3), nullable=False, server_default=NOW3),
     **TABLE_ARGS,
 )

@@ -149,6 +149,10 @@ class KafkaDeadLetterSink:
     async def stop(self) -> None:
         await self._producer.stop()
 
+    async def ping(self) -> None:
+        """Raises unless the cluster answers a metadata request."""
+        await self._producer.client.fetch_all_metadata()
+
     def prepare(self, letters: Sequence[DeadLetter]) -> list[DeadLetter]:
         """The letters as they will be sent: ``truncated`` set where the record will be cut."""
         return [replace(letter, truncated=self._outgoing(letter).truncated) for letter in letters]

@@ -6,8 +6,10 @@ Contracts:
 * ``POST /v1/waybills`` with header ``Idempotency-Key`` and JSON
   ``{"order_no", "address"}`` -> ``201 {"waybill_no"}`` for a new key,
   ``200`` with the *same* waybill for a key seen before; ``400`` without a key.
-* ``POST /v1/sms`` with JSON ``{"phone", "text"}`` -> ``202 {"message_id"}``.
-  No idempotency key: every accepted call is one more SMS.
+* ``POST /v1/sms`` with JSON ``{"phone", "text", "client_ref"?}`` -> ``202 {"message_id"}``.
+  No idempotency key: every accepted call is one more SMS, whatever its client_ref.
+* ``GET /v1/sms/{client_ref}`` -> ``200 {"client_ref", "message_id", "status"}`` if a message
+  with that client_ref was ever accepted, ``404`` if not.
 
 Faults are injected per service through ``POST /__config`` (or ``--config``)::
 
@@ -63,6 +65,7 @@ class Faults:
     conflict_next: int = 0
     redirect_next: int = 0
     waybill_no_override: object = None
+    lookup_fail_next: int = 0
 
     def update(self, changes: dict) -> None:
         for name, value in changes.items():
@@ -77,6 +80,7 @@ class Ledger:
     waybill_by_key: dict[str, str] = field(default_factory=dict)
     waybills: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     sms: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
+    sms_by_ref: dict[str, str] = field(default_factory=dict)
     in_flight: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     peak_in_flight: int = 0
 
@@ -99,6 +103,7 @@ class FakeServices:
         app.add_routes([
             web.post("/v1/waybills", self.waybill),
             web.post("/v1/sms", self.sms),
+            web.get("/v1/sms/{client_ref}", self.sms_lookup),
             web.get("/__ledger", self.get_ledger),
             web.post("/__config", self.set_config),
             web.post("/__reset", self.reset),
@@ -196,10 +201,24 @@ class FakeServices:
             return response
         message_id = f"SMS{next(self._serial):010d}"
         self.ledger.sms[order_no].append({"message_id": message_id, **body})
+        if body.get("client_ref"):
+            self.ledger.sms_by_ref[body["client_ref"]] = message_id
         self._maybe_reset("sms", request)
         if (redirect := self._maybe_redirect("sms")) is not None:
             return redirect
         return web.json_response({"message_id": message_id}, status=202)
+
+    async def sms_lookup(self, request: web.Request) -> web.Response:
+        ref = request.match_info["client_ref"]
+        self.ledger.calls.append({"service": "sms_lookup", "client_ref": ref})
+        faults = self.faults["sms"]
+        if faults.lookup_fail_next > 0:
+            faults.lookup_fail_next -= 1
+            return web.json_response({"error": "injected failure"}, status=503)
+        message_id = self.ledger.sms_by_ref.get(ref)
+        if message_id is None:
+            return web.json_response({"error": f"no message with client_ref {ref}"}, status=404)
+        return web.json_response({"client_ref": ref, "message_id": message_id, "status": "accepted"})
 
     async def gone(self, request: web.Request) -> web.Response:
         return web.json_response({"error": "nothing here"}, status=404)

@@ -39,11 +39,12 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Awaitable, Callable, Sequence, TypeVar
+from typing import Awaitable, Callable, Sequence
 
 from app.pipeline import letters
-from app.pipeline.errors import Fatal, InternalError, LeaseHeld, MalformedEvent, PipelineError, StoreUnavailable
+from app.pipeline.errors import Fatal, InternalError, LeaseHeld, MalformedEvent, PipelineError
 from app.pipeline.events import OrderEvent, check_headers, decode
+from app.pipeline.outage import OutageGuard
 from app.pipeline.outcomes import Outcome
 from app.pipeline.plan import step_keys
 from app.pipeline.ports import DeadLetter, DeadLetterSink, SourceRecord, Store
@@ -51,7 +52,6 @@ from app.pipeline.processor import Processor, Result
 
 __all__ = ["BatchHandler", "BatchReport", "Fatal"]
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass
@@ -76,32 +76,6 @@ class _Item:
     def work(self) -> tuple[str, str]:
         """What the record asks for: two records with the same are one piece of work."""
         return step_keys(self.event)[0], self.event.payload_hash
-
-
-class _Outage:
-    """Wall-clock time the database has been unreachable, shared by every wait of a batch."""
-
-    def __init__(self, budget: float, clock: Callable[[], float], report: BatchReport) -> None:
-        self.budget = budget
-        self._clock = clock
-        self._report = report
-        self._since: float | None = None
-
-    def failed(self, exc: Exception) -> float:
-        """Seconds left of the budget; :class:`Fatal` when none are."""
-        now = self._clock()
-        if self._since is None:
-            self._since = now
-        down = now - self._since
-        if down >= self.budget:
-            self._report.infra_wait_seconds += down
-            raise Fatal(f"database unavailable for {down:.0f}s: {exc}") from exc
-        return self.budget - down
-
-    def recovered(self) -> None:
-        if self._since is not None:
-            self._report.infra_wait_seconds += self._clock() - self._since
-            self._since = None
 
 
 class BatchHandler:
@@ -159,7 +133,7 @@ class BatchHandler:
                 continue
             if result.error is not None:
                 item.attempts, item.first_failure = 1, letters.now()
-                if not result.error.retriable:
+                if not (result.error.retriable and result.error.retry_in_batch):
                     report.dead_letters.append(self._letter_for(item, result.error))
                     continue
             retry.append((item, result.error))
@@ -171,10 +145,11 @@ class BatchHandler:
             letters.flag_overtaken(report.dead_letters, {id(item.record): item.index for item in items},
                                    last_of_order)
             report.dead_letters = await letters.deliver(report.dead_letters, store=self.store, sink=self.sink,
-                                                        group=self.group, retry_after=self.dlq_retry_after,
-                                                        guard=run.guard)
+                                                        group=self.group, owner=self.processor.owner,
+                                                        retry_after=self.dlq_retry_after, guard=run.guard)
             report.outcomes[Outcome.DEAD_LETTER] += len(report.dead_letters)
             run.lap("dead_letters")
+        report.infra_wait_seconds = run.guard.waited
         return report
 
     def _letter(self, record: SourceRecord, error: PipelineError) -> DeadLetter:
@@ -193,28 +168,12 @@ class _Run:
         self.report = report
         self.started = self._mark = handler._clock()
         self.deadline = self.started + handler.deadline
-        self.outage = _Outage(handler.infra_budget, handler._clock, report)
+        self.guard = OutageGuard(handler.infra_budget, clock=handler._clock, sleep=handler._sleep)
 
     def lap(self, phase: str) -> None:
         now = self.h._clock()
         self.report.seconds[phase] = now - self._mark
         self._mark = now
-
-    async def guard(self, work: Callable[[], Awaitable[T]]) -> T:
-        """Run one database step; wait out an unreachable database, within the budget."""
-        delay = 0.5
-        while True:
-            try:
-                result = await work()
-            except StoreUnavailable as exc:
-                left = self.outage.failed(exc)
-                wait = min(delay, left)
-                log.warning("database unavailable (%s); waiting %.1fs", exc, wait)
-                await self.h._sleep(wait)
-                delay = min(delay * 2, 10.0)
-                continue
-            self.outage.recovered()
-            return result
 
     # -- phases ----------------------------------------------------------------
 
@@ -264,7 +223,8 @@ class _Run:
                 pass                                       # deferred in phase 1: not tried yet
             elif isinstance(error, LeaseHeld) and lease_waited < h.max_lease_wait:
                 wait, lease_wait = min(error.wait_seconds + 0.05, h.max_lease_wait - lease_waited), True
-            elif error.retriable and not isinstance(error, LeaseHeld) and retries < len(h.backoff):
+            elif error.retriable and error.retry_in_batch and not isinstance(error, LeaseHeld) \
+                    and retries < len(h.backoff):
                 wait = h.backoff[retries]
             else:
                 return None, error

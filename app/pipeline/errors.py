@@ -17,6 +17,9 @@ class PipelineError(Exception):
     # True when the external call surely did not take effect (never made, or refused
     # before doing anything): even a non-idempotent effect may then be called again.
     not_delivered: bool = False
+    # False when a retry may help, but not within the batch's seconds: the record is
+    # dead-lettered at once as retriable, and the compensator retries it later.
+    retry_in_batch: bool = True
 
     def __init__(self, message: str = "", *, reason: str | None = None) -> None:
         super().__init__(message or self.__class__.__doc__ or self.reason)
@@ -100,6 +103,16 @@ class UnknownOutcomeNonIdempotent(PipelineError):
     """A call without an idempotency key may or may not have taken effect; reconcile by hand."""
 
     reason = "unknown_outcome_non_idempotent"
+
+
+class EffectOutcomeUnknown(PipelineError):
+    """A call without an idempotency key may or may not have taken effect, and the service can be
+    asked: the retry looks it up before calling again, once a request still on its way to the
+    service has surely landed (the compensator's retry, not the batch's)."""
+
+    retriable = True
+    retry_in_batch = False
+    reason = "effect_outcome_unknown"
 
 
 class StoreUnavailable(PipelineError):

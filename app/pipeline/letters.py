@@ -37,8 +37,9 @@ def for_record(record: SourceRecord, error: PipelineError, *, attempts: int, fir
 def for_event(record: SourceRecord, event: OrderEvent, error: PipelineError, *, attempts: int, first: datetime,
               worker_id: str) -> DeadLetter:
     """A letter for an event the pipeline could not finish: it names the order and the step key."""
+    keys = step_keys(event)
     return replace(for_record(record, error, attempts=max(attempts, 1), first=first, worker_id=worker_id),
-                   order_no=event.order_no, event_id=event.event_id, biz_key=step_keys(event)[0])
+                   order_no=event.order_no, event_id=event.event_id, biz_key=keys[0], step_keys=tuple(keys))
 
 
 def same_request(error: PipelineError, lead: SourceRecord) -> PipelineError:
@@ -66,15 +67,19 @@ def flag_overtaken(letters: list[DeadLetter], positions: dict[int, int], last_of
                   for letter in letters]
 
 
-async def deliver(letters: list[DeadLetter], *, store: Store, sink: DeadLetterSink, group: str,
+async def deliver(letters: list[DeadLetter], *, store: Store, sink: DeadLetterSink, group: str, owner: str,
                   retry_after: int, guard: Callable[[Callable[[], Awaitable[T]]], Awaitable[T]]) -> list[DeadLetter]:
-    """The ledger rows, then the records on the topic; returns the letters as sent."""
+    """The ledger rows, then the records on the topic; returns the letters as sent.
+
+    The claims ``owner`` holds on the letters' steps are released with the ledger rows:
+    nobody works those records here any more, and the compensator (or a person's retry)
+    must not wait out a lease for them."""
     letters = sink.prepare(sorted(letters, key=lambda letter: (letter.record.topic, letter.record.partition,
                                                                 letter.record.offset)))
     # As they will be sent (the ledger says which records went out truncated). The row
     # first: the same record dead-lettered twice (a replay) finds its row and adds none.
     await guard(lambda: store.in_transaction(lambda tx: tx.record_dead_letters(
-        letters, group=group, retry_after_seconds=retry_after)))
+        letters, group=group, retry_after_seconds=retry_after, release_owner=owner)))
     try:
         await sink.publish(letters)
     except Exception as exc:

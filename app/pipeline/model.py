@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 
 from app.pipeline.errors import PipelineError
 from app.pipeline.outcomes import Outcome
-from app.pipeline.states import IdemStatus, OrderStatus
+from app.pipeline.states import REOPENABLE_OUTCOME, IdemStatus, OrderStatus
 
 if TYPE_CHECKING:
     from app.pipeline.steps import Effect
 
 NOT_DELIVERED = "effect_not_delivered"   # t_idem.outcome of a pending row whose last call surely did not happen
+UNKNOWN = REOPENABLE_OUTCOME              # t_idem.outcome of a failed row whose call may or may not have happened
 STALE = Outcome.STALE.value              # t_idem.outcome of an effect never called: its order moved past it
 
 
@@ -53,6 +54,7 @@ class IdemRow:
     last_err: str | None
     expired: bool
     remaining: float
+    age: float = 0.0      # seconds since the row last changed (the database clock)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,7 @@ class EffectJob:
     attempt: int          # the fencing token: T3 matches only this attempt
     request: dict
     target: OrderStatus   # the order state the call is for; past it, the call is stale
+    verify: bool = False  # an earlier call's outcome is unknown: ask the service before calling again
 
 
 @dataclass(slots=True)

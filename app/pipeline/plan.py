@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
-from app.pipeline.errors import (LeaseHeld, PayloadMismatch, PipelineError, PreconditionNotMet,
-                                 UnknownOutcomeNonIdempotent)
+from app.pipeline.errors import (EffectOutcomeUnknown, LeaseHeld, PayloadMismatch, PipelineError,
+                                 PreconditionNotMet, UnknownOutcomeNonIdempotent)
 from app.pipeline.events import OrderEvent
 from app.pipeline.model import (NOT_DELIVERED, STALE, BatchPlan, EffectJob, EventPlan, FailRow, IdemRow, NewRow,
                                 Order, Reclaim)
 from app.pipeline.outcomes import Outcome
 from app.pipeline.states import TERMINAL, IdemStatus, Verdict, judge
-from app.pipeline.steps import PIPELINES, LocalStep
+from app.pipeline.steps import PIPELINES, Effect, LocalStep
 
 def step_keys(event: OrderEvent) -> list[str]:
     """Every idempotency key the event's pipeline uses, local step first."""
@@ -54,9 +54,13 @@ def orders_needed(events: Sequence[OrderEvent], rows: dict[str, IdemRow],
 
 def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: dict[str, Order],
                *, owner: str, new_token: Callable[[], str] = lambda: uuid.uuid4().hex,
-               keys_of: Sequence[list[str]] | None = None) -> BatchPlan:
+               keys_of: Sequence[list[str]] | None = None,
+               verifiable: Mapping[str, float] | None = None) -> BatchPlan:
     """Decide T1 for ``events`` (offset order) given the rows and orders read under lock.
-    ``keys_of[i]`` may carry ``step_keys(events[i])`` when the caller has them already."""
+    ``keys_of[i]`` may carry ``step_keys(events[i])`` when the caller has them already;
+    ``verifiable`` maps the effects whose service can be asked whether a call happened to
+    how long after an unknown outcome it is safe to ask."""
+    verifiable = verifiable or {}
     plan = BatchPlan(events=[EventPlan() for _ in events])
     current = dict(orders)
     blocked: set[str] = set()
@@ -124,8 +128,18 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                                          wait_seconds=row.remaining)
                 blocked.add(event.order_no)
                 break
-            elif not step.effect.idempotent and row.outcome != NOT_DELIVERED:
-                # An earlier claim may have reached the gateway: calling again could send twice.
+            elif _outcome_unknown(step.effect, row) and step.effect.name in verifiable \
+                    and row.age < verifiable[step.effect.name]:
+                # Asking the service now could miss a request still on its way to it.
+                wait = verifiable[step.effect.name] - row.age
+                result.error = EffectOutcomeUnknown(
+                    f"{key}: the outcome of attempt {row.attempt} is unknown; the service is asked once "
+                    f"{verifiable[step.effect.name]:g}s have passed, in {wait:.0f}s")
+                blocked.add(event.order_no)
+                break
+            elif _outcome_unknown(step.effect, row) and step.effect.name not in verifiable:
+                # An earlier claim may have reached the gateway: calling again could send twice,
+                # and the service cannot be asked.
                 message = (f"{key}: attempt {row.attempt} of a call without idempotency key ended "
                            "without a known outcome")
                 plan.fails.append(FailRow(key, event.part_date, row.attempt,
@@ -133,11 +147,13 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                 result.error = UnknownOutcomeNonIdempotent(message)
                 break
             else:
+                # Claimed again; a call whose outcome is unknown is looked up before it is repeated.
                 token, attempt = row.idem_token or new_token(), row.attempt + 1
                 plan.reclaims.append(Reclaim(key, event.part_date, row.attempt))
             result.jobs.append(EffectJob(index, event.order_no, key, event.part_date, step.name, step.effect,
                                          token, attempt, step.effect.request(event, order),
-                                         pipe.local.moves_order_to))
+                                         pipe.local.moves_order_to,
+                                         verify=row is not None and _outcome_unknown(step.effect, row)))
         if result.error is None and not result.jobs:
             result.outcome = Outcome(local_outcome) if fresh else Outcome.DUPLICATE
     _drop_stale_jobs(plan, current)
@@ -187,6 +203,11 @@ def _apply_local(event: OrderEvent, step: LocalStep, current: dict[str, Order], 
                     **{column: event.data[name] for column, name in step.sets.items()})
     current[event.order_no] = plan.orders[event.order_no] = moved
     return verdict
+
+
+def _outcome_unknown(effect: Effect, row: IdemRow) -> bool:
+    """An earlier claim of a non-idempotent effect may have reached its service."""
+    return not effect.idempotent and row.outcome != NOT_DELIVERED
 
 
 def _terminal_error(row: IdemRow) -> PipelineError:

@@ -63,6 +63,7 @@ class DeadLetter:
     may_be_superseded: bool = False   # later events of the same order ran after this one
     worker_id: str | None = None
     truncated: bool = False           # the dead-letter record carries only the start of the original
+    step_keys: tuple[str, ...] = ()   # every idempotency key of its event (claims released on dead-lettering)
 
 
 class Transaction(Protocol):
@@ -72,8 +73,8 @@ class Transaction(Protocol):
     async def read_orders(self, order_nos: Sequence[str]) -> dict[str, Order]: ...
     async def apply_plan(self, plan: BatchPlan, *, owner: str, lease_seconds: float) -> None: ...
     async def finish_effects(self, finished: Sequence[Finished], *, owner: str) -> set[str]: ...
-    async def record_dead_letters(self, letters: Sequence[DeadLetter], *, group: str,
-                                  retry_after_seconds: int) -> None: ...
+    async def record_dead_letters(self, letters: Sequence[DeadLetter], *, group: str, retry_after_seconds: int,
+                                  release_owner: str | None = None) -> None: ...
 
 
 class Store(Protocol):
@@ -87,9 +88,17 @@ class Store(Protocol):
 
 
 class EffectClient(Protocol):
+    verifiable: Mapping[str, float]   # effects whose service can be asked (``lookup``): how long after an
+                                      # unknown outcome it is safe to ask
+
     async def call(self, job: EffectJob) -> Receipt:
         """Make the call of ``job`` with its token; raise a :class:`PipelineError` that says
         whether the outcome is known and whether a retry may help."""
+        ...
+
+    async def lookup(self, job: EffectJob) -> Receipt | None:
+        """Ask the service whether it ever accepted ``job``'s token: its receipt if so, None if it
+        surely did not; a :class:`PipelineError` if it cannot say now."""
         ...
 
 

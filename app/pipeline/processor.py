@@ -129,7 +129,8 @@ class Processor:
         rows = await tx.read_idem(keys, sorted({event.part_date for event in events}))
         needed = orders_needed(events, rows, keys_of)
         orders = await tx.read_orders(sorted(needed)) if needed else {}
-        plan = plan_batch(events, rows, orders, owner=self.owner, keys_of=keys_of, **self._token_kw)
+        plan = plan_batch(events, rows, orders, owner=self.owner, keys_of=keys_of,
+                          verifiable=getattr(self.effects, "verifiable", {}), **self._token_kw)
         if plan.writes:
             await tx.apply_plan(plan, owner=self.owner, lease_seconds=self.lease_seconds)
         if any(p.jobs for p in plan.events):
@@ -172,6 +173,12 @@ class Processor:
                 f"{job.biz_key}: not called, the claim had {left:.1f}s of lease left and a call may take "
                 f"{self.call_needs:.1f}s"))
         try:
+            if job.verify:
+                # The last call's outcome is unknown: the service says whether it happened.
+                found = await self.effects.lookup(job)
+                if found is not None:
+                    return Finished(job, receipt=found)
+                self._on_cut("looked_up")
             return Finished(job, receipt=await self.effects.call(job))
         except PipelineError as exc:
             return Finished(job, error=exc)

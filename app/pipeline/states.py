@@ -38,7 +38,16 @@ IDEM_TRANSITIONS: frozenset[tuple[IdemStatus | None, IdemStatus]] = frozenset({
 TERMINAL: frozenset[IdemStatus] = frozenset({IdemStatus.DONE, IdemStatus.FAILED})
 
 
-def idem_move_allowed(src: IdemStatus | None, dst: IdemStatus) -> bool:
+# The one way out of FAILED: a call whose outcome was unknown (``UNKNOWN``) is reopened to be
+# verified, once its service offers a lookup; the verification either records it done or
+# calls again. Nothing else leaves FAILED, and nothing leaves DONE.
+IDEM_REOPEN: tuple[IdemStatus, IdemStatus] = (IdemStatus.FAILED, IdemStatus.PENDING)
+REOPENABLE_OUTCOME = "unknown_outcome_non_idempotent"
+
+
+def idem_move_allowed(src: IdemStatus | None, dst: IdemStatus, *, outcome: str | None = None) -> bool:
+    if (src, dst) == IDEM_REOPEN:
+        return outcome == REOPENABLE_OUTCOME
     return (src, dst) in IDEM_TRANSITIONS
 
 

@@ -40,13 +40,17 @@ class Effect:
     request: Callable[[OrderEvent, "Order"], dict[str, Any]] = field(repr=False)
     done: str                                           # t_idem.outcome once the call succeeded
     receipt_fields: tuple[str, ...] = ()                # the receipt's own fields, beside its reference
+    # The service can say whether it ever accepted our token (a lookup): then a call of a
+    # non-idempotent effect whose outcome is unknown is verified, not given up on. Whether
+    # the deployed service offers it is the client's to say (``app.adapters.effects``).
+    verifiable: bool = False
 
 
 ISSUE_WAYBILL = Effect(
     "waybill", idempotent=True, done="waybill_issued",
     request=lambda event, order: {"order_no": order.order_no, "address": order.address})
 SEND_SMS = Effect(
-    "sms", idempotent=False, done="sms_accepted",       # no idempotency key: never repeated on an unknown outcome
+    "sms", idempotent=False, done="sms_accepted", verifiable=True,   # no key; a lookup by client_ref, if offered
     request=lambda event, order: {"phone": order.phone,
                                   "text": f"Order {order.order_no} was cancelled: {event.data['reason']}"})
 

@@ -28,7 +28,10 @@ CONFIRMED, CANCELLED = 20, 10
 # lease covers batches of 100 with 64 calls at a time (2 x 1 s + 0.5 s of margin).
 CHAOS_ENV = {"LEASE_SECONDS": "3", "EFFECT_TIMEOUT_SECONDS": "1", "LEASE_MARGIN_SECONDS": "0.5", "BATCH_SIZE": "100",
              "RETRY_BACKOFF_MS": "100,200,400", "BATCH_WITHIN_SECONDS": "0.5", "BROKER_SESSION_TIMEOUT_SECONDS": "6",
-             "BROKER_HEARTBEAT_INTERVAL_SECONDS": "1", "BATCH_DEADLINE_SECONDS": "5", "DLQ_SEND_TIMEOUT_SECONDS": "10"}
+             "BROKER_HEARTBEAT_INTERVAL_SECONDS": "1", "BATCH_DEADLINE_SECONDS": "5", "DLQ_SEND_TIMEOUT_SECONDS": "10",
+             # An SMS whose outcome the crash left unknown is verified with the gateway within seconds.
+             "SMS_LOOKUP_SETTLE_SECONDS": "2", "DLQ_RETRY_AFTER_SECONDS": "1", "COMPENSATION_TIMER_SECONDS": "1",
+             "COMPENSATION_BACKOFF_SECONDS": "1"}
 
 
 @pytest.fixture

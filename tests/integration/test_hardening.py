@@ -233,13 +233,15 @@ async def test_12_a_409_means_in_progress_and_is_retried_with_the_same_token(har
     assert len(harness.fakes.ledger.waybills[order]) == 1
 
 
-async def test_12_a_redirect_after_an_sms_was_accepted_is_not_followed(harness):
-    p = await harness.processor()
+@pytest.mark.parametrize("lookup, reason", [(False, "unknown_outcome_non_idempotent"),
+                                            (True, "effect_outcome_unknown")])
+async def test_12_a_redirect_after_an_sms_was_accepted_is_not_followed(harness, lookup, reason):
+    p = await harness.processor(sms_lookup=lookup)
     [order] = await paid_orders(p, 1, "HTTP303")
     harness.fakes.configure({"sms": {"redirect_next": 1}})
     report = await harness.batches(p).handle([source(event(order, "ORDER_CANCEL"))])
     [letter] = report.dead_letters
-    assert letter.reason == "unknown_outcome_non_idempotent" and "303" in letter.message
+    assert letter.reason == reason and "303" in letter.message and letter.retriable is lookup
     assert len(harness.fakes.ledger.sms[order]) == 1                   # accepted once, never sent again
 
 

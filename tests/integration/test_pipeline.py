@@ -85,7 +85,8 @@ async def test_business_refusal_fails_for_good(harness):
 
 
 async def test_sms_with_unknown_outcome_is_never_sent_twice(harness):
-    p = await harness.processor(timeout=0.5)
+    """A gateway without the lookup: the row fails for a person to reconcile, never sent again."""
+    p = await harness.processor(timeout=0.5, sms_lookup=False)
     orders = await paid_orders(p, 2, "SMS")
     harness.fakes.configure({"sms": {"timeout_next": 1, "timeout_ms": 2000, "reset_next": 1}})
     for order in orders:   # one times out, one is reset after sending
@@ -99,6 +100,32 @@ async def test_sms_with_unknown_outcome_is_never_sent_twice(harness):
     assert calls == {orders[0]: 1, orders[1]: 1}
     await asyncio.sleep(2)   # the timed-out request completes at the gateway
     assert sum(len(v) for v in harness.fakes.ledger.sms.values()) <= 2
+
+
+async def test_sms_with_unknown_outcome_is_verified_with_the_gateway_and_sent_once(harness):
+    """With the lookup: the row stays pending; asking too early (a request may still be on
+    its way) is refused; once the settle time has passed the gateway is asked: the reply
+    that was lost, and the request that timed out but landed, are both found, and neither
+    SMS goes out again."""
+    p = await harness.processor(timeout=0.5, settle=3.0)
+    orders = await paid_orders(p, 2, "SMSV")
+    harness.fakes.configure({"sms": {"timeout_next": 1, "timeout_ms": 2000, "reset_next": 1}})
+    for order in orders:   # one times out, one is reset after sending
+        [result] = await p.run([ev(order, "ORDER_CANCEL")])
+        assert result.error.reason == "effect_outcome_unknown" and result.error.retriable
+        [row] = harness.idem(f"{order}:ORDER_CANCEL:send_cancel_sms")
+        assert (row["status"], row["outcome"]) == (1, "effect_outcome_unknown")
+        [early] = await p.run([ev(order, "ORDER_CANCEL")])
+        assert early.error.reason == "effect_outcome_unknown" and "is asked once" in str(early.error)
+    assert not [c for c in harness.fakes.ledger.calls if c["service"] == "sms_lookup"]
+    await asyncio.sleep(3.2)   # the settle time; the timed-out request has landed meanwhile
+    for order in orders:
+        [later] = await p.run([ev(order, "ORDER_CANCEL")])
+        assert later.outcome == "applied", later
+        assert harness.idem(f"{order}:ORDER_CANCEL:send_cancel_sms")[0]["status"] == 2
+        assert len(harness.fakes.ledger.sms[order]) == 1
+    assert sum(c["service"] == "sms" for c in harness.fakes.ledger.calls) == 2          # never a second send
+    assert sum(c["service"] == "sms_lookup" for c in harness.fakes.ledger.calls) == 2
 
 
 async def test_sms_refused_connection_is_retried_and_sent_once(harness):

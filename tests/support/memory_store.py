@@ -39,6 +39,7 @@ class Row:
     payload_hash: str
     outcome: str | None
     last_err: str | None = None
+    modified: float = 0.0          # gmt_modified, on the store's clock
 
 
 @dataclass
@@ -90,7 +91,7 @@ class MemoryTransaction:
                 expired = row.lease_until is None or row.lease_until < now
                 remaining = 0.0 if row.lease_until is None else max(row.lease_until - now, 0.0)
                 found[key] = IdemRow(key, row.status, row.attempt, row.owner, row.idem_token, row.payload_hash,
-                                     row.outcome, row.last_err, expired, remaining)
+                                     row.outcome, row.last_err, expired, remaining, now - row.modified)
         return found
 
     async def read_orders(self, order_nos: Sequence[str]) -> dict[str, Order]:
@@ -112,14 +113,14 @@ class MemoryTransaction:
             pending = new.status is IdemStatus.PENDING
             self.s.idem[new.biz_key] = Row(new.biz_key, new.part_date, new.step, new.status, 1, owner,
                                            now + lease_seconds if pending else None, new.idem_token,
-                                           new.payload_hash, new.outcome)
+                                           new.payload_hash, new.outcome, modified=now)
         claimed = 0
         for reclaim in plan.reclaims:
             row = self.s.idem.get(reclaim.biz_key)
             if (row is not None and row.status is IdemStatus.PENDING and row.attempt == reclaim.attempt
                     and (row.lease_until is None or row.lease_until < now or row.owner == owner)):
                 row.attempt += 1
-                row.owner, row.outcome, row.lease_until = owner, None, now + lease_seconds
+                row.owner, row.outcome, row.lease_until, row.modified = owner, None, now + lease_seconds, now
                 claimed += 1
         if claimed != len(plan.reclaims):
             raise Conflict(f"re-claimed {claimed} of {len(plan.reclaims)} rows")
@@ -136,6 +137,7 @@ class MemoryTransaction:
             return False
         if row.status is IdemStatus.PENDING:
             row.status, row.outcome, row.last_err, row.lease_until = IdemStatus.FAILED, fail.reason, fail.message, None
+            row.modified = self.store.now
             return True
         return owner is not None and row.status is IdemStatus.FAILED and row.outcome == fail.reason
 
@@ -150,6 +152,7 @@ class MemoryTransaction:
             if item.receipt is not None:
                 if ours and row.status is IdemStatus.PENDING:
                     row.status, row.outcome, row.last_err, row.lease_until = IdemStatus.DONE, job.effect.done, None, None
+                    row.modified = self.store.now
                 elif not (ours and row.status is IdemStatus.DONE and row.outcome == job.effect.done):
                     continue
                 owned.add(job.biz_key)
@@ -160,7 +163,7 @@ class MemoryTransaction:
             elif item.error.retriable:
                 if ours and row.status is IdemStatus.PENDING:
                     row.outcome = NOT_DELIVERED if item.error.not_delivered else item.error.reason
-                    row.last_err = str(item.error)[:512]
+                    row.last_err, row.modified = str(item.error)[:512], self.store.now
                     owned.add(job.biz_key)
             elif self._fail(FailRow(job.biz_key, job.part_date, job.attempt, item.error.reason, str(item.error)),
                             owner=owner):
@@ -170,7 +173,11 @@ class MemoryTransaction:
     # -- dead letters ------------------------------------------------------------
 
     async def record_dead_letters(self, letters: Sequence[DeadLetter], *, group: str,
-                                  retry_after_seconds: int = 60) -> None:
+                                  retry_after_seconds: int = 60, release_owner: str | None = None) -> None:
+        for key in {k for letter in letters for k in letter.step_keys[1:]}:
+            row = self.s.idem.get(key)
+            if release_owner and row is not None and row.status is IdemStatus.PENDING and row.owner == release_owner:
+                row.lease_until = None
         for letter in letters:
             source = letter.record
             key = (group, source.topic, source.partition, source.offset,

@@ -55,14 +55,15 @@ class Harness:
         return store_class(engine, **options)
 
     async def processor(self, *, lease=30.0, timeout=2.0, sms_url=None, owner=None, concurrency=64, margin=0.0,
-                        store=None, lease_check=True) -> Processor:
+                        store=None, lease_check=True, sms_lookup=True, settle=30.0) -> Processor:
         """``lease_check=False`` plays a worker that stalls in the middle of a call (a GC pause,
         SIGSTOP) past its lease, which the check before each call cannot prevent."""
         session = aiohttp.ClientSession()
         self._closers.append(session.close)
         settings = self.settings.model_copy(update={"logistics_url": self.base_url,
                                                     "sms_url": sms_url or self.base_url,
-                                                    "effect_timeout_seconds": timeout})
+                                                    "effect_timeout_seconds": timeout, "sms_lookup": sms_lookup,
+                                                    "sms_lookup_settle_seconds": settle})
         effects = EffectClients({name: make(session, settings) for name, make in EFFECT_CLIENTS.items()})
         return Processor(store or self.store(), effects, owner=owner or f"test-{next(_owners)}/main/x",
                          lease_seconds=lease, effect_concurrency=concurrency,

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Awaitable, Callable
 
-from app.pipeline.errors import (ClaimExpiring, EffectUnavailable, LeaseHeld, PayloadMismatch, PipelineError,
-                                 UnknownOutcomeNonIdempotent)
+from app.pipeline.errors import (ClaimExpiring, EffectOutcomeUnknown, EffectUnavailable, LeaseHeld, PayloadMismatch,
+                                 PipelineError, UnknownOutcomeNonIdempotent)
 from app.pipeline.events import EventType
 from app.pipeline.model import EffectJob
 from app.pipeline.outcomes import Outcome
@@ -39,11 +39,20 @@ class Fault:
         self.error, self.after_work = error, after_work
 
 
+class Crash(BaseException):
+    """The worker died right here (nothing after it ran: no T3, no ack)."""
+
+
 class MemoryEffects:
-    """The ``EffectClient`` port in memory: waybills deduplicated by token, SMS counted."""
+    """The ``EffectClient`` port in memory: waybills deduplicated by token, SMS counted; the
+    SMS gateway answers lookups by client_ref (the step's token) when ``verifiable`` says so."""
 
     def __init__(self, wait: Callable[[float], Awaitable[None]]) -> None:
         self.wait = wait                                          # a call that takes time waits on the harness's clock
+        self.verifiable: dict[str, float] = {}                    # effect -> settle seconds, as EffectClients has it
+        self.crash: str | None = None                             # "before_send" or "after_send", once
+        self.accepted_refs: dict[str, str] = {}
+        self.lookups: list[str] = []
         self.faults: dict[str, list[Fault]] = {"waybill": [], "sms": []}
         self.delay: dict[str, float] = {}
         self.calls: list[tuple[str, str, str]] = []              # (effect, order_no, token)
@@ -64,7 +73,12 @@ class MemoryEffects:
             fault = self.faults[name].pop(0) if self.faults[name] else None
             if fault is not None and not fault.after_work:
                 raise fault.error
+            crash, self.crash = self.crash, None
+            if crash == "before_send":
+                raise Crash()
             receipt = self._work(job)
+            if crash == "after_send":
+                raise Crash()
             if fault is not None:
                 raise fault.error
             return receipt
@@ -78,7 +92,14 @@ class MemoryEffects:
                 self.sent["waybill", job.order_no] += 1
             return Receipt(reference=self.waybill_by_token[job.token])
         self.sent["sms", job.order_no] += 1
-        return Receipt(reference=f"SMS{next(self._serial):08d}")
+        message_id = f"SMS{next(self._serial):08d}"
+        self.accepted_refs[job.token] = message_id
+        return Receipt(reference=message_id)
+
+    async def lookup(self, job: EffectJob) -> Receipt | None:
+        self.lookups.append(job.token)
+        found = self.accepted_refs.get(job.token)
+        return None if found is None else Receipt(reference=found)
 
 
 class Harness:
@@ -280,10 +301,64 @@ async def the_ledger_keeps_one_row_per_record_and_flags_overtaken_letters(h: Har
     assert not h.order(order)["has_dead_letters"]
 
 
+async def a_lost_sms_reply_is_looked_up_and_never_sent_again(h: Harness) -> None:
+    h.effects.verifiable = {"sms": 0.5}
+    p = h.processor()
+    [order] = await h.paid(p)
+    h.effects.faults["sms"].append(Fault(EffectOutcomeUnknown("reset after sending"), after_work=True))
+    [first] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert first.error.reason == "effect_outcome_unknown" and first.error.retriable
+    [early] = await p.run([ev(order, "ORDER_CANCEL")])              # a request may still be on its way
+    assert isinstance(early.error, EffectOutcomeUnknown) and h.effects.lookups == []
+    await h.pass_time(0.6)
+    [later] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert later.outcome is Outcome.APPLIED and h.effects.sent["sms", order] == 1 and len(h.effects.lookups) == 1
+    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["status"] == IdemStatus.DONE
+
+
+async def an_sms_that_never_arrived_is_looked_up_and_sent_once(h: Harness) -> None:
+    h.effects.verifiable = {"sms": 0.5}
+    p = h.processor()
+    [order] = await h.paid(p)
+    h.effects.faults["sms"].append(Fault(EffectOutcomeUnknown("503 before anything was done")))
+    await p.run([ev(order, "ORDER_CANCEL")])
+    await h.pass_time(0.6)
+    [later] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert later.outcome is Outcome.APPLIED and h.effects.sent["sms", order] == 1
+    tokens = {c[2] for c in h.effects.calls if c[1] == order}
+    assert len(tokens) == 1 and h.effects.lookups == list(tokens)   # the same client_ref, asked, then sent
+
+
+async def a_crash_between_the_lookup_and_the_send_is_looked_up_again(h: Harness) -> None:
+    """Worker A asks the gateway (404) and dies before sending; B asks again and sends. Then
+    the other window: A asks, sends, and dies before recording it; B asks and finds it."""
+    h.effects.verifiable = {"sms": 0.5}
+    a = h.processor(lease=0.3, owner="a/main/3", lease_check=False)
+    b = h.processor(owner="b/main/3")
+    for crash in ("before_send", "after_send"):
+        [order] = await h.paid(a)
+        h.effects.faults["sms"].append(Fault(EffectOutcomeUnknown("503 before anything was done")))
+        await a.run([ev(order, "ORDER_CANCEL")])
+        await h.pass_time(0.6)
+        h.effects.crash = crash
+        try:
+            await a.run([ev(order, "ORDER_CANCEL")])
+            raise AssertionError("the worker should have died")
+        except Crash:
+            pass
+        await h.pass_time(0.6)                                      # A's lease runs out
+        [result] = await b.run([ev(order, "ORDER_CANCEL")])
+        assert result.outcome is Outcome.APPLIED, (crash, result)
+        assert h.effects.sent["sms", order] == 1, crash
+        assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["status"] == IdemStatus.DONE
+
+
 SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken,
              a_skipped_call_is_noted_and_made_on_the_retry, an_sms_with_an_unknown_outcome_is_never_sent_again,
              a_pending_waybill_of_a_cancelled_order_is_stale, a_claim_without_enough_lease_left_is_not_called,
              a_t3_run_twice_counts_its_own_rows_and_writes_one_receipt,
              a_replayed_batch_is_all_duplicates_and_a_new_payload_is_refused,
-             the_ledger_keeps_one_row_per_record_and_flags_overtaken_letters]
+             the_ledger_keeps_one_row_per_record_and_flags_overtaken_letters,
+             a_lost_sms_reply_is_looked_up_and_never_sent_again, an_sms_that_never_arrived_is_looked_up_and_sent_once,
+             a_crash_between_the_lookup_and_the_send_is_looked_up_again]
 

@@ -18,6 +18,8 @@ class ScriptedProcessor:
     """Answers each run from a script per order: a list of results (or exceptions) consumed in order.
     A batch run answers for every event; unknown orders succeed."""
 
+    owner = "scripted/main/1"
+
     def __init__(self, script=None, batch_error=None):
         self.script = {k: list(v) for k, v in (script or {}).items()}
         self.batch_error = batch_error
@@ -44,7 +46,7 @@ class Tx:
     def __init__(self, store):
         self.store = store
 
-    async def record_dead_letters(self, letters, *, group, retry_after_seconds):
+    async def record_dead_letters(self, letters, *, group, retry_after_seconds, release_owner=None):
         if self.store.fail_ledger:
             raise StoreUnavailable("ledger down")
         self.store.ledger += list(letters)

@@ -43,9 +43,12 @@ RULES = [
     ("app.pipeline", ("app.adapters", "app.main", "app.bootstrap", "app.web", "agents", "app.settings", "app.db",
                       "app.metrics", "faust", "mode", "aiohttp", "aiokafka", "sqlalchemy", "aiomysql"),
      "the pipeline is pure: ports in, results out"),
-    ("agents", ("app.main", "agents.", "app.web"), "an agent gets its runtime handed over"),
-    ("app.web", ("app.main", "agents", "app.bootstrap"), "a view gets what it needs handed over"),
-    ("app.adapters", ("app.main", "app.bootstrap", "app.web", "agents"), "adapters do not know the wiring"),
+    ("agents", ("app.main", "agents.", "app.web", "app.timers", "app.commands"), "an agent gets its runtime handed over"),
+    ("app.web", ("app.main", "agents", "app.timers", "app.commands"), "a view gets what it needs handed over"),
+    ("app.timers", ("app.main", "agents", "app.web", "app.commands"), "a timer gets what it needs handed over"),
+    ("app.commands", ("app.main", "agents", "app.web", "app.timers"), "a command gets what it needs handed over"),
+    ("app.adapters", ("app.main", "app.bootstrap", "app.web", "app.timers", "app.commands", "agents"),
+     "adapters do not know the wiring"),
 ]
 
 
@@ -60,14 +63,17 @@ def test_layer_imports(prefix, forbidden, why):
     assert not bad, f"{why}: {bad}"
 
 
-def test_only_the_composition_root_imports_agents_views_and_the_runtime_builder():
-    wiring = ("agents", "app.web", "app.bootstrap")
+RECEIVERS = ("agents", "app.web", "app.timers", "app.commands")     # registered by app.main, handed the runtime
+
+
+def test_only_the_composition_root_imports_agents_views_timers_commands_and_the_runtime_builder():
+    wiring = (*RECEIVERS, "app.bootstrap")
     bad = {name: sorted(i for i in imports(path) if i.startswith(wiring))
            for name, path in MODULES.items()
-           if name not in ("app.main",) and not name.startswith(("agents", "app.web", "app.bootstrap"))}
-    # Agents may name the runtime's type (app.bootstrap.Runtime), never build it.
+           if name != "app.main" and not name.startswith(wiring)}
+    # What app.main registers may name the runtime's type (app.bootstrap.Runtime); nothing else may.
     bad = {name: hits for name, hits in bad.items() if hits}
-    assert not bad, f"only app.main wires agents, views and the runtime: {bad}"
+    assert not bad, f"only app.main wires agents, views, timers, commands and the runtime: {bad}"
 
 
 def test_pipeline_imports_nothing_from_faust_or_aiohttp():

@@ -24,6 +24,15 @@ class Client(Protocol):
         ...
 
 
+class Verifying(Client, Protocol):
+    """A client whose service can say whether it accepted a token (``lookup`` enabled)."""
+
+    lookup_enabled: bool
+    lookup_settle_seconds: float      # after an unknown outcome, how long until asking is safe
+
+    async def lookup(self, job: EffectJob) -> Receipt | None: ...
+
+
 class MissingEffectClient(RuntimeError):
     """A declared effect has no client registered under its name."""
 
@@ -32,6 +41,8 @@ class EffectClients:
     def __init__(self, clients: Mapping[str, Client], *, required: Iterable[Effect] | None = None) -> None:
         self.check(clients, required=required)
         self.clients = dict(clients)
+        self.verifiable = {name: client.lookup_settle_seconds for name, client in self.clients.items()
+                           if getattr(client, "lookup_enabled", False)}
 
     @staticmethod
     def check(names: Iterable[str], *, required: Iterable[Effect] | None = None) -> None:
@@ -54,3 +65,13 @@ class EffectClients:
             raise
         EFFECT_CALLS.labels(name, "ok").inc()
         return receipt
+
+    async def lookup(self, job: EffectJob) -> Receipt | None:
+        name = job.effect.name
+        try:
+            found = await self.clients[name].lookup(job)
+        except PipelineError as exc:
+            EFFECT_CALLS.labels(f"{name}_lookup", exc.reason).inc()
+            raise
+        EFFECT_CALLS.labels(f"{name}_lookup", "found" if found is not None else "not_found").inc()
+        return found

@@ -1,13 +1,19 @@
-"""The SMS gateway: ``POST /v1/sms``, without an idempotency key: every accepted call is
-one more message, so a call whose outcome is unknown is never repeated.
+"""The SMS gateway: ``POST /v1/sms`` without an idempotency key: every accepted call is
+one more message. The call carries the step's persisted token as ``client_ref``; a
+gateway that offers the lookup ``GET /v1/sms/{client_ref}`` (200: accepted, with the
+message; 404: never accepted) lets a call whose outcome is unknown be verified instead
+of given up on (``SMS_LOOKUP``).
 
 =====================  ==================================================
 what happened          what it means
 =====================  ==================================================
 2xx                    done; the message id is the receipt
 4xx                    surely not sent: retry
-3xx, 5xx, timeout,     it may have been sent: failed,
-reset                  unknown_outcome_non_idempotent (reconcile by hand)
+3xx, 5xx, timeout,     it may have been sent. With the lookup: retry,
+reset                  which asks the gateway first (200: done, 404: send
+                       again with the same client_ref). Without it:
+                       failed, unknown_outcome_non_idempotent (a person
+                       reconciles)
 connection refused     surely not sent: retry
 =====================  ==================================================
 
@@ -23,39 +29,59 @@ import asyncio
 import aiohttp
 import orjson
 
-from app.pipeline.errors import EffectNotDelivered, PipelineError, UnknownOutcomeNonIdempotent
+from app.pipeline.errors import (EffectNotDelivered, EffectOutcomeUnknown, EffectUnavailable, PipelineError,
+                                 UnknownOutcomeNonIdempotent)
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
 
 
 class SmsClient:
-    def __init__(self, session: aiohttp.ClientSession, *, base_url: str, timeout_seconds: float) -> None:
+    def __init__(self, session: aiohttp.ClientSession, *, base_url: str, timeout_seconds: float,
+                 lookup: bool = True, lookup_settle_seconds: float = 30.0) -> None:
         self.session = session
         self.url = f"{base_url.rstrip('/')}/v1/sms"
         self.timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+        self.lookup_enabled = lookup
+        self.lookup_settle_seconds = lookup_settle_seconds
+        self._unknown = EffectOutcomeUnknown if lookup else UnknownOutcomeNonIdempotent
 
     async def call(self, job: EffectJob) -> Receipt:
         where = f"SMS for {job.order_no}"
         try:
-            async with self.session.post(self.url, json=job.request, timeout=self.timeout,
-                                         allow_redirects=False) as resp:
+            async with self.session.post(self.url, json={**job.request, "client_ref": job.token},
+                                         timeout=self.timeout, allow_redirects=False) as resp:
                 body = await resp.read()
                 if 200 <= resp.status < 300:
                     return Receipt(reference=_message_id(body))
                 if 400 <= resp.status < 500:
                     raise EffectNotDelivered(f"{where}: refused with {resp.status}: {body[:300]!r}")
-                raise UnknownOutcomeNonIdempotent(f"{where}: answered {resp.status}; it may have been sent")
+                raise self._unknown(f"{where}: answered {resp.status}; it may have been sent")
         except PipelineError:
             raise
         except aiohttp.ClientConnectorError as exc:
             # The connection never opened: nothing was sent.
             raise EffectNotDelivered(f"{where}: {exc}") from None
         except asyncio.TimeoutError:
-            raise UnknownOutcomeNonIdempotent(
-                f"{where}: no answer within {self.timeout.total}s; it may have been sent") from None
+            raise self._unknown(f"{where}: no answer within {self.timeout.total}s; it may have been sent") from None
         except aiohttp.ClientError as exc:
-            raise UnknownOutcomeNonIdempotent(
-                f"{where}: {exc.__class__.__name__} after the request; it may have been sent") from None
+            raise self._unknown(f"{where}: {exc.__class__.__name__} after the request; it may have been sent") from None
+
+    async def lookup(self, job: EffectJob) -> Receipt | None:
+        """Whether the gateway ever accepted ``job``'s token as a client_ref."""
+        where = f"SMS lookup for {job.order_no}"
+        try:
+            async with self.session.get(f"{self.url}/{job.token}", timeout=self.timeout,
+                                        allow_redirects=False) as resp:
+                body = await resp.read()
+                if resp.status == 200:
+                    return Receipt(reference=_message_id(body))
+                if resp.status == 404:
+                    return None
+                raise EffectUnavailable(f"{where}: answered {resp.status}; cannot tell yet")
+        except PipelineError:
+            raise
+        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+            raise EffectUnavailable(f"{where}: {exc.__class__.__name__}; cannot tell yet") from None
 
 
 def _message_id(body: bytes) -> str | None:

@@ -8,8 +8,8 @@ from datetime import date
 from typing import Sequence
 
 from app.adapters.mysql.sql import Execute, Sql, marks
-from app.pipeline.errors import Conflict
-from app.pipeline.model import FailRow, IdemRow, NewRow, Reclaim
+from app.pipeline.errors import Conflict, EffectOutcomeUnknown
+from app.pipeline.model import UNKNOWN, FailRow, IdemRow, NewRow, Reclaim
 from app.pipeline.ports import Finished
 from app.pipeline.states import IdemStatus
 
@@ -24,11 +24,12 @@ async def read(execute: Execute, keys: Sequence[str], part_dates: Sequence[date]
     result = await execute(
         "SELECT biz_key, status, attempt, owner, idem_token, payload_hash, outcome, last_err, "
         "COALESCE(lease_until < NOW(3), 1), "
-        "COALESCE(TIMESTAMPDIFF(MICROSECOND, NOW(3), lease_until), 0) "
+        "COALESCE(TIMESTAMPDIFF(MICROSECOND, NOW(3), lease_until), 0), "
+        "TIMESTAMPDIFF(MICROSECOND, gmt_modified, NOW(3)) "
         f"FROM t_idem WHERE biz_key IN ({sql.list(keys)}) AND part_date IN ({sql.list(part_dates)}) "
         "FOR UPDATE", sql.params)
     return {row[0]: IdemRow(row[0], IdemStatus(row[1]), row[2], row[3], row[4], row[5], row[6], row[7],
-                            bool(row[8]), max(row[9], 0) / 1e6)
+                            bool(row[8]), max(row[9], 0) / 1e6, max(row[10], 0) / 1e6)
             for row in result}
 
 
@@ -48,7 +49,8 @@ async def insert(execute: Execute, rows: Sequence[NewRow], *, owner: str, lease_
 
 
 async def reclaim(execute: Execute, reclaims: Sequence[Reclaim], *, owner: str, lease_us: int) -> None:
-    """Fenced: only rows still pending at the attempt read, whose lease ran out or is ours.
+    """Fenced: only rows still pending at the attempt read, whose lease ran out (or was
+    never set: a row reopened to be verified) or is ours.
     ``attempt + 1`` is the new fencing token. Fewer rows than asked: :class:`Conflict`."""
     sql = Sql()
     keys = [r.biz_key for r in reclaims]
@@ -59,7 +61,7 @@ async def reclaim(execute: Execute, reclaims: Sequence[Reclaim], *, owner: str, 
         f"AND part_date IN ({sql.list(sorted({r.part_date for r in reclaims}))}) "
         f"AND status = {PENDING} "
         f"AND (biz_key, attempt) IN ({', '.join(sql.tuple(r.biz_key, r.attempt) for r in reclaims)}) "
-        f"AND (lease_until < NOW(3) OR owner = {sql.lit(owner)})", sql.params)
+        f"AND (lease_until IS NULL OR lease_until < NOW(3) OR owner = {sql.lit(owner)})", sql.params)
     if result.rowcount != len(keys):
         raise Conflict(f"re-claimed {result.rowcount} of {len(keys)} rows")
 
@@ -108,3 +110,22 @@ async def mark_done(execute: Execute, outcome: str, items: Sequence[Finished], *
     rows = await execute(f"SELECT biz_key FROM t_idem WHERE {fence} AND status = {DONE} AND outcome = %s",
                          [*keys, *dates, owner, *pairs, outcome])
     return {row[0] for row in rows}
+
+
+async def reopen_unknown(execute: Execute, keys: Sequence[str]) -> int:
+    """failed (unknown outcome) -> pending, to be verified with the service before any new call.
+    ``gmt_modified`` is kept: it dates the call, and asking is safe only a while after it."""
+    if not keys:
+        return 0
+    result = await execute(
+        f"UPDATE t_idem SET status = {PENDING}, outcome = %s, lease_until = NULL "
+        f"WHERE biz_key IN ({marks(len(keys))}) AND status = {FAILED} AND outcome = %s",
+        [EffectOutcomeUnknown.reason, *keys, UNKNOWN])
+    return result.rowcount
+
+
+async def release(execute: Execute, keys: Sequence[str], *, owner: str) -> None:
+    """Give up ``owner``'s claims on pending ``keys`` (their record was dead-lettered): another
+    claimer may take them at once, with attempt + 1 as ever."""
+    await execute(f"UPDATE t_idem SET lease_until = NULL WHERE biz_key IN ({marks(len(keys))}) "
+                  f"AND status = {PENDING} AND owner = %s", [*keys, owner])

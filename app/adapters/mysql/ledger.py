@@ -1,37 +1,74 @@
-"""Statements on ``t_compensation``, the ledger of dead letters."""
+"""Statements on ``t_compensation``, the ledger of dead letters, and its audit trail."""
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Sequence
 
 from app.adapters.mysql import orders
-from app.adapters.mysql.sql import Execute, Sql
-from app.pipeline.ports import DeadLetter
+from app.adapters.mysql.sql import Execute, Sql, marks
+from app.pipeline.compensation import LedgerRow, SourceKey, Status
+from app.pipeline.ports import DeadLetter, SourceRecord
+
+KEPT_WHEN_CUT = 64 * 1024            # what the ledger keeps of a record the dead-letter topic got cut
+HEADERS_ROOM = 60 * 1024             # record_headers is TEXT
+COLUMNS = ("id, status, reason, message, retriable, attempts, redrives, COALESCE(next_retry_at <= NOW(3), 1), "
+           "next_retry_at, order_no, biz_key, record_key, record_value, record_headers")
+
+
+def headers_json(headers: Sequence[tuple[str, bytes | None]]) -> str:
+    """The record's own headers, exactly: ``[[base64 key, base64 value or null], ...]``."""
+    doc = json.dumps([[base64.b64encode(k.encode("utf-8", "surrogateescape")).decode(),
+                       None if v is None else base64.b64encode(v).decode()] for k, v in headers])
+    return doc if len(doc) <= HEADERS_ROOM else json.dumps({"omitted": len(headers), "json_bytes": len(doc)})
+
+
+def parse_headers(doc: str | None) -> tuple[tuple[str, bytes | None], ...]:
+    data = json.loads(doc) if doc else []
+    if not isinstance(data, list):
+        return ()
+    return tuple((base64.b64decode(k).decode("utf-8", "surrogateescape"), None if v is None else base64.b64decode(v))
+                 for k, v in data)
+
+
+def row_of(values) -> LedgerRow:
+    return LedgerRow(values[0], Status(values[1]), values[2], values[3], bool(values[4]), values[5], values[6],
+                     bool(values[7]), values[8], values[9], values[10], values[11], values[12],
+                     parse_headers(values[13]))
+
+
+def _kept(data: bytes | None, cut: bool) -> bytes | None:
+    return data[:KEPT_WHEN_CUT] if cut and data is not None else data
 
 
 async def record(execute: Execute, letters: Sequence[DeadLetter], *, group: str, retry_after_seconds: int) -> None:
     """One row per letter, keyed by the consumer group and the record's source (topic,
     partition, offset and timestamp: a topic deleted and created again reuses offsets,
     not timestamps): writing the same letter again (a replay after a crash) leaves the
-    first row as it is. The letters' orders are marked ``has_dead_letters``: their next
-    move, in a later batch, flags these rows ``may_be_superseded``."""
+    first row as it is. The row keeps the record (cut like the dead-letter topic's copy
+    when that was cut), so it can be shown and run again without the topic. The letters'
+    orders are marked ``has_dead_letters``: their next move, in a later batch, flags these
+    rows ``may_be_superseded``."""
     params: list = []
     values = []
     due = f"NOW(3) + INTERVAL {int(retry_after_seconds)} SECOND"
     for letter in letters:
         source = letter.record
-        values.append(f"(%s, %s, %s, %s, %s, %s, %s, %s, 1, %s, %s, %s, %s, {due if letter.retriable else 'NULL'}, "
-                      "%s, %s, %s, %s, NOW(3), NOW(3))")
+        values.append(f"(%s, %s, %s, %s, %s, %s, %s, %s, {int(Status.OPEN)}, %s, %s, %s, %s, "
+                      f"{due if letter.retriable else 'NULL'}, %s, %s, %s, %s, %s, %s, %s, NOW(3), NOW(3))")
         params += [source.topic, source.partition, source.offset,
                    -1 if source.timestamp_ms is None else source.timestamp_ms, group, letter.order_no,
                    letter.event_id, letter.biz_key, letter.reason[:64], letter.message[:1024], letter.retriable,
                    letter.attempts, letter.may_be_superseded, letter.truncated, letter.worker_id,
-                   letter.first_failure_at.replace(tzinfo=None)]
+                   letter.first_failure_at.replace(tzinfo=None), _kept(source.key, letter.truncated),
+                   _kept(source.value, letter.truncated), headers_json(source.headers)]
     await execute(
         "INSERT INTO t_compensation (src_topic, src_partition, src_offset, src_timestamp, consumer_group, "
         "order_no, event_id, biz_key, status, reason, message, retriable, attempts, next_retry_at, "
-        "may_be_superseded, truncated, worker_id, first_failure_at, gmt_create, gmt_modified) "
-        f"VALUES {', '.join(values)} ON DUPLICATE KEY UPDATE src_offset = src_offset", params)
+        "may_be_superseded, truncated, worker_id, first_failure_at, record_key, record_value, record_headers, "
+        f"gmt_create, gmt_modified) VALUES {', '.join(values)} ON DUPLICATE KEY UPDATE src_offset = src_offset",
+        params)
     order_nos = sorted({letter.order_no for letter in letters if letter.order_no})
     if order_nos:
         await orders.mark_dead_letters(execute, order_nos)
@@ -45,3 +82,85 @@ async def flag_overtaken(execute: Execute, order_nos: Sequence[str], batch_keys:
     await execute(
         "UPDATE t_compensation SET may_be_superseded = 1, gmt_modified = NOW(3) "
         f"WHERE order_no IN ({sql.list(order_nos)}) AND may_be_superseded = 0{spare}", sql.params)
+
+
+# -- the compensator's statements -----------------------------------------------------
+
+async def find(execute: Execute, source: SourceKey) -> LedgerRow | None:
+    result = await execute(
+        f"SELECT {COLUMNS} FROM t_compensation WHERE consumer_group = %s AND src_topic = %s AND src_partition = %s "
+        "AND src_offset = %s AND src_timestamp = %s",
+        [source.group, source.topic, source.partition, source.offset, source.timestamp_ms])
+    found = result.first()
+    return None if found is None else row_of(found)
+
+
+async def get(execute: Execute, row_id: int, *, lock: bool = False) -> LedgerRow | None:
+    result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id = %s" + (" FOR UPDATE" if lock else ""),
+                           [row_id])
+    found = result.first()
+    return None if found is None else row_of(found)
+
+
+async def add_manual(execute: Execute, source: SourceKey, record_: SourceRecord, reason: str, message: str) -> None:
+    """A row for a dead letter that has none, or that cannot be read: for a person."""
+    await execute(
+        "INSERT INTO t_compensation (src_topic, src_partition, src_offset, src_timestamp, consumer_group, status, "
+        "reason, message, retriable, attempts, first_failure_at, record_key, record_value, record_headers, "
+        f"gmt_create, gmt_modified) VALUES (%s, %s, %s, %s, %s, {int(Status.MANUAL)}, %s, %s, 0, 0, NOW(3), %s, %s, "
+        "%s, NOW(3), NOW(3)) ON DUPLICATE KEY UPDATE src_offset = src_offset",
+        [source.topic, source.partition, source.offset, source.timestamp_ms, source.group, reason, message[:1024],
+         _kept(record_.key, True), _kept(record_.value, True), headers_json(record_.headers)])
+
+
+async def due(execute: Execute, group: str, limit: int) -> list[LedgerRow]:
+    """The group's open, retriable rows whose retry is due, oldest due first (``idx_status_next_retry``;
+    another consumer group's rows are its own compensator's)."""
+    result = await execute(
+        f"SELECT {COLUMNS} FROM t_compensation WHERE status = {int(Status.OPEN)} AND retriable = 1 "
+        f"AND next_retry_at <= NOW(3) AND consumer_group = %s ORDER BY next_retry_at LIMIT {int(limit)}", [group])
+    return [row_of(values) for values in result]
+
+
+async def claim(execute: Execute, row_id: int, owner: str, lease_seconds: float) -> bool:
+    """open or manual -> retrying, or a retrying row whose claim ran out; True if it is ours now."""
+    lease_us = int(lease_seconds * 1_000_000)
+    await execute(
+        f"UPDATE t_compensation SET status = {int(Status.RETRYING)}, owner = %s, "
+        f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) WHERE id = %s "
+        f"AND (status IN ({int(Status.OPEN)}, {int(Status.MANUAL)}) "
+        f"OR (status = {int(Status.RETRYING)} AND lease_until < NOW(3)))", [owner, row_id])
+    # Affected-row counts say nothing (CLIENT_FOUND_ROWS): read the owner back.
+    result = await execute("SELECT owner FROM t_compensation WHERE id = %s", [row_id])
+    found = result.first()
+    return found is not None and found[0] == owner
+
+
+async def settle(execute: Execute, row_id: int, owner: str, status: Status, *, redrives: int,
+                 retry_in: float | None, message: str) -> bool:
+    """retrying -> where the attempt left it, fenced on the owner."""
+    retry = "NULL" if retry_in is None else f"NOW(3) + INTERVAL {int(retry_in * 1_000_000)} MICROSECOND"
+    result = await execute(
+        f"UPDATE t_compensation SET status = %s, redrives = %s, next_retry_at = {retry}, owner = NULL, "
+        "lease_until = NULL, message = %s, gmt_modified = NOW(3) "
+        f"WHERE id = %s AND owner = %s AND status = {int(Status.RETRYING)}",
+        [int(status), redrives, message[:1024], row_id, owner])
+    return result.rowcount == 1
+
+
+async def move(execute: Execute, row_id: int, to: Status, allowed: frozenset[Status]) -> bool:
+    """A person's action: to ``to`` from one of ``allowed`` (the caller holds the row locked)."""
+    result = await execute(
+        f"UPDATE t_compensation SET status = %s, next_retry_at = NULL, gmt_modified = NOW(3) "
+        f"WHERE id = %s AND status IN ({marks(len(allowed))})", [int(to), row_id, *sorted(int(s) for s in allowed)])
+    return result.rowcount == 1
+
+
+async def audit(execute: Execute, row_id: int, *, actor: str, action: str, from_status: Status | None,
+                to_status: Status | None, note: str | None, detail: str | None) -> None:
+    await execute(
+        "INSERT INTO t_compensation_audit (compensation_id, at, actor, action, from_status, to_status, note, detail) "
+        "VALUES (%s, NOW(3), %s, %s, %s, %s, %s, %s)",
+        [row_id, actor[:128], action[:32], None if from_status is None else int(from_status),
+         None if to_status is None else int(to_status), None if note is None else note[:1024],
+         None if detail is None else detail[:1024]])

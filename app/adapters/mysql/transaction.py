@@ -82,6 +82,9 @@ class MySqlTransaction:
     # -- dead letters ------------------------------------------------------------
 
     async def record_dead_letters(self, letters: Sequence[DeadLetter], *, group: str,
-                                  retry_after_seconds: int = 60) -> None:
+                                  retry_after_seconds: int = 60, release_owner: str | None = None) -> None:
         if letters:
             await ledger.record(self._exec, letters, group=group, retry_after_seconds=retry_after_seconds)
+            keys = sorted({key for letter in letters for key in letter.step_keys[1:]})
+            if release_owner and keys:
+                await idem.release(self._exec, keys, owner=release_owner)

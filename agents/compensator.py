@@ -1,0 +1,51 @@
+"""The dead-letter agent: each dead letter, in batches of at most 10, to the compensator.
+
+The same ack discipline as the ``order-event`` agent: a batch is acknowledged only
+when the loop asks for the next one, after every dead letter of it has its ledger
+row saying what became of it (compensated, superseded, manual, or open with its
+next retry due). A database that stays away past the budget, or anything else
+unexpected, stops the process without acknowledging (``app.exits``). Rows that are
+not due yet are left to the timer (``app.timers.compensation``): nothing loops
+through Kafka.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import faust
+
+from app import metrics
+from app.bootstrap import Runtime
+from app.exits import stop_without_ack
+from app.pipeline.ports import SourceRecord
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Settings):
+    """The dead-letter agent on ``app``, working with ``runtime``'s compensator."""
+
+    @app.agent(topic, name="compensator", concurrency=1)
+    async def compensate_dead_letters(stream):
+        rt = await runtime.start()
+        log.info("compensating %s as %s", settings.dlq_topic, rt.compensator.processor.owner)
+        async for batch in stream.take_events(settings.compensator_batch_size,
+                                              within=settings.compensator_within_seconds):
+            try:
+                guard = rt.guard()
+                for event in batch:
+                    ended = await rt.compensator.handle_dead_letter(_source(event), guard)
+                    metrics.COMPENSATIONS.labels(ended).inc()
+            except BaseException as exc:  # noqa: B036 -- see app.exits
+                stop_without_ack(exc)
+
+    return compensate_dead_letters
+
+
+def _source(event) -> SourceRecord:
+    message = event.message
+    timestamp = None if message.timestamp is None else round(message.timestamp * 1000)
+    return SourceRecord(message.topic, message.partition, message.offset, timestamp, message.key, message.value,
+                        tuple(message.headers or ()))

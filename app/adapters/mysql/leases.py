@@ -1,0 +1,39 @@
+"""Named leases in ``t_lease``: one holder at a time for a timer's work.
+
+``@app.timer(on_leader=True)`` only checks, once per tick, whether this worker holds
+partition 0 of the leader topic: two workers can both run a tick around a rebalance.
+A row with an owner and an expiry, taken in one statement and read back, is mutual
+exclusion; a holder that died lets it expire.
+"""
+
+from __future__ import annotations
+
+from app.adapters.mysql.store import MySqlStore
+
+
+class MySqlLeases:
+    def __init__(self, store: MySqlStore) -> None:
+        self.store = store
+
+    async def acquire(self, name: str, owner: str, seconds: float) -> bool:
+        """Take (or renew) the lease ``name`` for ``seconds`` unless somebody else holds it."""
+        lease_us = int(seconds * 1_000_000)
+
+        async def work(tx) -> bool:
+            # ON DUPLICATE KEY UPDATE assignments run left to right, each seeing the ones
+            # before it: ``owner`` is decided first from the old expiry, then the expiry
+            # moves only if the owner is now us.
+            await tx._exec(
+                "INSERT INTO t_lease (name, owner, lease_until, gmt_modified) "
+                f"VALUES (%s, %s, NOW(3) + INTERVAL {lease_us} MICROSECOND, NOW(3)) ON DUPLICATE KEY UPDATE "
+                "owner = IF(lease_until < NOW(3) OR owner = VALUES(owner), VALUES(owner), owner), "
+                "lease_until = IF(owner = VALUES(owner), VALUES(lease_until), lease_until), "
+                "gmt_modified = NOW(3)", [name, owner])
+            result = await tx._exec("SELECT owner FROM t_lease WHERE name = %s", [name])
+            return result.scalar() == owner
+
+        return await self.store.in_transaction(work)
+
+    async def release(self, name: str, owner: str) -> None:
+        await self.store.in_transaction(lambda tx: tx._exec(
+            "UPDATE t_lease SET lease_until = NOW(3) WHERE name = %s AND owner = %s", [name, owner]))

@@ -1,0 +1,149 @@
+"""Read-only queries behind the web views and the CLI: the compensation queue, an
+order's timeline, ``t_idem`` rows. Every value is a bound parameter; every list is
+bounded and walks an index (keyset pagination, never OFFSET)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from app.adapters.mysql.ledger import parse_headers
+from app.adapters.mysql.sql import marks
+from app.adapters.mysql.store import MySqlStore
+from app.pipeline.compensation import Status
+from app.pipeline.states import IdemStatus, OrderStatus
+
+LIST_COLUMNS = ("id, status, reason, retriable, attempts, redrives, order_no, event_id, biz_key, src_topic, src_partition, "
+                "src_offset, consumer_group, may_be_superseded, truncated, first_failure_at, next_retry_at, "
+                "gmt_modified, message")
+IDEM_COLUMNS = ("biz_key, part_date, step, status, attempt, owner, lease_until, idem_token, outcome, last_err, "
+                "gmt_create, gmt_modified")
+
+
+@dataclass(frozen=True)
+class QueueFilter:
+    status: Status | None = None
+    reason: str | None = None
+    order_no: str | None = None
+    older_than_seconds: int | None = None
+    before_id: int | None = None          # keyset: rows with a smaller id (the list runs newest first)
+    limit: int = 50
+
+
+def _dicts(result) -> list[dict[str, Any]]:
+    keys = list(result.keys())
+    return [dict(zip(keys, row)) for row in result]
+
+
+def _named(row: dict[str, Any]) -> dict[str, Any]:
+    if "status" in row and isinstance(row["status"], int):
+        row["status"] = Status(row["status"]).name.lower()
+    return row
+
+
+class Queries:
+    def __init__(self, store: MySqlStore) -> None:
+        self.store = store
+
+    async def _all(self, sql: str, params: Sequence = ()) -> list[dict[str, Any]]:
+        return await self.store.in_transaction(lambda tx: self._fetch(tx, sql, params))
+
+    @staticmethod
+    async def _fetch(tx, sql: str, params: Sequence) -> list[dict[str, Any]]:
+        return _dicts(await tx._exec(sql, params))
+
+    # -- the compensation queue ------------------------------------------------------
+
+    async def compensations(self, f: QueueFilter) -> list[dict[str, Any]]:
+        where, params = ["1 = 1"], []
+        if f.status is not None:
+            where.append("status = %s")
+            params.append(int(f.status))
+        if f.reason is not None:
+            where.append("reason = %s")
+            params.append(f.reason)
+        if f.order_no is not None:
+            where.append("order_no = %s")
+            params.append(f.order_no)
+        if f.older_than_seconds is not None:
+            where.append("first_failure_at <= NOW(3) - INTERVAL %s SECOND")
+            params.append(f.older_than_seconds)
+        if f.before_id is not None:
+            where.append("id < %s")
+            params.append(f.before_id)
+        rows = await self._all(f"SELECT {LIST_COLUMNS} FROM t_compensation WHERE {' AND '.join(where)} "
+                               f"ORDER BY id DESC LIMIT {int(f.limit)}", params)
+        return [_named(row) for row in rows]
+
+    async def counts(self) -> dict[str, dict[str, int]]:
+        by_status = await self._all("SELECT status, COUNT(*) AS n FROM t_compensation GROUP BY status")
+        by_reason = await self._all(f"SELECT reason, COUNT(*) AS n FROM t_compensation WHERE status IN "
+                                    f"({int(Status.OPEN)}, {int(Status.RETRYING)}, {int(Status.MANUAL)}) "
+                                    "GROUP BY reason")
+        return {"by_status": {Status(r["status"]).name.lower(): r["n"] for r in by_status},
+                "by_reason_unsettled": {r["reason"]: r["n"] for r in by_reason}}
+
+    async def compensation(self, row_id: int) -> dict[str, Any] | None:
+        rows = await self._all(f"SELECT {LIST_COLUMNS}, src_timestamp, worker_id, record_key, record_value, "
+                               "record_headers, owner, lease_until FROM t_compensation WHERE id = %s", [row_id])
+        if not rows:
+            return None
+        row = _named(rows[0])
+        row["record_headers"] = parse_headers(row["record_headers"])
+        row["history"] = await self._all(
+            "SELECT at, actor, action, from_status, to_status, note, detail FROM t_compensation_audit "
+            "WHERE compensation_id = %s ORDER BY id", [row_id])
+        for entry in row["history"]:
+            for side in ("from_status", "to_status"):
+                if entry[side] is not None:
+                    entry[side] = Status(entry[side]).name.lower()
+        return row
+
+    # -- orders and t_idem ---------------------------------------------------------
+
+    async def order(self, order_no: str) -> dict[str, Any] | None:
+        rows = await self._all("SELECT order_no, status, amount_cents, phone, address, paid_cents, cancel_reason, "
+                               "has_dead_letters, gmt_create, gmt_modified FROM t_order WHERE order_no = %s",
+                               [order_no])
+        if not rows:
+            return None
+        order = rows[0]
+        order["status"] = OrderStatus(order["status"]).name.lower()
+        return order
+
+    async def idem_of_order(self, order_no: str) -> list[dict[str, Any]]:
+        """Every step key of the order: they all start with ``<order_no>:`` (a range of the primary key)."""
+        prefix = order_no.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"
+        return self._idem_named(await self._all(
+            f"SELECT {IDEM_COLUMNS} FROM t_idem WHERE biz_key LIKE %s ORDER BY gmt_create, biz_key", [prefix]))
+
+    async def idem(self, keys: Sequence[str]) -> list[dict[str, Any]]:
+        if not keys:
+            return []
+        return self._idem_named(await self._all(
+            f"SELECT {IDEM_COLUMNS} FROM t_idem WHERE biz_key IN ({marks(len(keys))}) ORDER BY biz_key", list(keys)))
+
+    async def stuck(self, older_than_seconds: float, limit: int) -> list[dict[str, Any]]:
+        """Pending rows not touched for longer than the alert age (``idx_status_modified``)."""
+        return self._idem_named(await self._all(
+            f"SELECT {IDEM_COLUMNS}, TIMESTAMPDIFF(SECOND, gmt_modified, NOW(3)) AS age_seconds FROM t_idem "
+            f"WHERE status = {int(IdemStatus.PENDING)} AND gmt_modified < NOW(3) - INTERVAL %s MICROSECOND "
+            f"ORDER BY gmt_modified LIMIT {int(limit)}", [int(older_than_seconds * 1_000_000)]))
+
+    async def receipts(self, order_no: str) -> list[dict[str, Any]]:
+        return await self._all("SELECT order_no, waybill_no, idem_token, biz_key, attempt, gmt_create "
+                               "FROM t_waybill_receipt WHERE order_no = %s", [order_no])
+
+    async def dead_letters_of_order(self, order_no: str) -> list[dict[str, Any]]:
+        rows = await self._all(f"SELECT {LIST_COLUMNS} FROM t_compensation WHERE order_no = %s ORDER BY id",
+                               [order_no])
+        return [_named(row) for row in rows]
+
+    async def ping(self) -> None:
+        await self._all("SELECT 1")
+
+    @staticmethod
+    def _idem_named(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for row in rows:
+            row["status"] = IdemStatus(row["status"]).name.lower()
+        return rows

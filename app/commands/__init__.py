@@ -1,0 +1,1 @@
+"""Faust commands: ``faust -A app <command>``."""

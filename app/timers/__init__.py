@@ -1,0 +1,1 @@
+"""Timers: periodic work, each guarded by a database lease (one worker at a time)."""

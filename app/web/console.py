@@ -1,0 +1,29 @@
+"""The compensation console: ``GET /console/``, a static page over the JSON API (no
+build step). It renders every value as text; the page forbids inline scripts (CSP)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import faust
+from aiohttp import web
+from faust.web import View
+
+from app.settings import Settings
+
+HERE = Path(__file__).parent
+HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'",
+           "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+
+
+def register(app: faust.App, settings: Settings) -> None:
+    page = (HERE / "console.html").read_bytes()
+    script = (HERE / "console.js").read_bytes()
+
+    @app.page("/console/")
+    async def console(self: View, request: web.Request) -> web.Response:
+        return web.Response(body=page, content_type="text/html", charset="utf-8", headers=HEADERS)
+
+    @app.page("/console/console.js")
+    async def console_script(self: View, request: web.Request) -> web.Response:
+        return web.Response(body=script, content_type="application/javascript", charset="utf-8", headers=HEADERS)

@@ -1,0 +1,53 @@
+"""Liveness, readiness and metrics.
+
+    GET /health, /healthz   the process answers (200)
+    GET /readyz             MySQL and Kafka answer and the agents run (200), or what does not (503)
+    GET /metrics            Prometheus
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import faust
+from aiohttp import web
+from faust.web import View
+from prometheus_client import generate_latest
+
+from app.bootstrap import Runtime
+from app.settings import Settings
+from app.web.http import json_response
+
+
+def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+    @app.page("/health")
+    async def health(self: View, request: web.Request) -> web.Response:
+        return json_response({"ok": True, "app_id": settings.app_id, "worker_id": settings.worker_id})
+
+    @app.page("/healthz")
+    async def healthz(self: View, request: web.Request) -> web.Response:
+        return json_response({"ok": True})
+
+    @app.page("/readyz")
+    async def readyz(self: View, request: web.Request) -> web.Response:
+        checks: dict[str, str] = {}
+        try:
+            rt = await asyncio.wait_for(runtime.start(), 10)
+            await asyncio.wait_for(rt.queries.ping(), 10)
+            checks["mysql"] = "ok"
+        except Exception as exc:
+            checks["mysql"] = f"unreachable: {exc!r}"[:300]
+        try:
+            await asyncio.wait_for(runtime.kafka_ping(), 10)
+            checks["kafka"] = "ok"
+        except Exception as exc:
+            checks["kafka"] = f"unreachable: {exc!r}"[:300]
+        for name, agent in app.agents.items():
+            checks[f"agent {name}"] = "crashed" if agent.crashed else "running" if agent.started else "not started"
+        ready = all(value in ("ok", "running") for value in checks.values())
+        return json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)
+
+    @app.page("/metrics")
+    async def metrics(self: View, request: web.Request) -> web.Response:
+        # prometheus_client's CONTENT_TYPE_LATEST carries a charset, which aiohttp refuses here.
+        return self.bytes(generate_latest(), content_type="text/plain; version=0.0.4")

@@ -1,0 +1,64 @@
+"""Orders and steps, over JSON.
+
+    GET /orders/{order_no}   the order's timeline: its state, every t_idem row, receipts, dead letters
+    GET /idem/{biz_key}      one t_idem row
+    GET /idem/stuck/         pending rows older than STUCK_PENDING_SECONDS (at most 200, oldest first)
+"""
+
+from __future__ import annotations
+
+import re
+
+import faust
+from aiohttp import web
+from faust.web import View
+
+from app.bootstrap import Runtime
+from app.pipeline.events import ORDER_NO
+from app.settings import Settings
+from app.web.http import Refused, integer, json_response, refused, text
+
+BIZ_KEY = re.compile(r"ORD-[0-9]{8}-[A-Za-z0-9]{1,40}:[A-Z_]{1,32}:[a-z_]{1,32}")
+
+
+def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+
+    @app.page("/orders/{order_no}")
+    class OrderTimeline(View):
+        async def get(self, request: web.Request, order_no: str) -> web.Response:
+            try:
+                order_no = text(order_no, "order_no", ORDER_NO, "ORD-YYYYMMDD-<letters or digits>")
+            except Refused as exc:
+                return refused(exc)
+            rt = await runtime.start()
+            order = await rt.queries.order(order_no)
+            steps = await rt.queries.idem_of_order(order_no)
+            letters = await rt.queries.dead_letters_of_order(order_no)
+            if order is None and not steps and not letters:
+                return json_response({"error": f"nothing is known of order {order_no}"}, status=404)
+            return json_response({"order_no": order_no, "order": order, "steps": steps,
+                                  "receipts": await rt.queries.receipts(order_no), "dead_letters": letters})
+
+    @app.page("/idem/stuck/")
+    class Stuck(View):
+        async def get(self, request: web.Request) -> web.Response:
+            try:
+                limit = integer(request.query.get("limit"), "limit", low=1, high=200, default=100)
+            except Refused as exc:
+                return refused(exc)
+            rt = await runtime.start()
+            rows = await rt.queries.stuck(settings.stuck_pending_seconds, limit)
+            return json_response({"older_than_seconds": settings.stuck_pending_seconds, "rows": rows})
+
+    @app.page("/idem/{biz_key}")
+    class Step(View):
+        async def get(self, request: web.Request, biz_key: str) -> web.Response:
+            try:
+                biz_key = text(biz_key, "biz_key", BIZ_KEY, "<order_no>:<TYPE>:<step>")
+            except Refused as exc:
+                return refused(exc)
+            rt = await runtime.start()
+            rows = await rt.queries.idem([biz_key])
+            if not rows:
+                return json_response({"error": f"no t_idem row {biz_key}"}, status=404)
+            return json_response(rows[0])

@@ -212,7 +212,7 @@ class Compensator:
             verdict = Verdict(Status.MANUAL, claimed.redrives, None, f"not retriable: {claimed.reason}: "
                                                                      f"{claimed.message or ''}")
         else:
-            verdict = await self._attempt(claimed, guard)
+            verdict = await self._attempt(claimed, guard, by_person=action != "redrive")
         await guard(lambda: self.ledger.settle(claimed.id, owner, verdict.status, redrives=verdict.redrives,
                                                retry_in=verdict.retry_in, actor=actor, action=action,
                                                detail=verdict.detail[:1024], note=note))
@@ -220,7 +220,7 @@ class Compensator:
                  verdict.status.name, verdict.detail[:300])
         return verdict.status
 
-    async def _attempt(self, row: LedgerRow, guard) -> Verdict:
+    async def _attempt(self, row: LedgerRow, guard, *, by_person: bool = False) -> Verdict:
         try:
             event = decode(row.key, row.value, max_bytes=self.max_event_bytes)
         except MalformedEvent as exc:
@@ -234,7 +234,7 @@ class Compensator:
                                "no lookup: reconcile by hand")
             await guard(lambda: self.ledger.reopen_unknown(step_keys(event)[1:]))
         try:
-            [result] = await self.processor.run([event], guard)
+            [result] = await self.processor.run([event], guard, by_person=by_person)
         except PipelineError as exc:
             result = Result(error=exc)
         return judge(row, result, self.backoff)

@@ -133,6 +133,20 @@ class Conflict(Exception):
     Never leaves the store: it retries, then reports :class:`StoreUnavailable`."""
 
 
+class AttemptsExhausted(PipelineError):
+    """The step key was claimed as often as IDEM_MAX_ATTEMPTS allows without finishing: it is left to a
+    person (the stuck sweep alerts on it), never claimed again automatically."""
+
+    reason = "attempts_exhausted"
+
+
+class BeyondDedupRetention(PipelineError):
+    """The order is dated before the dedup store's retention: its t_idem rows may be gone, so running the
+    event could repeat what was done once. It is never run again automatically."""
+
+    reason = "beyond_dedup_retention"
+
+
 class InternalError(PipelineError):
     """A bug met while handling one record; it is isolated and dead-lettered."""
 

@@ -5,6 +5,7 @@ first transaction (T1) decides for a batch. Plain data; the rules live in
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field, fields
 from datetime import date
 from typing import TYPE_CHECKING
@@ -18,6 +19,14 @@ if TYPE_CHECKING:
 
 NOT_DELIVERED = "effect_not_delivered"   # t_idem.outcome of a pending row whose last call surely did not happen
 UNKNOWN = REOPENABLE_OUTCOME              # t_idem.outcome of a failed row whose call may or may not have happened
+
+# What a claim of one step key found: taken (``new``: no row yet; ``reclaimed``: a pending row whose
+# lease ran out), or ``done``, ``held`` (another worker's live lease), ``failed`` for good, ``waiting``
+# for its service to settle before it is asked, ``mismatch`` (recorded with another payload), or
+# ``capped`` (claimed IDEM_MAX_ATTEMPTS times). Conflicts, the numerator of the conflict rate, are the
+# claims that found the key done or held.
+CLAIM_RESULTS = ("new", "reclaimed", "done", "held", "failed", "waiting", "mismatch", "capped")
+CONFLICTS = frozenset({"done", "held"})
 STALE = Outcome.STALE.value              # t_idem.outcome of an effect never called: its order moved past it
 
 
@@ -129,6 +138,9 @@ class BatchPlan:
     # now have later events that ran after them (``t_compensation.may_be_superseded``).
     superseding: set[str] = field(default_factory=set)
     batch_keys: set[str] = field(default_factory=set)     # their events' local keys here: not overtaken by themselves
+    # Every step key looked at, by what the claim found (``CLAIM_RESULTS``), and the events found done.
+    claims: Counter = field(default_factory=Counter)
+    replayed: int = 0
 
     @property
     def writes(self) -> bool:

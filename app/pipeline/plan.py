@@ -24,7 +24,7 @@ import uuid
 from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
-from app.pipeline.errors import (EffectOutcomeUnknown, LeaseHeld, PayloadMismatch, PipelineError,
+from app.pipeline.errors import (AttemptsExhausted, EffectOutcomeUnknown, LeaseHeld, PayloadMismatch, PipelineError,
                                  PreconditionNotMet, UnknownOutcomeNonIdempotent)
 from app.pipeline.events import OrderEvent
 from app.pipeline.model import (NOT_DELIVERED, STALE, BatchPlan, EffectJob, EventPlan, FailRow, IdemRow, NewRow,
@@ -37,6 +37,11 @@ def step_keys(event: OrderEvent) -> list[str]:
     """Every idempotency key the event's pipeline uses, local step first."""
     pipe = PIPELINES[event.type]
     return [pipe.key(event, pipe.local)] + [pipe.key(event, step) for step in pipe.effects]
+
+
+def keys_per_event() -> int:
+    """The most t_idem rows one event writes (its local step and its effect steps)."""
+    return max(1 + len(pipe.effects) for pipe in PIPELINES.values())
 
 
 def orders_needed(events: Sequence[OrderEvent], rows: dict[str, IdemRow],
@@ -55,13 +60,16 @@ def orders_needed(events: Sequence[OrderEvent], rows: dict[str, IdemRow],
 def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: dict[str, Order],
                *, owner: str, new_token: Callable[[], str] = lambda: uuid.uuid4().hex,
                keys_of: Sequence[list[str]] | None = None,
-               verifiable: Mapping[str, float] | None = None) -> BatchPlan:
+               verifiable: Mapping[str, float] | None = None,
+               attempt_cap: int | None = None) -> BatchPlan:
     """Decide T1 for ``events`` (offset order) given the rows and orders read under lock.
     ``keys_of[i]`` may carry ``step_keys(events[i])`` when the caller has them already;
     ``verifiable`` maps the effects whose service can be asked whether a call happened to
-    how long after an unknown outcome it is safe to ask."""
+    how long after an unknown outcome it is safe to ask. A pending row already claimed
+    ``attempt_cap`` times is not claimed again (None: no cap, a person asked for the run)."""
     verifiable = verifiable or {}
     plan = BatchPlan(events=[EventPlan() for _ in events])
+    claims = plan.claims
     current = dict(orders)
     blocked: set[str] = set()
     first_hash: dict[str, str] = {}     # local key -> payload hash of its first event in this batch
@@ -77,6 +85,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
 
         clash = next((rows[k] for k in keys if k in rows and rows[k].payload_hash != event.payload_hash), None)
         if clash is not None:
+            claims["mismatch"] += 1
             result.error = PayloadMismatch(
                 f"{clash.biz_key} was recorded with payload {clash.payload_hash[:12]}, this event carries "
                 f"{event.payload_hash[:12]}")
@@ -101,37 +110,53 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                 continue
             plan.inserts.append(NewRow(local_key, event.part_date, pipe.local.name, IdemStatus.DONE,
                                        event.payload_hash, outcome=verdict.value))
+            claims["new"] += 1
             local_outcome, fresh = verdict.value, True
         else:
+            claims["done"] += 1
             local_outcome, fresh = local_row.outcome, False
 
         if local_outcome != Verdict.APPLY.value:
-            result.outcome = Outcome(local_outcome) if fresh else Outcome.DUPLICATE
+            result.outcome = Outcome(local_outcome) if fresh else _replayed(plan)
             continue
 
         for step, key in zip(pipe.effects, keys[1:]):
             row = rows.get(key)
             if row is not None and row.status is IdemStatus.DONE:
+                claims["done"] += 1
                 continue
             if row is not None and row.status is IdemStatus.FAILED:
+                claims["failed"] += 1
                 if row.outcome == STALE:      # settled: its order moved on before it was called
                     continue
                 result.error = _terminal_error(row)
                 break
             order = current[event.order_no]
             if row is None:
+                claims["new"] += 1
                 token, attempt = new_token(), 1
                 plan.inserts.append(NewRow(key, event.part_date, step.name, IdemStatus.PENDING,
                                            event.payload_hash, idem_token=token))
             elif not (row.expired or row.owner == owner):
+                claims["held"] += 1
                 result.error = LeaseHeld(f"{key} is claimed by {row.owner} for {row.remaining:.1f}s more",
                                          wait_seconds=row.remaining)
+                blocked.add(event.order_no)
+                break
+            elif attempt_cap is not None and row.attempt >= attempt_cap:
+                # Claimed this often without an end: something keeps failing it. A person decides.
+                claims["capped"] += 1
+                result.error = AttemptsExhausted(
+                    f"{key} was claimed {row.attempt} times without finishing (IDEM_MAX_ATTEMPTS={attempt_cap}): "
+                    "it is not claimed again automatically; retry it from the compensation console once the "
+                    "cause is fixed")
                 blocked.add(event.order_no)
                 break
             elif _outcome_unknown(step.effect, row) and step.effect.name in verifiable \
                     and row.age < verifiable[step.effect.name]:
                 # Asking the service now could miss a request still on its way to it.
                 wait = verifiable[step.effect.name] - row.age
+                claims["waiting"] += 1
                 result.error = EffectOutcomeUnknown(
                     f"{key}: the outcome of attempt {row.attempt} is unknown; the service is asked once "
                     f"{verifiable[step.effect.name]:g}s have passed, in {wait:.0f}s")
@@ -142,12 +167,14 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                 # and the service cannot be asked.
                 message = (f"{key}: attempt {row.attempt} of a call without idempotency key ended "
                            "without a known outcome")
+                claims["failed"] += 1
                 plan.fails.append(FailRow(key, event.part_date, row.attempt,
                                           UnknownOutcomeNonIdempotent.reason, message))
                 result.error = UnknownOutcomeNonIdempotent(message)
                 break
             else:
                 # Claimed again; a call whose outcome is unknown is looked up before it is repeated.
+                claims["reclaimed"] += 1
                 token, attempt = row.idem_token or new_token(), row.attempt + 1
                 plan.reclaims.append(Reclaim(key, event.part_date, row.attempt))
             result.jobs.append(EffectJob(index, event.order_no, key, event.part_date, step.name, step.effect,
@@ -155,13 +182,19 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                                          pipe.local.moves_order_to,
                                          verify=row is not None and _outcome_unknown(step.effect, row)))
         if result.error is None and not result.jobs:
-            result.outcome = Outcome(local_outcome) if fresh else Outcome.DUPLICATE
+            result.outcome = Outcome(local_outcome) if fresh else _replayed(plan)
     _drop_stale_jobs(plan, current)
     plan.superseding = {o for o in plan.orders if o in orders and orders[o].has_dead_letters}
     if plan.superseding:
         plan.batch_keys = {(keys_of[i] if keys_of is not None else step_keys(e))[0]
                            for i, e in enumerate(events) if e.order_no in plan.superseding}
     return plan
+
+
+def _replayed(plan: BatchPlan) -> Outcome:
+    """An event whose every step t_idem holds as finished: delivered again."""
+    plan.replayed += 1
+    return Outcome.DUPLICATE
 
 
 def _drop_stale_jobs(plan: BatchPlan, current: dict[str, Order]) -> None:

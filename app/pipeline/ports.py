@@ -102,6 +102,19 @@ class EffectClient(Protocol):
         ...
 
 
+class Observer(Protocol):
+    """Where the pipeline reports what it saw (``app.metrics`` plugs in Prometheus)."""
+
+    def planned(self, plan: BatchPlan) -> None:
+        """A T1 committed ``plan``: its claims by result (``plan.claims``) and replayed events."""
+        ...
+
+
+class NoObserver:
+    def planned(self, plan: BatchPlan) -> None:
+        pass
+
+
 class DeadLetterSink(Protocol):
     def prepare(self, letters: Sequence[DeadLetter]) -> list[DeadLetter]:
         """The letters as they will be published (``truncated`` set where the record will be cut)."""

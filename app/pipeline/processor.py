@@ -53,7 +53,8 @@ from app.pipeline.events import OrderEvent
 from app.pipeline.model import BatchPlan, EffectJob
 from app.pipeline.outcomes import Outcome
 from app.pipeline.plan import orders_needed, plan_batch, step_keys
-from app.pipeline.ports import EffectClient, Finished, Store, Transaction
+from app.pipeline.ports import EffectClient, Finished, NoObserver, Observer, Store, Transaction
+from app.pipeline.retention import Retention
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -84,7 +85,8 @@ class Processor:
                  effect_concurrency: int, effect_timeout: float = 0.0, lease_margin: float = 0.0,
                  new_token: Callable[[], str] | None = None,
                  on_cut: Callable[[str], None] = lambda cut: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, attempt_cap: int | None = None,
+                 retention: Retention | None = None, observer: Observer | None = None) -> None:
         self.store = store
         self.effects = effects
         self.owner = owner
@@ -94,20 +96,35 @@ class Processor:
         self._slots = asyncio.Semaphore(effect_concurrency)
         self._token_kw = {"new_token": new_token} if new_token else {}
         self._clock = clock
+        self.attempt_cap = attempt_cap          # claims of a key before a person must decide
+        self.retention = retention              # orders dated before its cutoff are refused
+        self.observer = observer or NoObserver()
         # Called at each cut point of a batch that makes external calls
         # ("before_a", "a_b", "b_c", "after_c"); the chaos tests kill the process there.
         self._on_cut = on_cut
 
-    async def run(self, events: Sequence[OrderEvent], guard: Guard = _unguarded) -> list[Result]:
+    async def run(self, events: Sequence[OrderEvent], guard: Guard = _unguarded, *,
+                  by_person: bool = False) -> list[Result]:
         """One pass of ``events`` (offset order) through T1, T2 and T3.
 
         ``guard`` runs each database step; the batch handler passes one that waits
         out an unreachable database (and re-runs the step) within its budget.
+        ``by_person``: a person asked for this run, so the attempt cap does not apply.
         """
+        if self.retention is not None:
+            refused = [self.retention.refusal(event.order_no, event.part_date) for event in events]
+            if any(refused):
+                kept = [event for event, error in zip(events, refused) if error is None]
+                results = iter(await self.run(kept, guard, by_person=by_person) if kept else [])
+                return [Result(error=error) if error is not None else next(results) for error in refused]
+        return await self._run(events, guard, None if by_person else self.attempt_cap)
+
+    async def _run(self, events: Sequence[OrderEvent], guard: Guard, attempt_cap: int | None) -> list[Result]:
         if not events:
             return []
         claimed_at = self._clock()
-        plan = await guard(lambda: self.store.in_transaction(lambda tx: self._t1(tx, events)))
+        plan = await guard(lambda: self.store.in_transaction(lambda tx: self._t1(tx, events, attempt_cap)))
+        self.observer.planned(plan)
         results: list[Result | None] = [
             Result(outcome=p.outcome) if p.outcome else
             Result(error=p.error) if p.error else
@@ -123,14 +140,15 @@ class Processor:
             self._settle(plan, finished, skipped, owned, broken, results)
         return results  # type: ignore[return-value]
 
-    async def _t1(self, tx: Transaction, events: Sequence[OrderEvent]) -> BatchPlan:
+    async def _t1(self, tx: Transaction, events: Sequence[OrderEvent], attempt_cap: int | None = None) -> BatchPlan:
         keys_of = [step_keys(event) for event in events]
         keys = sorted({key for keys in keys_of for key in keys})
         rows = await tx.read_idem(keys, sorted({event.part_date for event in events}))
         needed = orders_needed(events, rows, keys_of)
         orders = await tx.read_orders(sorted(needed)) if needed else {}
         plan = plan_batch(events, rows, orders, owner=self.owner, keys_of=keys_of,
-                          verifiable=getattr(self.effects, "verifiable", {}), **self._token_kw)
+                          verifiable=getattr(self.effects, "verifiable", {}), attempt_cap=attempt_cap,
+                          **self._token_kw)
         if plan.writes:
             await tx.apply_plan(plan, owner=self.owner, lease_seconds=self.lease_seconds)
         if any(p.jobs for p in plan.events):

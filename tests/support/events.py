@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
+from datetime import datetime, timezone
 
 _serial = itertools.count(1)
 
@@ -15,10 +16,12 @@ DATA = {
     "ORDER_CANCEL": lambda: {"reason": "customer asked"},
 }
 LIFECYCLE = ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")
+# Orders are dated today (UTC): an order older than the dedup retention (IDEM_RETENTION_DAYS) is refused.
+TODAY = datetime.now(timezone.utc).strftime("%Y%m%d")
 
 
-def order_no(day: str = "20261129", prefix: str = "T") -> str:
-    """A fresh order number; ``prefix`` keeps test runs apart."""
+def order_no(day: str = TODAY, prefix: str = "T") -> str:
+    """A fresh order number, dated today unless ``day`` says otherwise; ``prefix`` keeps test runs apart."""
     return f"ORD-{day}-{prefix}{next(_serial):07d}{uuid.uuid4().hex[:6]}"
 
 

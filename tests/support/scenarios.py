@@ -14,16 +14,18 @@ import asyncio
 import itertools
 from collections import Counter
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Awaitable, Callable
 
-from app.pipeline.errors import (ClaimExpiring, EffectOutcomeUnknown, EffectUnavailable, LeaseHeld, PayloadMismatch,
-                                 PipelineError, UnknownOutcomeNonIdempotent)
+from app.pipeline.errors import (AttemptsExhausted, BeyondDedupRetention, ClaimExpiring, EffectOutcomeUnknown,
+                                 EffectUnavailable, LeaseHeld, PayloadMismatch, PipelineError,
+                                 UnknownOutcomeNonIdempotent)
 from app.pipeline.events import EventType
 from app.pipeline.model import EffectJob
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import DeadLetter, Finished, Receipt, SourceRecord
 from app.pipeline.processor import Processor
+from app.pipeline.retention import Retention
 from app.pipeline.states import IdemStatus, OrderStatus
 from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, EffectStep, LocalStep, Pipeline
 from tests.support.events import order_no
@@ -134,10 +136,10 @@ class Harness:
         raise NotImplementedError
 
     def processor(self, *, lease: float = 30.0, owner: str | None = None, lease_check: bool = True,
-                  store=None) -> Processor:
+                  store=None, attempt_cap: int | None = None, retention: Retention | None = None) -> Processor:
         return Processor(store or self.store, self.effects, owner=owner or f"scenario-{next(_owners)}/main/x",
                          lease_seconds=lease, effect_concurrency=64, effect_timeout=1.0 if lease_check else 0.0,
-                         clock=self.clock())
+                         clock=self.clock(), attempt_cap=attempt_cap, retention=retention)
 
     async def paid(self, p: Processor, n: int = 1) -> list[str]:
         orders = [order_no(prefix="SCN") for _ in range(n)]
@@ -353,6 +355,38 @@ async def a_crash_between_the_lookup_and_the_send_is_looked_up_again(h: Harness)
         assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["status"] == IdemStatus.DONE
 
 
+async def an_order_older_than_the_retention_is_refused_and_leaves_no_trace(h: Harness) -> None:
+    """Its t_idem rows may have been dropped with their partition: running it could repeat an effect."""
+    today = date(2026, 11, 30)
+    p = h.processor(retention=Retention(90, today=lambda: today))
+    old, edge = (order_no(day=f"{day:%Y%m%d}", prefix="SCN") for day in (today - timedelta(days=91),
+                                                                       today - timedelta(days=90)))
+    results = await p.run([ev(o, t) for o in (old, edge) for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")])
+    assert all(isinstance(r.error, BeyondDedupRetention) and not r.error.retriable for r in results[:3]), results
+    assert [r.outcome for r in results[3:]] == [Outcome.APPLIED] * 3
+    assert h.idem(key(old, "ORDER_CREATED", "create_order")) is None and h.order(old) is None
+    assert [c[1] for c in h.effects.calls] == [edge]
+
+
+async def a_key_claimed_as_often_as_the_cap_is_left_to_a_person(h: Harness) -> None:
+    """Three claims that failed, then no fourth automatically; a person's run may claim it again."""
+    p = h.processor(attempt_cap=3)
+    [order] = await h.paid(p)
+    h.effects.faults["waybill"] += [Fault(EffectUnavailable("503")) for _ in range(3)]
+    for _ in range(3):
+        [failed] = await p.run([ev(order, "ORDER_CONFIRM")])
+        assert isinstance(failed.error, EffectUnavailable), failed
+    capped, behind = await p.run([ev(order, "ORDER_CONFIRM"), ev(order, "ORDER_CANCEL")])
+    assert isinstance(capped.error, AttemptsExhausted) and not capped.error.retriable
+    assert behind.deferred                                  # the order's next event waits behind it
+    assert len(h.effects.calls) == 3
+    row = h.idem(key(order, "ORDER_CONFIRM", "issue_waybill"))
+    assert (row["status"], row["attempt"]) == (IdemStatus.PENDING, 3)
+    [done] = await p.run([ev(order, "ORDER_CONFIRM")], by_person=True)
+    assert done.outcome is Outcome.APPLIED and h.receipt(order)["attempt"] == 4
+    assert h.effects.sent["waybill", order] == 1 and len({c[2] for c in h.effects.calls}) == 1
+
+
 SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken,
              a_skipped_call_is_noted_and_made_on_the_retry, an_sms_with_an_unknown_outcome_is_never_sent_again,
              a_pending_waybill_of_a_cancelled_order_is_stale, a_claim_without_enough_lease_left_is_not_called,
@@ -360,5 +394,7 @@ SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken
              a_replayed_batch_is_all_duplicates_and_a_new_payload_is_refused,
              the_ledger_keeps_one_row_per_record_and_flags_overtaken_letters,
              a_lost_sms_reply_is_looked_up_and_never_sent_again, an_sms_that_never_arrived_is_looked_up_and_sent_once,
-             a_crash_between_the_lookup_and_the_send_is_looked_up_again]
+             a_crash_between_the_lookup_and_the_send_is_looked_up_again,
+             an_order_older_than_the_retention_is_refused_and_leaves_no_trace,
+             a_key_claimed_as_often_as_the_cap_is_left_to_a_person]
 

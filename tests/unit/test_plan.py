@@ -7,7 +7,8 @@ import itertools
 from hypothesis import given, settings as hsettings
 from hypothesis import strategies as st
 
-from app.pipeline.errors import LeaseHeld, PayloadMismatch, PreconditionNotMet, UnknownOutcomeNonIdempotent
+from app.pipeline.errors import (AttemptsExhausted, LeaseHeld, PayloadMismatch, PreconditionNotMet,
+                                 UnknownOutcomeNonIdempotent)
 from app.pipeline.events import decode
 from app.pipeline.model import NOT_DELIVERED, IdemRow, Order
 from app.pipeline.plan import plan_batch, step_keys
@@ -259,3 +260,36 @@ def test_an_order_with_dead_letters_that_moves_flags_them_but_not_its_own_events
     assert p.batch_keys == {step_keys(paid)[0], step_keys(cancel)[0]}
     p = plan([ev("ORDER_PAID")], orders={ORDER: Order(ORDER, OrderStatus.CREATED)})
     assert p.superseding == set()
+
+
+# -- the attempt cap and the claim counts (the conflict rate's numerator and denominator) ------------------
+
+def test_a_pending_row_claimed_as_often_as_the_cap_is_not_claimed_again():
+    e = ev("ORDER_CONFIRM")
+    local, effect = step_keys(e)
+    rows = {local: row(local, e), effect: row(effect, e, IdemStatus.PENDING, attempt=20, owner="dead/9",
+                                                token="persisted", outcome=None, expired=True)}
+    orders = {ORDER: Order(ORDER, OrderStatus.CONFIRMED, address="x")}
+    capped = plan_batch([e, ev("ORDER_CANCEL")], rows, orders, owner=ME, new_token=tokens(), attempt_cap=20)
+    assert isinstance(capped.events[0].error, AttemptsExhausted) and not capped.events[0].error.retriable
+    assert capped.events[1].deferred                   # the order's later events wait behind it
+    assert not capped.writes and capped.claims == {"done": 1, "capped": 1}
+    below = plan_batch([e], rows, orders, owner=ME, new_token=tokens(), attempt_cap=21)
+    assert below.events[0].jobs[0].attempt == 21
+    lifted = plan_batch([e], rows, orders, owner=ME, new_token=tokens(), attempt_cap=None)    # a person asked
+    assert lifted.events[0].jobs[0].token == "persisted"
+
+
+def test_claims_are_counted_by_what_they_found_and_replays_are_the_events_found_done():
+    fresh, replayed, held = ev("ORDER_CREATED", "ORD-20261129-C1"), ev("ORDER_CONFIRM"), ev("ORDER_CONFIRM",
+                                                                                            "ORD-20261129-C3")
+    rows = {k: row(k, replayed) for k in step_keys(replayed)}
+    hl, he = step_keys(held)
+    rows |= {hl: row(hl, held), he: row(he, held, IdemStatus.PENDING, owner="other/1", token="t", outcome=None,
+                                        expired=False, remaining=5)}
+    orders = {o: Order(o, OrderStatus.CONFIRMED, address="x") for o in (ORDER, "ORD-20261129-C3")}
+    p = plan([fresh, replayed, held], rows, orders)
+    assert p.claims == {"new": 1, "done": 3, "held": 1}
+    assert p.replayed == 1 and p.events[1].outcome == "duplicate"
+    twice = plan([ev("ORDER_CREATED", "ORD-20261129-C4")] * 2)      # a duplicate inside one batch is not a replay
+    assert twice.claims == {"new": 1} and twice.replayed == 0 and twice.events[1].outcome == "duplicate"

@@ -1,0 +1,44 @@
+"""How long the dedup store remembers, and what follows from it.
+
+``t_idem`` keeps an order's rows in the monthly partition of the date inside its
+number, and partitions wholly older than the retention are dropped. An event of an
+order dated before the retention's cutoff may have lost its rows: running it could
+do again what was done once, so it is refused (``beyond_dedup_retention``) and never
+run automatically. Partitions are only dropped a day after the cutoff has passed them,
+so no worker whose clock runs a little behind can run an event whose rows are gone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from typing import Callable
+
+from app.pipeline.errors import BeyondDedupRetention
+
+
+def utc_today() -> date:
+    return datetime.now(timezone.utc).date()
+
+
+@dataclass(frozen=True)
+class Retention:
+    days: int
+    today: Callable[[], date] = field(default=utc_today, compare=False)
+
+    def cutoff(self) -> date:
+        """Orders dated before this are refused."""
+        return self.today() - timedelta(days=self.days)
+
+    def drop_before(self) -> date:
+        """A partition may be dropped when every date it can hold is before this (a day before the cutoff)."""
+        return self.cutoff() - timedelta(days=1)
+
+    def refusal(self, order_no: str, part_date: date) -> BeyondDedupRetention | None:
+        cutoff = self.cutoff()
+        if part_date >= cutoff:
+            return None
+        return BeyondDedupRetention(
+            f"order {order_no} is dated {part_date.isoformat()}, before the dedup store's retention "
+            f"(IDEM_RETENTION_DAYS={self.days}, cutoff {cutoff.isoformat()}): its t_idem rows may be gone, so the "
+            "event is not run again; reconcile it by hand")

@@ -19,18 +19,30 @@ from app.adapters.effects import Client, EffectClients
 from app.adapters.effects.logistics import WaybillClient
 from app.adapters.effects.sms import SmsClient
 from app.adapters.kafka_dlq import KafkaDeadLetterSink
+from app.adapters.kafka_ops import GroupLag
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.compensations import MySqlLedger
 from app.adapters.mysql.leases import MySqlLeases
+from app.adapters.mysql.partitions import Partitions
 from app.adapters.mysql.queries import Queries
+from app.adapters.mysql.watch import Watch
 from app.chaos import cut_hook
 from app.db import create_engine
 from app.pipeline.batch import BatchHandler
 from app.pipeline.compensation import Backoff, Compensator
 from app.pipeline.outage import OutageGuard
+from app.metrics import PipelineMetrics
+from app.pipeline.capacity import Budget, Inputs, budget
 from app.pipeline.processor import Processor
+from app.pipeline.retention import Retention
+from app.pipeline.plan import keys_per_event
 from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
 from app.settings import Settings
+from app.topics import DLQ_RETENTION_MS
+
+# The most events one worker processes per second (the benchmark's ceiling for Faust alone is
+# about 21,700/s on the reference machine): what a worker working off a backlog may reach.
+WORKER_MAX_RATE = 20_000.0
 
 ClientFactory = Callable[[aiohttp.ClientSession, Settings], Client]
 
@@ -78,6 +90,9 @@ class Runtime:
                                 s.compensation_max_attempts))
             self.leases = MySqlLeases(self.store)
             self.queries = Queries(self.store)
+            self.watch = Watch(self.store)
+            self.partitions = Partitions(self.store, hold_seconds=s.partition_lock_wait_seconds)
+            self.lag = GroupLag(s.kafka_bootstrap, s.app_id, s.order_event_topic)
             self.dead_letters = KafkaDeadLetterSink(s.kafka_bootstrap, s.dlq_topic, s.app_id,
                                                     timeout_seconds=s.dlq_send_timeout_seconds,
                                                     truncate_bytes=s.dlq_truncate_bytes)
@@ -97,11 +112,31 @@ class Runtime:
         s = self.settings
         return Processor(self.store, self.effects, owner=owner, lease_seconds=s.lease_seconds,
                          effect_concurrency=s.effect_concurrency, effect_timeout=s.effect_timeout_seconds,
-                         lease_margin=s.lease_margin_seconds, on_cut=cut_hook(s.chaos_kill_at))
+                         lease_margin=s.lease_margin_seconds, on_cut=cut_hook(s.chaos_kill_at),
+                         attempt_cap=s.idem_max_attempts, retention=Retention(s.idem_retention_days),
+                         observer=PipelineMetrics())
 
     async def kafka_ping(self) -> None:
         rt = await self.start()
         await rt.dead_letters.ping()
+
+    def capacity(self, **overrides) -> Budget:
+        """The capacity model of the settings (``app.pipeline.capacity``); ``overrides`` replace inputs."""
+        s = self.settings
+        values = dict(
+            rate=s.capacity_events_per_second, peak_rate=s.capacity_peak_events_per_second,
+            worker_max_rate=WORKER_MAX_RATE, partitions=s.order_event_partitions, workers=1,
+            retention_days=s.idem_retention_days, commit_interval=s.broker_commit_interval_seconds,
+            commit_every=s.broker_commit_every, max_poll_records=s.broker_max_poll_records,
+            batch_size=s.batch_size, batch_within=s.batch_within_seconds, keys_per_event=keys_per_event(),
+            row_bytes=s.capacity_row_bytes, offsets_retention_days=s.kafka_offsets_retention_days,
+            outage_sla_days=s.capacity_outage_sla_days, dead_letter_days=DLQ_RETENTION_MS / 86_400_000)
+        values.update({name: value for name, value in overrides.items() if value is not None})
+        return budget(Inputs(**values))
+
+    def budget_rows(self) -> int:
+        """What the watermark divides by: IDEM_CAPACITY_BUDGET_ROWS, or the model's rows."""
+        return self.settings.idem_capacity_budget_rows or self.capacity().rows
 
     def guard(self) -> OutageGuard:
         """A fresh budget for waiting out an unreachable database."""
@@ -112,6 +147,7 @@ class Runtime:
             if self._started:
                 if self._kafka:
                     await self.dead_letters.stop()
+                await self.lag.close()
                 await self.http.close()
                 await self.engine.dispose()
                 self._started = False

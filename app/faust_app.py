@@ -36,6 +36,7 @@ def create_app(settings: Settings) -> faust.App:
         topic_disable_leader=True,
         consumer_auto_offset_reset="earliest",
         broker_commit_interval=settings.broker_commit_interval_seconds,
+        broker_commit_every=settings.broker_commit_every,
         broker_session_timeout=settings.broker_session_timeout_seconds,
         broker_heartbeat_interval=settings.broker_heartbeat_interval_seconds,
         broker_rebalance_timeout=settings.broker_rebalance_timeout_seconds,

@@ -12,10 +12,14 @@ import logging
 from agents import compensator as compensator_agent
 from agents import order_events as order_events_agent
 from app.bootstrap import Runtime
+from app.commands import budget as budget_command
 from app.commands import dlq as dlq_command
 from app.faust_app import create_app, dead_letter_topic, order_event_topic
 from app.settings import get_settings
 from app.timers import compensation as compensation_timer
+from app.timers import gauges as gauges_timer
+from app.timers import partitions as partitions_timer
+from app.timers import stuck as stuck_timer
 from app.web import views
 
 settings = get_settings()
@@ -29,8 +33,12 @@ process_order_events = order_events_agent.register(app, order_events, runtime, s
 if settings.compensator_enabled:
     compensate_dead_letters = compensator_agent.register(app, dead_letters, runtime, settings)
     run_due_compensations = compensation_timer.register(app, runtime, settings)
+stuck_sweep = stuck_timer.register(app, runtime, settings)
+maintain_partitions = partitions_timer.register(app, runtime, settings)
+refresh_gauges = gauges_timer.register(app, runtime, settings)
 views.register(app, runtime, settings)
 dlq_command.register(app, runtime, settings)
+budget_command.register(app, runtime, settings)
 
 
 @app.on_before_shutdown.connect

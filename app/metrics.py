@@ -6,6 +6,8 @@ below 100 ms because that is where a healthy batch lives.
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from app.pipeline.model import CLAIM_RESULTS, CONFLICTS, BatchPlan
+
 EVENTS = Counter("order_events_total", "Events consumed from order-event, by outcome.", ["outcome"])
 MALFORMED = Counter("order_events_malformed_total", "Events that break the contract, by reason.", ["reason"])
 DEAD_LETTERS = Counter("order_dead_letters_total", "Records sent to the dead-letter topic, by reason.", ["reason"])
@@ -23,3 +25,68 @@ INFRA_WAIT_SECONDS = Counter("order_infra_wait_seconds_total", "Time batches spe
 IN_FLIGHT_BATCH = Gauge("order_batch_in_flight", "1 while a batch is being processed.")
 COMPENSATIONS = Counter("order_compensations_total",
                         "Dead letters the compensator handled, by what became of them.", ["result"])
+
+# -- the dedup store ------------------------------------------------------------------
+# A claim is one step key a T1 looked at: taken (new, reclaimed), or found done, held by another
+# worker's live lease, failed for good, waiting for its service to settle, recorded with another
+# payload, or over the attempt cap. Conflicts are the claims that found the key done or held.
+IDEM_WRITES = Counter("order_idem_writes_total",
+                      "Idempotency claims: every step key a T1 tried to take (the conflict rate's denominator).")
+IDEM_CONFLICTS = Counter("order_idem_conflicts_total",
+                         "Claims that found the key already done or held by another worker's live lease.")
+IDEM_CLAIMS = Counter("order_idem_claims_total", "Idempotency claims, by result.", ["result"])
+REPLAYED = Counter("order_events_replayed_total",
+                   "Events delivered again whose work t_idem already holds as done (a replay after a crash or "
+                   "rebalance, or a re-published duplicate).")
+EFFECT_SECONDS = Histogram("order_effect_call_seconds", "External calls: latency, by effect.", ["effect"],
+                           buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+IDEM_ROWS = Gauge("order_idem_rows_estimated", "t_idem rows, as InnoDB estimates them (cheap, within ~10%).")
+IDEM_BUDGET = Gauge("order_idem_capacity_budget_rows", "The rows t_idem is sized for (the budget command).")
+IDEM_WATERMARK = Gauge("order_idem_capacity_watermark", "t_idem rows / the capacity budget.")
+IDEM_PARTITIONS_AHEAD = Gauge("order_idem_partitions_ahead", "Monthly t_idem partitions after the current month.")
+PARTITION_CHANGES = Counter("order_idem_partition_changes_total",
+                            "Partition maintenance statements, by action (add, drop) and result.", ["action", "result"])
+
+# -- what the sweep finds ---------------------------------------------------------------
+STUCK_ROWS = Gauge("order_idem_stuck_rows", "Pending t_idem rows older than the stuck threshold, by step.", ["step"])
+OVER_CAP_ROWS = Gauge("order_idem_over_attempt_cap_rows",
+                      "Pending t_idem rows claimed IDEM_MAX_ATTEMPTS times: never claimed again automatically.")
+STUCK_THRESHOLD = Gauge("order_idem_stuck_threshold_seconds", "STUCK_PENDING_SECONDS: when a pending row is stuck.")
+ALERTS = Counter("order_alerts_total", "Alerts the stuck sweep raised (one per row and sweep), by alert name.",
+                 ["alertname"])
+ALERT_POSTS = Counter("order_alert_webhook_posts_total", "Alert webhook POSTs, by result (ok, failed).", ["result"])
+SWEEPS = Counter("order_stuck_sweeps_total", "Stuck sweeps this worker ran (it held the sweep's lease).")
+COMPENSATION_ROWS = Gauge("order_compensation_rows", "t_compensation rows of this consumer group, by status.",
+                          ["status"])
+COMPENSATION_OLDEST_OPEN = Gauge("order_compensation_oldest_open_age_seconds",
+                                 "Age of the oldest open or retrying dead letter (0 when there is none).")
+COMPENSATION_OLDEST_MANUAL = Gauge("order_compensation_oldest_manual_age_seconds",
+                                   "Age of the oldest dead letter waiting for a person (0 when there is none).")
+COMPENSATION_SLA = Gauge("order_compensation_sla_seconds", "COMPENSATION_SLA_SECONDS: how long a dead letter may "
+                                                           "stay open.")
+
+# -- Kafka ------------------------------------------------------------------------------
+CONSUMER_LAG = Gauge("order_kafka_consumer_lag", "Records of order-event not yet committed by the consumer group "
+                                                 "(end offset - committed offset), read from the broker.",
+                     ["topic", "partition"])
+LAST_COMMIT = Gauge("order_kafka_last_commit_timestamp_seconds", "When this worker last committed offsets "
+                                                                 "(Unix time).")
+
+for _result in CLAIM_RESULTS:          # every series exists from the start, at 0 (rate() needs a first sample)
+    IDEM_CLAIMS.labels(_result)
+
+
+class PipelineMetrics:
+    """The pipeline's observer (``app.pipeline.ports.Observer``): counts each committed T1's claims."""
+
+    def planned(self, plan: BatchPlan) -> None:
+        total = conflicts = 0
+        for result, count in plan.claims.items():
+            IDEM_CLAIMS.labels(result).inc(count)
+            total += count
+            if result in CONFLICTS:
+                conflicts += count
+        IDEM_WRITES.inc(total)
+        IDEM_CONFLICTS.inc(conflicts)
+        if plan.replayed:
+            REPLAYED.inc(plan.replayed)

@@ -10,10 +10,13 @@ per commit, send and rebalance.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from faust.sensors import Monitor
 from prometheus_client import Counter, Histogram
+
+from app.metrics import LAST_COMMIT
 
 COMMIT_SECONDS = Histogram("order_kafka_commit_seconds", "Offset commits: latency.",
                            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
@@ -41,6 +44,11 @@ class BatchLevelMonitor(Monitor):
     def on_commit_completed(self, consumer, state: Any) -> None:
         super().on_commit_completed(consumer, state)
         COMMIT_SECONDS.observe(self.time() - state)
+
+    def on_tp_commit(self, tp_offsets) -> None:
+        super().on_tp_commit(tp_offsets)
+        if tp_offsets:
+            LAST_COMMIT.set(time.time())
 
     def on_rebalance_start(self, app) -> dict:
         REBALANCES.inc()

@@ -18,6 +18,11 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+# Bytes per t_idem row, primary key and idx_status_modified included, as MariaDB reports them
+# (information_schema DATA_LENGTH + INDEX_LENGTH / TABLE_ROWS) at 10 million rows (bench, cost row).
+ROW_BYTES = 250
+
+
 def _default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -46,6 +51,9 @@ class Settings(BaseSettings):
     broker_rebalance_timeout_seconds: float = Field(
         60.0, gt=0, description="How long the group waits for a member to rejoin a rebalance; a batch in flight "
                                 "must finish well within it.")
+    broker_commit_every: int = Field(
+        10_000, ge=1, description="Faust also commits as soon as this many events were acknowledged: with the "
+                                  "commit interval, it bounds what a kill -9 replays (the budget command).")
     broker_max_poll_records: int = Field(
         500, ge=1, description="Records handed to Faust per fetch; smaller keeps the event loop fair to batches.")
 
@@ -115,8 +123,53 @@ class Settings(BaseSettings):
         5, ge=1, description="Compensation attempts before a dead letter is left to a person (manual).")
     compensation_timer_seconds: float = Field(
         30.0, gt=0, description="How often one worker (a database lease) runs the dead letters that are due.")
+    compensation_sla_seconds: float = Field(
+        1800.0, gt=0, description="A dead letter open longer than this breaches its SLA: the stuck sweep alerts.")
+
+    # -- operations: the stuck sweep, alerts, metrics -----------------------
     stuck_pending_seconds: float = Field(
-        600.0, gt=0, description="A t_idem row pending longer than this is stuck (GET /idem/stuck/).")
+        600.0, gt=0, description="A t_idem row pending longer than this is stuck: alerted on, GET /idem/stuck/.")
+    stuck_sweep_seconds: float = Field(
+        300.0, gt=0, description="How often one worker (a database lease) sweeps for stuck rows and overdue "
+                                 "dead letters.")
+    stuck_sweep_limit: int = Field(1000, ge=1, description="The most stuck rows one sweep reports one by one.")
+    idem_max_attempts: int = Field(
+        20, ge=2, description="Claims of one step key before it is left to a person: a pending row claimed this "
+                              "often is alerted on and never claimed again automatically.")
+    alert_webhook_url: str | None = Field(
+        None, description="The sweep POSTs its alerts here in Alertmanager's webhook format (unset: logs and "
+                          "metrics only).")
+    alert_webhook_timeout_seconds: float = Field(5.0, gt=0)
+    metrics_refresh_seconds: float = Field(
+        30.0, gt=0, description="How often every worker reads the gauges that live in the database and the "
+                                "group's lag from the broker.")
+
+    # -- the dedup store's retention and capacity -----------------------------
+    idem_retention_days: int = Field(
+        90, ge=1, description="Monthly t_idem partitions wholly older than this are dropped, and an event whose "
+                              "order date is older is dead-lettered as beyond_dedup_retention, never run again.")
+    partitions_ahead: int = Field(3, ge=1, description="Monthly t_idem partitions kept ready after the current one.")
+    partition_timer_seconds: float = Field(
+        3600.0, gt=0, description="How often one worker (a database lease) adds and drops t_idem partitions.")
+    partition_lock_wait_seconds: int = Field(
+        2, ge=2, le=60, description="The longest a partition change may hold the pipeline's statements up while "
+                                    "it waits for the table's metadata lock; then it gives up and tries again "
+                                    "later (its lock_wait_timeout is half this: MariaDB waits twice). Keep it "
+                                    "under DB_STATEMENT_TIMEOUT_SECONDS, or a statement queued behind a change "
+                                    "times out and is waited out like a database outage.")
+    capacity_events_per_second: float = Field(
+        10.0, gt=0, description="Average event rate over a day: sizes t_idem for the capacity budget.")
+    capacity_peak_events_per_second: float = Field(
+        50.0, gt=0, description="The group's event rate at the busiest hour: sizes the replay window.")
+    capacity_outage_sla_days: float = Field(
+        7.0, ge=0, description="The longest stop of the consumers the service must survive (the budget command).")
+    kafka_offsets_retention_days: float = Field(
+        7.0, gt=0, description="The broker's offsets.retention.minutes, in days (the budget command).")
+    capacity_row_bytes: int = Field(
+        ROW_BYTES, ge=1, description="Bytes per t_idem row, indexes included (measured at 10 million rows).")
+    idem_capacity_budget_rows: int | None = Field(
+        None, ge=1, description="The rows t_idem is sized for; unset: computed by the budget command's model "
+                                "from the capacity settings.")
 
     # -- web ----------------------------------------------------------------
     web_bind: str = "127.0.0.1"
@@ -124,6 +177,9 @@ class Settings(BaseSettings):
     web_token: SecretStr | None = Field(
         None, description="Bearer token every POST must carry; without it, actions answer 403.")
     web_max_body_bytes: int = Field(16 * 1024, ge=256, description="The largest request body a view reads.")
+    web_public_url: str | None = Field(
+        None, description="How people reach this worker's web views, for links in alerts (unset: "
+                          "http://WEB_BIND:WEB_PORT).")
 
     log_level: str = "info"
     event_loop: Literal["uvloop", "asyncio"] = Field(
@@ -138,6 +194,10 @@ class Settings(BaseSettings):
     def retry_backoff(self) -> tuple[float, ...]:
         """The per-record retry delays in seconds."""
         return tuple(int(part) / 1000 for part in self.retry_backoff_ms.split(",") if part.strip())
+
+    @property
+    def public_url(self) -> str:
+        return (self.web_public_url or f"http://{self.web_bind}:{self.web_port}").rstrip("/")
 
     @property
     def kafka_bootstrap(self) -> str:

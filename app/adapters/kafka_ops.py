@@ -122,3 +122,52 @@ async def produce(bootstrap: str, topic: str, records: Iterable[Record], *,
         return [(meta.partition, meta.offset) for meta in await asyncio.gather(*pending)]
     finally:
         await producer.stop()
+
+
+class GroupLag:
+    """A consumer group's lag on one topic, per partition (end offset minus committed offset; a
+    partition with nothing committed counts from its earliest offset), read from the broker with
+    clients of its own: what a worker that is stuck cannot report about itself, the others can."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.bootstrap, self.group, self.topic = bootstrap, group, topic
+        self._admin: AIOKafkaAdminClient | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def read(self) -> dict[int, int]:
+        if self._admin is None:
+            admin_client = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000)
+            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000)
+            await admin_client.start()
+            try:
+                await consumer.start()
+            except BaseException:
+                await admin_client.close()
+                raise
+            self._admin, self._consumer = admin_client, consumer
+        try:
+            partitions = self._consumer.partitions_for_topic(self.topic)
+            if partitions is None:
+                cluster = await self._consumer._client.fetch_all_metadata()
+                partitions = cluster.partitions_for_topic(self.topic) or set()
+            tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            if not tps:
+                return {}
+            committed = await CommittedOffsets(self._admin, self.group, self.topic).read()
+            ends = await self._consumer.end_offsets(tps)
+            missing = [tp for tp in tps if tp.partition not in committed]
+            starts = await self._consumer.beginning_offsets(missing) if missing else {}
+            return {tp.partition: max(ends[tp] - committed.get(tp.partition, starts.get(tp, 0)), 0) for tp in tps}
+        except BaseException:
+            await self.close()          # start afresh next time (the coordinator may have moved)
+            raise
+
+    async def close(self) -> None:
+        admin_client, consumer, self._admin, self._consumer = self._admin, self._consumer, None, None
+        for client in (consumer, admin_client):
+            if client is None:
+                continue
+            try:
+                await (client.stop() if client is consumer else client.close())
+            except Exception:
+                pass

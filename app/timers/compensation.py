@@ -1,8 +1,9 @@
 """Runs the dead letters whose retry is due, at most ``COMPENSATOR_BATCH_SIZE`` per tick.
 
 Every worker ticks; one at a time does the work, the one holding the database lease
-``compensation-due`` (``on_leader`` is not mutual exclusion). Each row is also claimed
-on its own, so even two holders (a lease that ran out mid-tick) never work one row twice.
+``compensation-due:<consumer group>`` (``on_leader`` is not mutual exclusion). Each row is
+also claimed on its own, so even two holders (a lease that ran out mid-tick) never work
+one row twice.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import faust
 
 from app import metrics
+from app.adapters.mysql.leases import lease_name
 from app.bootstrap import Runtime
 from app.settings import Settings
 
@@ -25,7 +27,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
         rt = await runtime.start()
         owner = rt.compensator.processor.owner
         try:
-            if not await rt.leases.acquire(LEASE, owner, 2 * settings.compensation_timer_seconds):
+            if not await rt.leases.acquire(lease_name(LEASE, settings.app_id), owner, 2 * settings.compensation_timer_seconds):
                 return
             ran = await rt.compensator.run_due(settings.compensator_batch_size, rt.guard())
         except Exception:

@@ -51,3 +51,13 @@ def test_a_mysql_url_with_another_charset_is_refused(charset):
 
 def test_a_mysql_url_with_utf8mb4_is_accepted():
     assert Settings(mysql_url="mysql+aiomysql://u:p@db/idem?charset=utf8mb4").mysql_url.endswith("utf8mb4")
+
+
+def test_a_partition_change_holds_the_pipeline_up_at_least_two_seconds_since_mariadb_waits_twice():
+    assert "greater than or equal to 2" in refused(partition_lock_wait_seconds=1)
+    assert Settings(partition_lock_wait_seconds=2).partition_lock_wait_seconds == 2
+
+
+def test_alert_links_point_at_the_public_url_when_there_is_one():
+    assert Settings().public_url == "http://127.0.0.1:6066"
+    assert Settings(web_public_url="https://desk.example/").public_url == "https://desk.example"

@@ -8,9 +8,10 @@ event that needs it.
 
 from __future__ import annotations
 
+import time
 from typing import Iterable, Mapping, Protocol
 
-from app.metrics import EFFECT_CALLS
+from app.metrics import EFFECT_CALLS, EFFECT_SECONDS
 from app.pipeline.errors import PipelineError
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
@@ -58,20 +59,26 @@ class EffectClients:
 
     async def call(self, job: EffectJob) -> Receipt:
         name = job.effect.name
+        started = time.perf_counter()
         try:
             receipt = await self.clients[name].call(job)
         except PipelineError as exc:
             EFFECT_CALLS.labels(name, exc.reason).inc()
             raise
+        finally:
+            EFFECT_SECONDS.labels(name).observe(time.perf_counter() - started)
         EFFECT_CALLS.labels(name, "ok").inc()
         return receipt
 
     async def lookup(self, job: EffectJob) -> Receipt | None:
         name = job.effect.name
+        started = time.perf_counter()
         try:
             found = await self.clients[name].lookup(job)
         except PipelineError as exc:
             EFFECT_CALLS.labels(f"{name}_lookup", exc.reason).inc()
             raise
+        finally:
+            EFFECT_SECONDS.labels(f"{name}_lookup").observe(time.perf_counter() - started)
         EFFECT_CALLS.labels(f"{name}_lookup", "found" if found is not None else "not_found").inc()
         return found

@@ -8,7 +8,21 @@ exclusion; a holder that died lets it expire.
 
 from __future__ import annotations
 
+import hashlib
+
 from app.adapters.mysql.store import MySqlStore
+
+NAME_LENGTH = 64        # t_lease.name
+
+
+def lease_name(work: str, group: str) -> str:
+    """The lease of ``work`` for one consumer group (groups sharing a database each run their own);
+    a name too long for the column keeps a hash of the group instead of its tail."""
+    name = f"{work}:{group}"
+    if len(name) <= NAME_LENGTH:
+        return name
+    digest = hashlib.sha256(group.encode()).hexdigest()[:12]
+    return f"{name[:NAME_LENGTH - 13]}~{digest}"
 
 
 class MySqlLeases:

@@ -1,0 +1,76 @@
+"""The gauges that live outside this process, refreshed by every worker.
+
+Every ``METRICS_REFRESH_SECONDS`` each worker reads, with a few cheap queries (index
+ranges over unfinished work, InnoDB's row estimate, the partition list) and one look at
+the broker: stuck and over-cap pending rows, unsettled dead letters and their ages,
+``t_idem``'s size against its budget, the months ready ahead, and the group's lag.
+Every worker exports the same values, so an alert rule reads them with ``max``, and a
+worker that hangs does not take the numbers with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import date
+
+import faust
+
+from app import metrics
+from app.adapters.mysql.partitions import CATCH_ALL, month_start
+from app.bootstrap import Runtime
+from app.pipeline.retention import utc_today
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+async def refresh(rt: Runtime, settings: Settings, *, today: date | None = None) -> None:
+    """Read and set every gauge; the database's and the broker's parts fail independently."""
+    metrics.STUCK_THRESHOLD.set(settings.stuck_pending_seconds)
+    metrics.COMPENSATION_SLA.set(settings.compensation_sla_seconds)
+    budget = rt.budget_rows()
+    metrics.IDEM_BUDGET.set(budget)
+    try:
+        g = await rt.watch.gauges(group=settings.app_id, stuck_after_seconds=settings.stuck_pending_seconds,
+                                  attempt_cap=settings.idem_max_attempts)
+        parts = await rt.partitions.list()
+    except Exception as exc:
+        log.warning("the database gauges could not be refreshed: %r", exc)
+    else:
+        for labels in list(metrics.STUCK_ROWS._metrics):      # steps no longer stuck go back to 0
+            if labels[0] not in g.stuck_by_step:
+                metrics.STUCK_ROWS.labels(*labels).set(0)
+        for step, count in g.stuck_by_step.items():
+            metrics.STUCK_ROWS.labels(step).set(count)
+        metrics.OVER_CAP_ROWS.set(g.over_cap)
+        for status, count in g.compensation_by_status.items():
+            metrics.COMPENSATION_ROWS.labels(status).set(count)
+        metrics.COMPENSATION_OLDEST_OPEN.set(g.oldest_open_seconds)
+        metrics.COMPENSATION_OLDEST_MANUAL.set(g.oldest_manual_seconds)
+        metrics.IDEM_ROWS.set(g.idem_rows)
+        metrics.IDEM_WATERMARK.set(g.idem_rows / budget)
+        next_month = month_start(today or utc_today(), 1)
+        metrics.IDEM_PARTITIONS_AHEAD.set(sum(1 for p in parts if p.name != CATCH_ALL and p.below is not None
+                                              and p.below > next_month))
+    try:
+        lag = await rt.lag.read()
+    except Exception as exc:
+        log.warning("the consumer group's lag could not be read: %r", exc)
+    else:
+        for partition, value in lag.items():
+            metrics.CONSUMER_LAG.labels(settings.order_event_topic, str(partition)).set(value)
+
+
+def register(app: faust.App, runtime: Runtime, settings: Settings):
+    # The thresholds the alert rules compare with are known before the first refresh.
+    metrics.STUCK_THRESHOLD.set(settings.stuck_pending_seconds)
+    metrics.COMPENSATION_SLA.set(settings.compensation_sla_seconds)
+
+    @app.timer(interval=settings.metrics_refresh_seconds, name="refresh_gauges")
+    async def refresh_gauges() -> None:
+        try:
+            await refresh(await runtime.start(), settings)
+        except Exception:
+            log.exception("the gauges could not be refreshed this tick")
+
+    return refresh_gauges

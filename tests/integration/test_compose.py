@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import yaml
 
@@ -19,7 +20,7 @@ def rendered() -> dict:
 def test_compose_file_is_valid_and_complete():
     config = rendered()
     services = config["services"]
-    assert set(services) == {"kafka", "mysql", "fakes", "migrate", "worker"}
+    assert set(services) == {"kafka", "mysql", "fakes", "migrate", "worker", "prometheus"}
     kafka_version = re.search(r"<kafka.version>([^<]+)<", (ROOT / "ops/kafka/pom.xml").read_text()).group(1)
     assert services["kafka"]["image"] == f"apache/kafka:{kafka_version}", "compose and local Kafka differ"
     assert services["mysql"]["image"] == "mysql:8.0"
@@ -28,3 +29,27 @@ def test_compose_file_is_valid_and_complete():
     for name in ("kafka", "mysql", "worker", "fakes"):
         assert "healthcheck" in services[name], f"{name} has no healthcheck"
     assert "alembic upgrade head" in " ".join(services["migrate"]["command"])
+
+
+def test_prometheus_scrapes_the_workers_with_the_rules():
+    prometheus = rendered()["services"]["prometheus"]
+    mounts = {}
+    for volume in prometheus["volumes"]:
+        if isinstance(volume, str):          # "source:target[:mode]"
+            source, target, *mode = volume.split(":")
+        else:
+            source, target, mode = volume["source"], volume["target"], ["ro"] if volume.get("read_only") else []
+        mounts[target] = (Path(source), mode)
+    source, mode = mounts["/etc/prometheus"]
+    assert source.resolve() == (ROOT / "deploy/prometheus").resolve(), "prometheus must mount deploy/prometheus"
+    assert mode == ["ro"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+    assert prometheus["depends_on"]["worker"]["condition"] == "service_started"
+
+    config = yaml.safe_load((source / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == {"order-event-processor"}
+    job = jobs["order-event-processor"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["dns_sd_configs"] == [{"names": ["worker"], "type": "A", "port": 6066}]
+    assert config["rule_files"] == ["rules.yml"] and (source / "rules.yml").is_file()

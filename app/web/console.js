@@ -65,9 +65,10 @@ async function load(more) {
     $("more").hidden = !before;
     const counts = $("counts");
     counts.replaceChildren();
+    const capped = new Set(data.counts.capped || []);
     for (const [status, n] of Object.entries(data.counts.by_status)) {
       const span = document.createElement("span");
-      span.textContent = `${status}: ${n}`;
+      span.textContent = `${status}: ${n}${capped.has(status) ? "+" : ""}`;
       counts.appendChild(span);
     }
   } catch (error) { say("error", error.message); }

@@ -16,6 +16,8 @@ from app.pipeline.states import IdemStatus, OrderStatus
 LIST_COLUMNS = ("id, status, reason, retriable, attempts, redrives, order_no, event_id, biz_key, src_topic, src_partition, "
                 "src_offset, consumer_group, may_be_superseded, truncated, first_failure_at, next_retry_at, "
                 "gmt_modified, message")
+# The counts beside the queue read at most this many index entries per status.
+COUNT_CAP = 10_000
 IDEM_COLUMNS = ("biz_key, part_date, step, status, attempt, owner, lease_until, idem_token, outcome, last_err, "
                 "gmt_create, gmt_modified")
 
@@ -75,13 +77,24 @@ class Queries:
                                f"ORDER BY id DESC LIMIT {int(f.limit)}", params)
         return [_named(row) for row in rows]
 
-    async def counts(self) -> dict[str, dict[str, int]]:
-        by_status = await self._all("SELECT status, COUNT(*) AS n FROM t_compensation GROUP BY status")
-        by_reason = await self._all(f"SELECT reason, COUNT(*) AS n FROM t_compensation WHERE status IN "
-                                    f"({int(Status.OPEN)}, {int(Status.RETRYING)}, {int(Status.MANUAL)}) "
-                                    "GROUP BY reason")
-        return {"by_status": {Status(r["status"]).name.lower(): r["n"] for r in by_status},
-                "by_reason_unsettled": {r["reason"]: r["n"] for r in by_reason}}
+    async def counts(self) -> dict[str, Any]:
+        """Rows by status and, of the unsettled ones, by reason: each count stops at
+        ``COUNT_CAP`` (a ledger of a million settled rows is read as far as the cap, not
+        whole, on every list) and ``capped`` names the counts that reached it."""
+        cap = COUNT_CAP
+        parts = " UNION ALL ".join(
+            f"SELECT {int(s)} AS status, COUNT(*) AS n FROM "
+            f"(SELECT 1 FROM t_compensation WHERE status = {int(s)} LIMIT {cap + 1}) AS s{int(s)}" for s in Status)
+        by_status = {Status(r["status"]).name.lower(): r["n"] for r in await self._all(parts) if r["n"]}
+        unsettled = ", ".join(str(int(s)) for s in (Status.OPEN, Status.RETRYING, Status.MANUAL))
+        rows = await self._all(f"SELECT reason, COUNT(*) AS n FROM (SELECT reason FROM t_compensation "
+                               f"WHERE status IN ({unsettled}) LIMIT {cap + 1}) AS u GROUP BY reason")
+        by_reason = {r["reason"]: r["n"] for r in rows}
+        capped = [name for name, n in by_status.items() if n > cap]
+        if sum(by_reason.values()) > cap:
+            capped.append("by_reason_unsettled")
+        return {"by_status": {name: min(n, cap) for name, n in by_status.items()},
+                "by_reason_unsettled": by_reason, "cap": cap, "capped": capped}
 
     async def compensation(self, row_id: int) -> dict[str, Any] | None:
         rows = await self._all(f"SELECT {LIST_COLUMNS}, src_timestamp, worker_id, record_key, record_value, "

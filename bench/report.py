@@ -18,6 +18,7 @@ DESIGNS = {
     "c-full": "pipeline worker, full mix",
     "c-local": "pipeline worker, local-only mix",
     "f": "Faust's own ceiling: the worker's Faust setup, take_events(), a no-op agent",
+    "g-empty": "pipeline worker, waybill + SMS mix, t_idem empty",
 }
 COLUMNS = ("run", "events", "steady events/s", "clocked events/s", "DB round trips / event",
            "DB round trips / batch (c)", "p50 batch ms", "p99 batch ms", "peak RSS MB", "ratio (steady)")
@@ -34,10 +35,11 @@ def baseline_row(m: Measurement, workload: Workload, row: str | None = None) -> 
             "extra": m.extra}
 
 
-def worker_row(row: str, workload: Workload, run: WorkerRun, checks: dict, profile: Path | None) -> dict:
+def worker_row(row: str, workload: Workload, run: WorkerRun, checks: dict, profile: Path | None,
+               design: str | None = None) -> dict:
     metrics = run.metrics
     trips = metrics.get("db_round_trips")
-    return {"row": row, "design": DESIGNS[row], "workload": workload.name, "topic": workload.topic,
+    return {"row": row, "design": design or DESIGNS[row], "workload": workload.name, "topic": workload.topic,
             "events": run.events, "seconds": run.seconds, "events_per_second": run.events_per_second,
             "steady_events_per_second": run.steady_events_per_second,
             "startup_seconds": run.startup_seconds, "first_commit_seconds": run.first_commit_seconds,
@@ -49,10 +51,10 @@ def worker_row(row: str, workload: Workload, run: WorkerRun, checks: dict, profi
 
 
 def add_ratios(rows: list[dict]) -> None:
-    """c/a for every c row; c/b where b ran over the same mix; c/f; b/a. On steady rates:
-    a clock that includes the group join makes a fast row look slow."""
+    """c/a for every c row; c/b where b ran over the same mix; c/f; b/a; g/g-empty for the g row
+    after the pre-fill. On steady rates: a clock that includes the group join makes a fast row look slow."""
     by_name = {row["row"]: row for row in rows}
-    a, f = by_name.get("a", {}), by_name.get("f", {})
+    a, f, g_empty = by_name.get("a", {}), by_name.get("f", {}), by_name.get("g-empty", {})
     naive = {row.get("workload"): row for row in rows if row["row"].startswith("b")}
     steady = "steady_events_per_second"
     for row in rows:
@@ -67,6 +69,10 @@ def add_ratios(rows: list[dict]) -> None:
             ratios["c/b"] = rate / b[steady]
         if row["row"].startswith("c") and rate and f.get(steady):
             ratios["c/f"] = rate / f[steady]
+        if row["row"].startswith("g-") and row["row"] != "g-empty" and rate and g_empty.get(steady):
+            ratios["g/g-empty"] = rate / g_empty[steady]
+            if row.get("events_per_second") and g_empty.get("events_per_second"):
+                row["clocked_ratio_to_empty"] = row["events_per_second"] / g_empty["events_per_second"]
         row["ratios"] = ratios
 
 
@@ -98,7 +104,7 @@ def notes(rows: list[dict]) -> str:
             extra = row["extra"]
             lines.append(f"- {name}: {row['seconds']:.2f}s; {extra['duplicates']} duplicates skipped, "
                          f"{extra['waybill_calls']} inline waybill calls; {row['db_round_trips']} round trips")
-        elif name.startswith("c") or name == "f":
+        elif name.startswith("c") or name == "f" or name.startswith("g-"):
             lines.append(_worker_note(row))
     lines.append("- steady (the headline): a and b from the first records to the last commit; c and f from the "
                  "first to the last commit seen. clocked: c and f from /health answering to committed == end "
@@ -120,7 +126,11 @@ def _worker_note(row: dict) -> str:
     if checks:
         parts.append("check ok" if checks["ok"] else
                      f"CHECK FAILED: orders {checks['orders_by_status']} (expected {checks['expected_orders']}), "
-                     f"waybills {checks['waybills']} (expected {checks['expected_waybills']})")
+                     f"waybills {checks['waybills']} (expected {checks['expected_waybills']}), "
+                     f"SMS {checks.get('sms')} (expected {checks.get('expected_sms')})")
+    if "g/g-empty" in row.get("ratios", {}):
+        parts.append(f"vs g-empty: steady {row['ratios']['g/g-empty']:.3f}, "
+                     f"clocked {_num(row.get('clocked_ratio_to_empty'), 3)}")
     if m.get("error"):
         parts.append(f"metrics unreadable: {m['error']}")
     parts.append(f"log {row['log']}")
@@ -141,6 +151,9 @@ def environment_text(env: dict, args: argparse.Namespace, settings: Settings) ->
         f"- workload: {args.events} events per topic, naive prefix {args.naive_events}, "
         f"fake logistics latency {args.latency_ms:g} ms, batch size {settings.batch_size}, "
         f"commit interval {settings.broker_commit_interval_seconds:g}s",
+        *([] if args.skip_growth else [
+            f"- growth rows: t_idem pre-filled with {args.growth_rows:,} done rows, a ledger of "
+            f"{args.growth_ledger_rows:,} rows, each operation timed {args.growth_repeat} times"]),
         "",
     ])
 

@@ -29,6 +29,20 @@ c  pipeline  one ``faust -A app worker -l warn`` process, over the whole topic.
              Run twice: ``c-full`` (60 % CREATED/PAID, 30 % CONFIRM with a 5 ms
              fake logistics API, 10 % duplicates) and ``c-local`` (CREATED/PAID and
              10 % duplicates: no external call).
+g  growth    cost as t_idem grows (``bench.growth``): the same worker as (c), same clocks,
+             over the ``mixed`` workload (waybill and SMS calls: 60 % CREATED/PAID, 20 %
+             CONFIRM, 10 % CANCEL with the fake SMS gateway at the same latency, 10 %
+             duplicates), twice in one run: ``g-empty`` on an empty t_idem, then, after
+             t_idem is pre-filled with ``--growth-rows`` done rows of the past 365 days
+             (10 million by default; MariaDB's SEQUENCE engine, then ANALYZE TABLE; the
+             server's settings as they are, the default buffer pool included), ``g-10m``
+             (named after the row count). The ratio g-10m / g-empty says what the size
+             costs the pipeline. At that size the stuck sweep, the gauges, the
+             /compensation/ list (over a ledger of ``--growth-ledger-rows`` rows) and the
+             partition drop are timed with the app's own code, and the plans of their
+             statements and of a claim read are printed (EXPLAIN PARTITIONS, ANALYZE); a plan
+             that reads the table instead of an index range is reported as a finding.
+             ``--skip-growth`` leaves the g rows out, ``--only-growth`` runs only them.
 
 Every run uses topics (8 partitions), consumer groups and a MariaDB scratch
 database of its own, and removes them at the end (``--keep`` keeps topics and
@@ -55,7 +69,7 @@ from pathlib import Path
 from app.adapters import kafka_ops
 from app.settings import Settings
 from app.topics import topic_specs
-from bench import environment, report
+from bench import environment, growth, report
 from bench.baselines import Measurement, naive, raw_ceiling
 from bench.worker import run_worker
 from bench.workload import Workload, build
@@ -85,7 +99,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="seconds a row may take before it is reported as timed out (600)")
     parser.add_argument("--stall", type=float, default=120.0,
                         help="seconds without a committed offset moving before (c) gives up (120)")
+    parser.add_argument("--skip-growth", action="store_true", help="leave out rows g (cost as t_idem grows)")
+    parser.add_argument("--only-growth", action="store_true", help="only rows g (no a, b, f, c)")
+    parser.add_argument("--growth-rows", type=int, default=10_000_000,
+                        help="done rows pre-filled into t_idem before the second g row (10000000)")
+    parser.add_argument("--growth-ledger-rows", type=int, default=1_000_000,
+                        help="t_compensation rows behind the timed /compensation/ list (1000000)")
+    parser.add_argument("--growth-repeat", type=int, default=20,
+                        help="tries of each timed operation at size (20)")
     args = parser.parse_args(argv)
+    if args.skip_growth and args.only_growth:
+        parser.error("--skip-growth and --only-growth exclude each other")
+    if args.growth_rows < 1 or args.growth_repeat < 1 or args.growth_ledger_rows < 0:
+        parser.error("--growth-rows and --growth-repeat must be positive, --growth-ledger-rows not negative")
     if args.profile and importlib.util.find_spec("pyinstrument") is None:
         parser.error("--profile needs pyinstrument (pip install -e '.[bench]')")
     return args
@@ -115,8 +141,9 @@ class Context:
 
 
 def fake_config(latency_ms: float) -> dict:
-    """The fakes' faults: only latency on the logistics API; the SMS gateway is not used here."""
-    return {"waybill": {"latency_ms": latency_ms}}
+    """The fakes' faults: only latency, the same on the logistics API and the SMS gateway
+    (only the g rows' mix sends SMS)."""
+    return {"waybill": {"latency_ms": latency_ms}, "sms": {"latency_ms": latency_ms}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,26 +184,37 @@ async def run(ctx: Context) -> dict:
     print(report.environment_text(env, ctx.args, ctx.settings), flush=True)
     await prepare(ctx)
     main_name = "local" if ctx.args.only_local else "full"
+    mixes = [name for name in ("full", "local") if name in ctx.workloads]
     rows: list[dict] = []
-    if not ctx.args.skip_raw:
-        rows.append(await row_a(ctx, ctx.workloads[main_name]))
-    if not ctx.args.skip_naive:
-        for name in ctx.workloads:
-            rows.append(await row_b(ctx, ctx.workloads[name]))
-    if not ctx.args.skip_faust:
-        rows.append(await row_c(ctx, ctx.workloads["local"], row="f", app_module="bench.noop_app"))
-    for name in ctx.workloads:
-        rows.append(await row_c(ctx, ctx.workloads[name]))
+    if not ctx.args.only_growth:
+        if not ctx.args.skip_raw:
+            rows.append(await row_a(ctx, ctx.workloads[main_name]))
+        if not ctx.args.skip_naive:
+            for name in mixes:
+                rows.append(await row_b(ctx, ctx.workloads[name]))
+        if not ctx.args.skip_faust:
+            rows.append(await row_c(ctx, ctx.workloads["local"], row="f", app_module="bench.noop_app"))
+        for name in mixes:
+            rows.append(await row_c(ctx, ctx.workloads[name]))
+    growth_doc = None
+    if not ctx.args.skip_growth:
+        growth_rows, growth_doc = await rows_g(ctx, ctx.workloads["mixed"])
+        rows += growth_rows
     report.add_ratios(rows)
     print("\n" + report.table(rows))
     print(report.notes(rows))
+    if growth_doc is not None:
+        print(growth.render(growth_doc))
     return {"timestamp": ctx.stamp, "args": vars(ctx.args), "environment": env,
-            "workloads": {name: w.describe() for name, w in ctx.workloads.items()}, "rows": rows}
+            "workloads": {name: w.describe() for name, w in ctx.workloads.items()}, "rows": rows,
+            "growth": growth_doc}
 
 
 async def prepare(ctx: Context) -> None:
     """Build the workloads, create their topics and fill them."""
-    names = ["local"] if ctx.args.only_local else ["full", "local"]
+    names = [] if ctx.args.only_growth else ["local"] if ctx.args.only_local else ["full", "local"]
+    if not ctx.args.skip_growth:
+        names.append("mixed")
     for name in names:
         topic = f"bench-order-event-{name}-{ctx.tag}"
         ctx.workloads[name] = build(name, ctx.args.events, topic=topic, tag=ctx.tag)
@@ -208,16 +246,21 @@ async def row_b(ctx: Context, workload: Workload) -> dict:
     return _measured(result, "b", workload, row=f"b-{workload.name}")
 
 
-async def row_c(ctx: Context, workload: Workload, row: str | None = None, app_module: str = "app") -> dict:
+async def row_c(ctx: Context, workload: Workload, row: str | None = None, app_module: str = "app", *,
+                reset: bool = True, extra_env: dict[str, str] | None = None, design: str | None = None) -> dict:
+    """One worker over ``workload``'s topic; ``reset=False`` keeps the tables as they are
+    (the g rows empty them themselves, keeping the pre-fill)."""
     row = row or f"c-{workload.name}"
     print(f"{row}: faust -A {app_module} worker over {workload.topic} ...", flush=True)
-    reset_state(ctx)
+    if reset:
+        reset_state(ctx)
     group = ctx.group(f"worker-{row}")
     data_dir = tempfile.mkdtemp(prefix="bench-faust-")
     env = worker_env(order_event_topic=workload.topic, dlq_topic=f"bench-order-event-dlq-{workload.name}-{ctx.tag}",
                      app_id=group, mysql_url=ctx.db.url, logistics_url=ctx.fakes.url, sms_url=ctx.fakes.url,
                      web_port=str(free_port()), worker_id="bench", order_event_partitions=str(PARTITIONS),
-                     dlq_partitions=str(DLQ_PARTITIONS), log_level="warning", data_dir=data_dir)
+                     dlq_partitions=str(DLQ_PARTITIONS), log_level="warning", data_dir=data_dir,
+                     **(extra_env or {}))
     profile = RESULTS / f"profile-{ctx.stamp}-{row}.txt" if ctx.args.profile else None
     try:
         run_ = await run_worker(env, root=ROOT, log_path=LOGS / f"{ctx.stamp}-{row}.log", bootstrap=ctx.bootstrap,
@@ -227,7 +270,62 @@ async def row_c(ctx: Context, workload: Workload, row: str | None = None, app_mo
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     checks = check_outcome(ctx, workload) if run_.error is None and app_module == "app" else {}
-    return report.worker_row(row, workload, run_, checks, profile.relative_to(ROOT) if profile else None)
+    return report.worker_row(row, workload, run_, checks, profile.relative_to(ROOT) if profile else None,
+                             design=design)
+
+
+# The workers of the g rows keep every pre-filled month: the partition maintenance they run
+# 5 s after start drops months older than IDEM_RETENTION_DAYS (90 by default).
+GROWTH_ENV = {"idem_retention_days": "400"}
+
+
+async def rows_g(ctx: Context, workload: Workload) -> tuple[list[dict], dict]:
+    """g-empty; t_idem pre-filled; g-<rows>; then the operations at that size (``bench.growth``)."""
+    args, url = ctx.args, ctx.db.url
+    label = f"g-{growth.human(args.growth_rows)}"
+    doc: dict = {"growth_rows": args.growth_rows, "ledger_rows": args.growth_ledger_rows, "repeat": args.growth_repeat,
+                 "worker_env": {k.upper(): v for k, v in GROWTH_ENV.items()},
+                 "buffer_pool_bytes": ctx.db.scalar("SELECT @@innodb_buffer_pool_size")}
+    reset_state(ctx)
+    doc["partitions"] = growth.restore_partitions(url)     # the c rows' workers dropped months past 90 days
+    rows = [await row_c(ctx, workload, row="g-empty", extra_env=GROWTH_ENV,
+                        design="pipeline worker, waybill + SMS mix, t_idem empty")]
+    if not growth.sequence_engine(url):
+        doc["error"] = "MariaDB's SEQUENCE engine is not available (SELECT * FROM seq_1_to_3 failed): no pre-fill"
+        print(f"{label}: {doc['error']}", flush=True)
+        return rows, doc
+    reset_state(ctx)
+    today = datetime.now(timezone.utc).date()
+    print(f"{label}: pre-filling t_idem with {args.growth_rows:,} done rows of the past 365 days ...", flush=True)
+    doc["prefill"] = growth.prefill(url, args.growth_rows, today)
+    doc["size_after_prefill"] = growth.table_size(url, exact_rows=args.growth_rows)
+    print(f"  pre-filled in {doc['prefill']['seconds']:.1f}s; "
+          f"{doc['size_after_prefill']['bytes_per_row']:.0f} bytes per row", flush=True)
+    rows.append(await row_c(ctx, workload, row=label, reset=False, extra_env=GROWTH_ENV,
+                            design=f"pipeline worker, waybill + SMS mix, t_idem pre-filled with "
+                                   f"{args.growth_rows:,} done rows"))
+    written = sum(n * growth_rows_per_order(cycle) for cycle, n in workload.lifecycles.items())
+    doc["size_after_run"] = growth.table_size(url, exact_rows=args.growth_rows + written)
+    doc["size_after_run"]["rows_written_by_run"] = written
+    print(f"{label}: operations at {args.growth_rows:,} rows ...", flush=True)
+    try:
+        doc["operations"] = await growth.operations(
+            url, ctx.settings, group=ctx.groups[-1], today=today, ledger_rows=args.growth_ledger_rows,
+            repeat=args.growth_repeat, prefill_rows=args.growth_rows, claim_records=workload.records)
+        dropped = sum(d["rows"] for d in doc["operations"].get("drops", []))
+        doc["size_after_drops"] = growth.table_size(
+            url, exact_rows=args.growth_rows + written + growth.STUCK_ROWS - dropped)
+    except Exception as exc:  # noqa: BLE001 -- the worker rows stand; the error is reported
+        doc["operations_error"] = f"{exc.__class__.__name__}: {exc}"
+        print(f"{label}: operations failed: {doc['operations_error']}", file=sys.stderr, flush=True)
+    return rows, doc
+
+
+def growth_rows_per_order(lifecycle: tuple[str, ...]) -> int:
+    """t_idem rows one order of ``lifecycle`` leaves: each event's local step and its effect steps."""
+    from app.pipeline.events import EventType
+    from app.pipeline.steps import PIPELINES
+    return sum(1 + len(PIPELINES[EventType(t)].effects) for t in lifecycle)
 
 
 async def _guard(measurement):
@@ -256,16 +354,19 @@ def reset_state(ctx: Context) -> None:
 
 
 def check_outcome(ctx: Context, workload: Workload) -> dict:
-    """After (c): did every order end where its lifecycle leads, with one waybill per confirmed order?"""
-    final = len(workload.lifecycle)            # CREATED=1, PAID=2, CONFIRMED=3
+    """After (c) and (g): did every order end where its lifecycle leads (CREATED=1, PAID=2,
+    CONFIRMED=3, CANCELLED=4), with one waybill per confirmed order and one SMS per cancelled one?"""
     statuses = {int(r["status"]): int(r["n"])
                 for r in ctx.db.query("SELECT status, COUNT(*) AS n FROM t_order GROUP BY status")}
     with urllib.request.urlopen(f"{ctx.fakes.url}/__ledger", timeout=60) as resp:
-        waybills = json.loads(resp.read())["counts"]["waybills"]
-    expected_waybills = workload.orders if "ORDER_CONFIRM" in workload.lifecycle else 0
-    ok = statuses == {final: workload.orders} and waybills == expected_waybills
-    return {"ok": ok, "orders_by_status": statuses, "expected_orders": {final: workload.orders},
-            "waybills": waybills, "expected_waybills": expected_waybills}
+        counts = json.loads(resp.read())["counts"]
+    expected = workload.expected_orders()
+    expected_waybills = workload.expected_calls("ORDER_CONFIRM")
+    expected_sms = workload.expected_calls("ORDER_CANCEL")
+    ok = statuses == expected and counts["waybills"] == expected_waybills and counts["sms"] == expected_sms
+    return {"ok": ok, "orders_by_status": statuses, "expected_orders": expected,
+            "waybills": counts["waybills"], "expected_waybills": expected_waybills,
+            "sms": counts["sms"], "expected_sms": expected_sms}
 
 
 def _post(url: str, body: dict) -> None:

@@ -184,7 +184,8 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
         if result.error is None and not result.jobs:
             result.outcome = Outcome(local_outcome) if fresh else _replayed(plan)
     _drop_stale_jobs(plan, current)
-    plan.superseding = {o for o in plan.orders if o in orders and orders[o].has_dead_letters}
+    plan.superseding = {o for o, moved in plan.orders.items()      # moved on: not a stale step's facts
+                        if o in orders and orders[o].has_dead_letters and moved.status != orders[o].status}
     if plan.superseding:
         plan.batch_keys = {(keys_of[i] if keys_of is not None else step_keys(e))[0]
                            for i, e in enumerate(events) if e.order_no in plan.superseding}
@@ -227,6 +228,8 @@ def _apply_local(event: OrderEvent, step: LocalStep, current: dict[str, Order], 
     """Move the order as ``step`` declares, copying its ``sets`` from the event."""
     order = current.get(event.order_no)
     verdict = judge(order.status if order else None, step.moves_order_to)
+    if verdict is Verdict.STALE and step.facts:
+        _record_facts(event, step, order, current, plan)
     if verdict is not Verdict.APPLY:
         return verdict
     if order is None:
@@ -236,6 +239,14 @@ def _apply_local(event: OrderEvent, step: LocalStep, current: dict[str, Order], 
                     **{column: event.data[name] for column, name in step.sets.items()})
     current[event.order_no] = plan.orders[event.order_no] = moved
     return verdict
+
+
+def _record_facts(event: OrderEvent, step: LocalStep, order: Order, current: dict[str, Order],
+                  plan: BatchPlan) -> None:
+    """A stale step that declares facts still fills the order's empty fields; the status stays."""
+    empty = {column: event.data[name] for column, name in step.sets.items() if getattr(order, column) is None}
+    if empty:
+        current[event.order_no] = plan.orders[event.order_no] = replace(order, **empty)
 
 
 def _outcome_unknown(effect: Effect, row: IdemRow) -> bool:

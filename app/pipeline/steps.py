@@ -60,6 +60,10 @@ class LocalStep:
     name: str
     moves_order_to: OrderStatus
     sets: Mapping[str, str] = field(default_factory=dict)   # order field <- event data field
+    # Facts: ``sets`` are recorded even when the move is stale, into fields still empty (the
+    # first value stands). A payment that arrives after its order was cancelled moves nothing,
+    # but the order must show it was paid, or nobody refunds it.
+    facts: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +88,8 @@ PIPELINES: Mapping[EventType, Pipeline] = {
     EventType.CREATED: Pipeline(LocalStep("create_order", OrderStatus.CREATED,
                                           sets={"amount_cents": "amount_cents", "phone": "phone",
                                                 "address": "address"})),
-    EventType.PAID:    Pipeline(LocalStep("mark_paid", OrderStatus.PAID, sets={"paid_cents": "amount_cents"})),
+    EventType.PAID:    Pipeline(LocalStep("mark_paid", OrderStatus.PAID, sets={"paid_cents": "amount_cents"},
+                                          facts=True)),
     EventType.CONFIRM: Pipeline(LocalStep("mark_confirmed", OrderStatus.CONFIRMED),
                                 effects=(EffectStep("issue_waybill", ISSUE_WAYBILL),)),
     EventType.CANCEL:  Pipeline(LocalStep("mark_cancelled", OrderStatus.CANCELLED, sets={"cancel_reason": "reason"}),

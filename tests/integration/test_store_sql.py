@@ -114,14 +114,17 @@ async def test_fencing_pending_row_refuses_a_stale_attempt_and_a_live_lease(stor
 
 
 async def test_order_rank_never_goes_down_in_sql(store, scratch_db):
+    """A lower rank never moves the order back and never overwrites a field; it only fills an
+    empty one (a late payment's amount on a cancelled order), and the first value stands."""
     order = f"ORD-20261129-SQLO{next(_serial):05d}"
     scratch_db.query("INSERT INTO t_order (order_no, status, cancel_reason) VALUES (%s, 4, 'gone')", order)
-    async with store.engine.connect() as conn:
-        await orders.upsert(MySqlTransaction(conn, store)._exec, [Order(order, OrderStatus.PAID, paid_cents=5),
-                                                            ])
-        await conn.commit()
+    for paid, reason in ((5, "other"), (7, None)):
+        async with store.engine.connect() as conn:
+            await orders.upsert(MySqlTransaction(conn, store)._exec,
+                                [Order(order, OrderStatus.PAID, paid_cents=paid, cancel_reason=reason)])
+            await conn.commit()
     [row] = scratch_db.query("SELECT status, paid_cents, cancel_reason FROM t_order WHERE order_no = %s", order)
-    assert (row["status"], row["paid_cents"], row["cancel_reason"]) == (4, None, "gone")
+    assert (row["status"], row["paid_cents"], row["cancel_reason"]) == (4, 5, "gone")
 
 
 async def test_lock_wait_timeout_is_retried_until_the_lock_is_released(settings, scratch_db):

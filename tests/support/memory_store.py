@@ -107,6 +107,10 @@ class MemoryTransaction:
                 data = {name: getattr(order, name) if getattr(order, name) is not None else getattr(stored, name)
                         for name in ORDER_DATA}
                 self.s.orders[order.order_no] = replace(stored, status=order.status, has_dead_letters=False, **data)
+            else:                                           # no move: only empty fields are filled
+                data = {name: getattr(stored, name) if getattr(stored, name) is not None else getattr(order, name)
+                        for name in ORDER_DATA}
+                self.s.orders[order.order_no] = replace(stored, **data)
         for new in plan.inserts:
             if new.biz_key in self.s.idem:
                 raise Conflict(f"{new.biz_key} inserted meanwhile")      # MySQL: 1062, and the re-run reads it

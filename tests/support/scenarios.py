@@ -245,6 +245,23 @@ async def a_pending_waybill_of_a_cancelled_order_is_stale(h: Harness) -> None:
     assert sum(c[0] == "waybill" for c in h.effects.calls) == 1 and h.order(order)["status"] == OrderStatus.CANCELLED
 
 
+async def a_payment_after_the_cancel_is_stale_but_recorded(h: Harness) -> None:
+    """The status stays CANCELLED, but the order shows it was paid (a refund needs it): the
+    same row as when the payment came first."""
+    p = h.processor()
+    late, early = order_no(prefix="SCN"), order_no(prefix="SCN")
+    await p.run([ev(late, "ORDER_CREATED"), ev(late, "ORDER_CANCEL")])
+    [paid] = await p.run([ev(late, "ORDER_PAID", data={"amount_cents": 4_200})])
+    [again] = await p.run([ev(late, "ORDER_PAID", data={"amount_cents": 4_200})])
+    await p.run([ev(early, "ORDER_CREATED"), ev(early, "ORDER_PAID", data={"amount_cents": 4_200}),
+                 ev(early, "ORDER_CANCEL")])
+    assert paid.outcome is Outcome.STALE and again.outcome is Outcome.DUPLICATE
+    fields = ("status", "paid_cents", "cancel_reason")
+    assert [h.order(late)[f] for f in fields] == [h.order(early)[f] for f in fields]
+    assert h.order(late)["status"] == OrderStatus.CANCELLED and h.order(late)["paid_cents"] == 4_200
+    assert h.effects.sent["sms", late] == 1
+
+
 async def a_claim_without_enough_lease_left_is_not_called(h: Harness) -> None:
     """The lease is checked right before the call, on the processor's clock from T1."""
     p = h.processor(lease=1.5)                                       # a call may take 1 s
@@ -389,7 +406,8 @@ async def a_key_claimed_as_often_as_the_cap_is_left_to_a_person(h: Harness) -> N
 
 SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken,
              a_skipped_call_is_noted_and_made_on_the_retry, an_sms_with_an_unknown_outcome_is_never_sent_again,
-             a_pending_waybill_of_a_cancelled_order_is_stale, a_claim_without_enough_lease_left_is_not_called,
+             a_pending_waybill_of_a_cancelled_order_is_stale, a_payment_after_the_cancel_is_stale_but_recorded,
+             a_claim_without_enough_lease_left_is_not_called,
              a_t3_run_twice_counts_its_own_rows_and_writes_one_receipt,
              a_replayed_batch_is_all_duplicates_and_a_new_payload_is_refused,
              the_ledger_keeps_one_row_per_record_and_flags_overtaken_letters,

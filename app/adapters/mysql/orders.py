@@ -31,12 +31,14 @@ async def upsert(execute: Execute, orders: Sequence[Order]) -> None:
     sees the columns already updated: every column whose condition reads
     ``status`` comes before ``status``. A move takes the new data (what the
     local step set; the rest is what was read) and clears ``has_dead_letters``:
-    the letters it stood for were flagged in the same T1."""
+    the letters it stood for were flagged in the same T1. A row that does not move
+    only has its empty fields filled (a stale step's facts, such as a late payment)."""
     sql = Sql()
     rows = ((o.order_no, int(o.status), *(getattr(o, name) for name in ORDER_DATA)) for o in orders)
     values = ", ".join(f"({sql.list(row)}, NOW(3), NOW(3))" for row in rows)
     moved = "VALUES(status) > status"
-    data = ", ".join(f"{name} = IF({moved}, COALESCE(VALUES({name}), {name}), {name})" for name in ORDER_DATA)
+    data = ", ".join(f"{name} = IF({moved}, COALESCE(VALUES({name}), {name}), COALESCE({name}, VALUES({name})))"
+                     for name in ORDER_DATA)
     await execute(
         f"INSERT INTO t_order (order_no, status, {_COLUMNS}, gmt_create, gmt_modified) VALUES {values} "
         f"ON DUPLICATE KEY UPDATE {data}, "

@@ -105,6 +105,13 @@ class UnknownOutcomeNonIdempotent(PipelineError):
     reason = "unknown_outcome_non_idempotent"
 
 
+class StaleEffectMayExist(PipelineError):
+    """An effect is no longer wanted (its order moved past the step's target), but an earlier
+    attempt may have reached its service: what it did there may have to be undone by hand."""
+
+    reason = "stale_effect_may_exist"
+
+
 class EffectOutcomeUnknown(PipelineError):
     """A call without an idempotency key may or may not have taken effect, and the service can be
     asked: the retry looks it up before calling again, once a request still on its way to the

@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
 from app.pipeline.errors import (AttemptsExhausted, EffectOutcomeUnknown, LeaseHeld, PayloadMismatch, PipelineError,
+                                 StaleEffectMayExist,
                                  PreconditionNotMet, UnknownOutcomeNonIdempotent)
 from app.pipeline.events import OrderEvent
 from app.pipeline.model import (NOT_DELIVERED, STALE, BatchPlan, EffectJob, EventPlan, FailRow, IdemRow, NewRow,
@@ -183,7 +184,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                                          verify=row is not None and _outcome_unknown(step.effect, row)))
         if result.error is None and not result.jobs:
             result.outcome = Outcome(local_outcome) if fresh else _replayed(plan)
-    _drop_stale_jobs(plan, current)
+    _drop_stale_jobs(plan, current, rows)
     plan.superseding = {o for o, moved in plan.orders.items()      # moved on: not a stale step's facts
                         if o in orders and orders[o].has_dead_letters and moved.status != orders[o].status}
     if plan.superseding:
@@ -198,11 +199,14 @@ def _replayed(plan: BatchPlan) -> Outcome:
     return Outcome.DUPLICATE
 
 
-def _drop_stale_jobs(plan: BatchPlan, current: dict[str, Order]) -> None:
+def _drop_stale_jobs(plan: BatchPlan, current: dict[str, Order], rows: dict[str, IdemRow]) -> None:
     """No call for an order that has moved past the call's target by the end of this T1.
 
     The job's row is failed as ``stale`` instead: a fresh claim is inserted failed,
-    a re-claim becomes a fenced pending -> failed. Its event ends ``stale``, not in error.
+    a re-claim becomes a fenced pending -> failed. Its event ends ``stale``, not in error,
+    unless an earlier attempt may have reached the service (its outcome is not "surely not
+    delivered"): then a waybill may exist for a cancelled order, and the event goes to a
+    person (``stale_effect_may_exist``) with the token to look for.
     """
     fresh = {row.biz_key: i for i, row in enumerate(plan.inserts) if row.status is IdemStatus.PENDING}
     reclaimed = {r.biz_key: r for r in plan.reclaims}
@@ -219,6 +223,13 @@ def _drop_stale_jobs(plan: BatchPlan, current: dict[str, Order]) -> None:
             else:
                 plan.reclaims.remove(reclaimed[job.biz_key])
                 plan.fails.append(FailRow(job.biz_key, job.part_date, job.attempt - 1, STALE, message))
+                earlier = rows[job.biz_key]
+                if earlier.outcome != NOT_DELIVERED and result.error is None:
+                    result.error = StaleEffectMayExist(
+                        f"{message}; but attempt {earlier.attempt} ended "
+                        f"{earlier.outcome or 'without an outcome (its worker stopped)'} and may have reached the "
+                        f"{job.effect.name} service: look for what it did under idempotency token {job.token} "
+                        "and undo it if it must not stand")
         result.jobs = [job for job in result.jobs if job not in stale]
         if result.error is None and not result.jobs:
             result.outcome = Outcome.STALE

@@ -169,6 +169,22 @@ async def test_a_dead_letter_whose_order_moved_on_is_superseded_without_a_call(h
     assert not waybill_calls(harness, created)
 
 
+async def test_a_row_whose_claimer_died_is_worked_again_once_its_claim_runs_out(harness):
+    """A compensator killed between its claim and its settle leaves the row `retrying`; the
+    timer picks it up when the claim has run out (found by the chaos suite: it stayed forever)."""
+    d = await desk(harness)
+    [order] = await paid_orders(d.main, 1, "CMPORPH")
+    harness.fakes.configure({"waybill": {"fail_orders": [order], "fail_status": 503}})
+    [letter] = await d.dead_letters([event(order, "ORDER_CONFIRM")])
+    harness.fakes.faults["waybill"].fail_orders = set()
+    row = d.row(letter)
+    assert await d.ledger.claim(row["id"], "gone/compensator/1#1", 0.5) is not None     # ... and it dies here
+    assert await d.compensator.run_due(10, d.guard) == 0                                 # its claim still runs
+    await asyncio.sleep(0.7)
+    assert await d.compensator.run_due(10, d.guard) == 1
+    assert d.row(letter)["status"] == Status.COMPENSATED and len(harness.fakes.ledger.waybills[order]) == 1
+
+
 async def test_a_dead_letter_already_done_is_compensated_without_a_call(harness):
     d = await desk(harness)
     [order] = await paid_orders(d.main, 1, "CMPDONE")

@@ -114,11 +114,14 @@ async def add_manual(execute: Execute, source: SourceKey, record_: SourceRecord,
 
 
 async def due(execute: Execute, group: str, limit: int) -> list[LedgerRow]:
-    """The group's open, retriable rows whose retry is due, oldest due first (``idx_status_next_retry``;
-    another consumer group's rows are its own compensator's)."""
+    """The group's rows to work now: open and retriable with their retry due, and `retrying`
+    rows whose claim ran out (their claimer died between claim and settle), oldest due first
+    (``idx_status_next_retry``; another consumer group's rows are its own compensator's)."""
     result = await execute(
-        f"SELECT {COLUMNS} FROM t_compensation WHERE status = {int(Status.OPEN)} AND retriable = 1 "
-        f"AND next_retry_at <= NOW(3) AND consumer_group = %s ORDER BY next_retry_at LIMIT {int(limit)}", [group])
+        f"SELECT {COLUMNS} FROM t_compensation WHERE consumer_group = %s "
+        f"AND ((status = {int(Status.OPEN)} AND retriable = 1 AND next_retry_at <= NOW(3)) "
+        f"OR (status = {int(Status.RETRYING)} AND lease_until < NOW(3))) "
+        f"ORDER BY next_retry_at LIMIT {int(limit)}", [group])
     return [row_of(values) for values in result]
 
 

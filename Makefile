@@ -6,13 +6,16 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: run test test-tools setup venv services services-down services-status migrate topics bench clean
+.PHONY: run test chaos test-tools setup venv services services-down services-status migrate topics bench clean
 
 run: setup ## set up everything, then run one worker, the fake services and a demo producer
 	ops/run-demo.sh
 
 test: setup test-tools ## set up everything, then run the whole test suite
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+chaos: setup test-tools ## the long chaos run (minutes): its own Kafka and MariaDB, 3 workers, the storm, the drain, the check; SEED=n repeats a run
+	$(PY) -m tests.chaos.driver --mode long $(if $(SEED),--seed $(SEED))
 
 setup: venv services migrate topics
 

@@ -15,7 +15,8 @@ Faults are injected per service through ``POST /__config`` (or ``--config``)::
 
     {"waybill": {"latency_ms": 5, "fail_next": 2, "fail_status": 503,
                  "timeout_next": 1, "reset_next": 1, "reject_orders": ["ORD-..."],
-                 "fail_orders": ["ORD-..."], "ignore_idempotency_key": false},
+                 "fail_orders": ["ORD-..."], "ignore_idempotency_key": false,
+                 "fail_rate": 0.02, "timeout_rate": 0.01, "reset_rate": 0.02, "seed": 7},
      "sms": {...}}
 
 ``reject_orders`` answer 422 (a business refusal) for those orders, every
@@ -27,12 +28,21 @@ without doing the work; ``redirect_next`` does the work, then answers
 answer, to play a service that breaks its own contract.
 
 ``fail_next``/``timeout_next``/``reset_next`` count down per call. A *timeout*
-sleeps ``timeout_ms`` before answering; a *reset* does the work (issues the
-waybill, sends the SMS) and then drops the connection without a response:
-the caller cannot know it succeeded. ``GET /__ledger`` returns every raw call,
-the unique waybills per order, the SMS per order, and the highest number of
-calls that were in flight at once for one idempotency key (or, for SMS, one
-order); ``POST /__reset`` clears ledger and faults.
+sleeps ``timeout_ms`` before answering (and then does the work, for a caller
+that may have given up); a *reset* does the work (issues the waybill, sends
+the SMS) and then drops the connection without a response: the caller cannot
+know it succeeded.
+
+``fail_rate``/``timeout_rate``/``reset_rate`` (0 to 1) are the same faults at
+random, each call drawing once per rate that is set, from a generator seeded
+with ``seed`` (set ``seed`` again to start its sequence over). The draws are
+reproducible; which call meets which draw is not, since calls race each other.
+A countdown still in progress wins over its rate.
+
+``GET /__ledger`` returns every raw call, the unique waybills per order, the
+SMS per order, and the highest number of calls that were in flight at once for
+one idempotency key (or, for SMS, one order); ``POST /__reset`` clears ledger
+and faults.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import random
 import re
 from collections import defaultdict
 from contextlib import contextmanager
@@ -66,12 +77,29 @@ class Faults:
     redirect_next: int = 0
     waybill_no_override: object = None
     lookup_fail_next: int = 0
+    fail_rate: float = 0.0
+    timeout_rate: float = 0.0
+    reset_rate: float = 0.0
+    seed: int | None = None
+    _rng: random.Random = field(default_factory=random.Random, repr=False)
 
     def update(self, changes: dict) -> None:
         for name, value in changes.items():
-            if not hasattr(self, name):
+            if name.startswith("_") or not hasattr(self, name):
                 raise ValueError(f"unknown fault setting {name!r}")
+            if name.endswith("_rate") and not 0 <= float(value) <= 1:
+                raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
             setattr(self, name, set(value) if name in ("reject_orders", "fail_orders") else value)
+            if name == "seed":
+                self._rng.seed(value)
+
+    def take(self, countdown: str, rate: str) -> bool:
+        """Whether this call meets the fault: its countdown first, else a draw at its rate."""
+        if getattr(self, countdown) > 0:
+            setattr(self, countdown, getattr(self, countdown) - 1)
+            return True
+        chance = getattr(self, rate)
+        return chance > 0 and self._rng.random() < chance
 
 
 @dataclass
@@ -117,11 +145,9 @@ class FakeServices:
         faults = self.faults[service]
         if faults.latency_ms:
             await asyncio.sleep(faults.latency_ms / 1000)
-        if faults.timeout_next > 0:
-            faults.timeout_next -= 1
+        if faults.take("timeout_next", "timeout_rate"):
             await asyncio.sleep(faults.timeout_ms / 1000)
-        if faults.fail_next > 0:
-            faults.fail_next -= 1
+        if faults.take("fail_next", "fail_rate"):
             return web.json_response({"error": "injected failure"}, status=faults.fail_status)
         if faults.conflict_next > 0:
             faults.conflict_next -= 1
@@ -134,8 +160,7 @@ class FakeServices:
 
     def _maybe_reset(self, service: str, request: web.Request) -> None:
         faults = self.faults[service]
-        if faults.reset_next > 0 and request.transport is not None:
-            faults.reset_next -= 1
+        if request.transport is not None and faults.take("reset_next", "reset_rate"):
             # The work is done; the caller never hears about it.
             request.transport.abort()
 

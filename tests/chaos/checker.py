@@ -1,0 +1,284 @@
+"""The chaos run's checker: ``check(manifest_path) -> CheckReport``.
+
+It reads the manifest the driver wrote (tests/chaos/CONTRACT.md), then the sources
+themselves: the events and dead-letter topics and the group's committed offsets
+(aiokafka), the tables (PyMySQL), the fake services' ledger (urllib). It shares no code
+with the pipeline: nothing from ``app/`` is imported, here or in the modules it uses
+(``rules``: the rules written again; ``evidence``: the reads; ``accounting``: every record,
+and how "accounted for exactly once" is established from the tables; ``orders``: every
+order's state and effects).
+
+A run is ``ok`` when every violation count is 0. ``problems`` names the first 50
+violations, each with its record or order:
+
+====================  =====================================================================
+lost                  a record neither dead-lettered nor finished in ``t_idem``
+double_accounted      a record with more than one ledger row
+misaccounted          a dead letter that says the wrong thing: a malformed record with a
+                      reason that does not fit, a valid event as malformed, compensated or
+                      superseded while its steps say otherwise, a copy on the dead-letter
+                      topic without its row, a step row of an event nobody produced
+duplicate_effects     waybills, SMS or receipts beyond one per order (beyond none where none
+                      is due)
+missing_effects       a done step without its effect or receipt, an effect without its record
+regressions           an order state that moved backwards, or is not where its events lead
+pending_left          ``t_idem`` rows still pending
+offsets_behind        records past the group's committed offsets
+unexpected_exits      workers that exited when the test neither killed nor stopped them
+unsettled             dead letters still open or retrying after the drain
+manifest_mismatches   the manifest and the topic disagree
+unreadable            a source the checker could not read
+====================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pymysql
+
+from tests.chaos import evidence
+from tests.chaos.accounting import Accountant, Findings
+from tests.chaos.orders import OrderCheck
+from tests.chaos.rules import step_keys
+
+VIOLATIONS = ("lost", "double_accounted", "misaccounted", "duplicate_effects", "missing_effects", "regressions",
+              "pending_left", "offsets_behind", "unexpected_exits", "unsettled", "manifest_mismatches",
+              "unreadable")
+# Paired faults: the first switches a fault on, the second off; their seconds add up.
+SPANS = {"cut_seconds": ("db_cut", "db_restore"), "api_503_seconds": ("api_503_on", "api_503_off"),
+         "api_fault_seconds": ("api_faults_on", "api_faults_off")}
+
+
+@dataclass
+class CheckReport:
+    seed: int | None = None
+    mode: str | None = None
+    # what was produced
+    events: int = 0
+    originals: int = 0
+    exact_duplicates: int = 0
+    republished: int = 0
+    malformed: int = 0
+    late: int = 0
+    orders: int = 0
+    # how each record ended
+    accounted: dict = field(default_factory=dict)
+    by_kind: dict = field(default_factory=dict)
+    late_outcomes: dict = field(default_factory=dict)
+    # violations: each must be 0
+    lost: int = 0
+    double_accounted: int = 0
+    misaccounted: int = 0
+    duplicate_effects: int = 0
+    missing_effects: int = 0
+    regressions: int = 0
+    pending_left: int = 0
+    offsets_behind: int = 0
+    unexpected_exits: int = 0
+    unsettled: int = 0
+    manifest_mismatches: int = 0
+    unreadable: int = 0
+    # the run's figures
+    kills: int = 0
+    rebalances: int = 0
+    restarts: dict = field(default_factory=dict)
+    cut_seconds: float = 0.0
+    api_503_seconds: float = 0.0
+    api_fault_seconds: float = 0.0
+    replayed: int | None = None
+    w_per_kill: float | None = None
+    w_per_kill_lower: float | None = None
+    duplicates_stopped: int = 0
+    claims_found_done: int | None = None
+    dead_letters: dict = field(default_factory=dict)
+    ledger_status: dict = field(default_factory=dict)
+    compensated: int = 0
+    superseded: int = 0
+    manual: int = 0
+    manual_by_reason: dict = field(default_factory=dict)
+    discarded: int = 0
+    resolved: int = 0
+    unfinished_orders: int = 0
+    effects: dict = field(default_factory=dict)
+    dead_letter_topic: dict = field(default_factory=dict)
+    offsets: dict = field(default_factory=dict)
+    pending_in_database: int = 0
+    workers: int = 0
+    unclean_stops: list = field(default_factory=list)
+    wall_seconds: float | None = None
+    storm_seconds: float | None = None
+    drain: dict = field(default_factory=dict)
+    metrics_dead_letters: dict = field(default_factory=dict)
+    check_seconds: float = 0.0
+    problems: list = field(default_factory=list)
+    problems_total: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return all(getattr(self, name) == 0 for name in VIOLATIONS)
+
+    def as_dict(self) -> dict:
+        return {"ok": self.ok, **asdict(self)}
+
+
+def check(manifest_path) -> CheckReport:
+    began = time.monotonic()
+    path = Path(manifest_path)
+    manifest = json.loads(path.read_text())
+    findings = Findings()
+    events, dlq = evidence.read_topics(manifest["bootstrap"], manifest["events_topic"], manifest["dlq_topic"],
+                                       manifest["group"])
+    for read in (events, dlq):
+        if read.error:
+            findings.flag("unreadable", read.error)
+    try:
+        tables = evidence.read_tables(manifest["mysql"], _keys(manifest), _orders(manifest), manifest["group"],
+                                      [manifest["events_topic"], manifest["dlq_topic"]])
+    except pymysql.MySQLError as exc:
+        findings.flag("unreadable", f"the database {manifest['mysql'].get('database')}: {exc!r}")
+        tables = None
+    try:
+        fakes = evidence.read_fakes_ledger(manifest["fakes_url"])
+    except OSError as exc:
+        findings.flag("unreadable", f"the fake services' ledger at {manifest['fakes_url']}: {exc!r}")
+        fakes = None
+    report = CheckReport(seed=manifest.get("seed"), mode=manifest.get("mode"))
+    if tables is not None:      # without the tables nothing can be accounted for: the figures alone
+        _account(report, manifest, events, dlq, tables, fakes, findings)
+    _produced(report, manifest)
+    _offsets(report, manifest, events, dlq, findings)
+    _workers(report, manifest, findings)
+    _faults(report, manifest)
+    _metrics(report, manifest)
+    for name in VIOLATIONS:
+        setattr(report, name, findings.counts.get(name, 0))
+    report.problems, report.problems_total = findings.problems, findings.total
+    report.check_seconds = round(time.monotonic() - began, 1)
+    return report
+
+
+def _account(report: CheckReport, manifest: dict, events, dlq, tables, fakes: dict | None,
+             findings: Findings) -> None:
+    books = Accountant(manifest, events, dlq, tables, fakes, findings)
+    accounts = books.run()
+    accounts.duplicates_stopped = books.duplicates_stopped(OrderCheck(books).run())
+    report.accounted = {"done": accounts.accounted["done"], "stale": accounts.accounted["stale"],
+                        "dead_letter": dict(accounts.accounted["dead_letter"]),
+                        "dead_letters": sum(accounts.accounted["dead_letter"].values()),
+                        "lost": findings.counts["lost"]}
+    report.by_kind = {kind: dict(counts) for kind, counts in accounts.by_kind.items()}
+    report.late_outcomes = dict(accounts.late)
+    report.dead_letters = dict(accounts.dead_letters)
+    report.ledger_status = dict(accounts.ledger_status)
+    for status in ("compensated", "superseded", "manual", "discarded", "resolved"):
+        setattr(report, status, accounts.ledger_status.get(status, 0))
+    report.manual_by_reason = dict(accounts.manual_by_reason)
+    report.unfinished_orders = accounts.unfinished_orders
+    report.effects = dict(accounts.effects, peak_in_flight_per_key=(fakes or {}).get("peak_in_flight_per_key"))
+    report.dead_letter_topic = dict(accounts.dlq)
+    report.duplicates_stopped = accounts.duplicates_stopped
+    report.pending_in_database = tables.pending_anywhere
+
+
+def _orders(manifest: dict) -> set[str]:
+    named = {e["order_no"] for e in manifest["produced"] if e.get("order_no") and e["kind"] != "malformed"}
+    return named | set(manifest.get("orders", {}))
+
+
+def _keys(manifest: dict) -> list[str]:
+    """Every step key any event of these orders could have written (never-produced ones too,
+    so a row for an event nobody sent is seen)."""
+    keys = []
+    for order_no in _orders(manifest):
+        for type_ in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM", "ORDER_CANCEL"):
+            keys += [k for k in step_keys(order_no, type_) if k]
+    return keys
+
+
+def _produced(report: CheckReport, manifest: dict) -> None:
+    kinds = Counter(e["kind"] for e in manifest["produced"])
+    report.events = len(manifest["produced"])
+    report.originals, report.exact_duplicates = kinds["original"], kinds["exact_duplicate"]
+    report.republished, report.malformed = kinds["republished"], kinds["malformed"]
+    report.late = sum(1 for e in manifest["produced"] if e.get("late"))
+    report.orders = len(_orders(manifest))
+
+
+def _offsets(report: CheckReport, manifest: dict, events, dlq, findings: Findings) -> None:
+    """Committed offsets of the group against the end of every partition of the events topic
+    (the dead-letter topic's, which the compensator consumes, only reported)."""
+    if events.error:
+        return
+    if manifest.get("partitions") not in (None, len(events.ends)):
+        findings.flag("manifest_mismatches", f"{manifest['events_topic']} has {len(events.ends)} partitions, "
+                                             f"the manifest says {manifest['partitions']}")
+    for partition, end in sorted(events.ends.items()):
+        committed = events.committed.get(partition)
+        report.offsets[str(partition)] = {"committed": committed, "end": end}
+        behind = end - (committed or 0)
+        if behind > 0:
+            findings.flag("offsets_behind", f"partition {partition}: committed {committed}, end {end}", behind)
+    if not dlq.error:
+        report.dead_letter_topic["committed_behind"] = (
+            sum(max(end - dlq.committed.get(p, 0), 0) for p, end in dlq.ends.items()) if dlq.committed else None)
+
+
+def _workers(report: CheckReport, manifest: dict, findings: Findings) -> None:
+    """A worker may end only by the test's hand. One the test stopped or killed that did not
+    end as asked (0 after SIGTERM, -9 after SIGKILL) is listed, not failed."""
+    report.workers = len(manifest.get("workers", []))
+    for worker in manifest.get("workers", []):
+        code = worker.get("returncode")
+        if code is None:
+            continue
+        name = f"worker {worker.get('id')} (pid {worker.get('pid')}) exited {code}; log {worker.get('log')}"
+        if not (worker.get("killed_by_test") or worker.get("stopped_by_test")):
+            findings.flag("unexpected_exits", name)
+        elif code not in ({-9, 137} if worker.get("killed_by_test") else set()) | \
+                ({0} if worker.get("stopped_by_test") else set()):
+            report.unclean_stops.append(name)
+
+
+def _faults(report: CheckReport, manifest: dict) -> None:
+    faults = sorted(manifest.get("faults", []), key=lambda f: f["at"])
+    kinds = Counter(f["kind"] for f in faults)
+    report.kills = kinds["kill_worker"]
+    report.rebalances = kinds["add_worker"] + kinds["remove_worker"]
+    report.restarts = {"mariadb": kinds["mariadb_kill"], "kafka": kinds["kafka_kill"]}
+    until = manifest.get("storm_ended_at") or manifest.get("drained_at") or 0.0
+    for name, (on, off) in SPANS.items():
+        seconds, since = 0.0, None
+        for fault in faults:
+            if fault["kind"] == on and since is None:
+                since = fault["at"]
+            elif fault["kind"] == off and since is not None:
+                seconds, since = seconds + fault["at"] - since, None
+        if since is not None:
+            seconds += max(until - since, 0.0)
+        setattr(report, name, round(seconds, 1))
+    started, drained = manifest.get("started_at"), manifest.get("drained_at")
+    if started is not None and drained is not None:
+        report.wall_seconds = round(drained - started, 1)
+    storm_began = manifest.get("storm_started_at", started)     # not in the contract: the run's start then
+    if storm_began is not None and manifest.get("storm_ended_at") is not None:
+        report.storm_seconds = round(manifest["storm_ended_at"] - storm_began, 1)
+    report.drain = dict(manifest.get("drain") or {})
+
+
+def _metrics(report: CheckReport, manifest: dict) -> None:
+    """W per kill from the workers' replay counters: events delivered again and found done in
+    t_idem. The counter also counts duplicates found done across batches, so it bounds W from
+    above; less every duplicate produced, from below."""
+    metrics = manifest.get("metrics") or {}
+    report.replayed = metrics.get("replayed")
+    report.claims_found_done = (metrics.get("claims") or {}).get("done", metrics.get("claims_done"))
+    report.metrics_dead_letters = dict(metrics.get("dead_letters") or {})
+    if report.replayed is not None and report.kills:
+        report.w_per_kill = round(report.replayed / report.kills, 1)
+        duplicates = report.exact_duplicates + report.republished
+        report.w_per_kill_lower = round(max(report.replayed - duplicates, 0) / report.kills, 1)

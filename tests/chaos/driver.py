@@ -1,0 +1,328 @@
+"""The chaos run: its own Kafka broker and MariaDB, the fake APIs with their faults, three
+real workers, a storm of faults while the records are produced, the drain, the manifest,
+and the checker's verdict.
+
+    .venv/bin/python -m tests.chaos.driver --mode long --seed 7      # make chaos
+    .venv/bin/python -m tests.chaos.driver --mode short              # what make test runs
+
+Everything lands in ``.cache/chaos/runs/<UTC time>-<mode>-seed<N>/``: ``driver.log`` (what
+happened when), ``manifest.json`` (what the checker reads), ``report.json`` (its verdict
+and the run's timings), the workers' logs, and the broker's and the database's logs.
+Everything the run starts is stopped when it ends, however it ends; the data of the broker
+and the database go with it, and only the newest ``KEEP_RUNS`` run folders are kept.
+
+``--sabotage crash`` (a worker dies behind the test's back) and ``--sabotage no-drain``
+(every worker stops before the drain) show that the run can fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import secrets
+import shutil
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from app.adapters import kafka_ops
+from app.settings import Settings
+from app.topics import topic_specs
+from tests.chaos import manifest as manifests
+from tests.chaos.cluster import CHAOS, Kafka, MariaDB
+from tests.chaos.drain import DrainTimeout, read_backlog, wait_settled
+from tests.chaos.fleet import Fleet
+from tests.chaos.producer import SteadyProducer
+from tests.chaos.storm import PROFILES, SLOTS, Storm
+from tests.chaos.workload import Shares, plan
+from tests.support.fakes import FakesProcess
+from tests.support.proxy import BlackholeProxy
+from tests.support.services import ROOT, worker_env
+
+GROUP = "order-event-processor"
+EVENTS, DLQ = "order-event", "order-event-dlq"
+PARTITIONS, DLQ_PARTITIONS = 8, 3
+DATABASE = USER = "chaos"
+# Documented settings (README, Configuration), chosen so that the run moves in seconds, not
+# minutes; what each buys is said beside it. Everything else is the default.
+WORKER_SETTINGS = {
+    # A SIGKILLed worker's partitions move after 6 s (the least Kafka allows), not 30 s.
+    "BROKER_SESSION_TIMEOUT_SECONDS": "6", "BROKER_HEARTBEAT_INTERVAL_SECONDS": "1", "BATCH_DEADLINE_SECONDS": "5",
+    # A dead worker's claims are taken over after 14 s: calls of at most 1.5 s, 64 at a time, a
+    # batch of 500 in 8 rounds (12.5 s). Retries of 1.2 s in all: an event that arrives before
+    # the one it needs (PAID before CREATED) holds its batch up that long before it is
+    # dead-lettered for the compensator.
+    "BATCH_WITHIN_SECONDS": "0.5", "EFFECT_TIMEOUT_SECONDS": "1.5", "LEASE_SECONDS": "14",
+    "LEASE_MARGIN_SECONDS": "0.5", "RETRY_BACKOFF_MS": "100,300,800",
+    # The fake gateway hangs 2.5 s past the call's timeout before it acts: the lookup waits 5 s.
+    "SMS_LOOKUP": "true", "SMS_LOOKUP_SETTLE_SECONDS": "5",
+    # Dead letters are due at once and retried every second or so, up to 12 times.
+    "DLQ_RETRY_AFTER_SECONDS": "1", "COMPENSATION_TIMER_SECONDS": "0.5", "COMPENSATION_BACKOFF_SECONDS": "1",
+    "COMPENSATION_BACKOFF_MAX_SECONDS": "8", "COMPENSATION_MAX_ATTEMPTS": "12", "COMPENSATOR_WITHIN_SECONDS": "0.3",
+    "METRICS_REFRESH_SECONDS": "5",
+}
+FAKE_HANG_MS = 2500          # a "timeout" of the fake APIs: past the client's 1.5 s
+FAKE_LATENCY_MS = 5
+KEEP_RUNS = 30
+
+
+@dataclass
+class Outcome:
+    manifest: Path
+    report_path: Path
+    report: object | None           # the checker's CheckReport, None if there is no checker yet
+    unexpected_exits: list[dict]
+    drain_error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return (self.drain_error is None and not self.unexpected_exits
+                and (self.report is None or bool(self.report.ok)))
+
+
+class ChaosRun:
+    def __init__(self, mode: str, seed: int | None = None, *, sabotage: str | None = None,
+                 drain_timeout: float | None = None) -> None:
+        self.mode, self.profile = mode, PROFILES[mode]
+        self.seed = secrets.randbelow(10**6) if seed is None else seed
+        self.sabotage = sabotage
+        self.drain_timeout = drain_timeout or self.profile.drain_timeout
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        _prune(CHAOS / "runs", KEEP_RUNS - 1)
+        self.folder = CHAOS / "runs" / f"{stamp}-{mode}-seed{self.seed}"
+        (self.folder / "workers").mkdir(parents=True)
+        self.started_at = time.time()
+        self.at: dict[str, float] = {}          # storm_started_at, storm_ended_at, drained_at
+        self.timings: dict = {}
+        self.mariadb, self.kafka = MariaDB(self.folder / "mariadb"), Kafka(self.folder / "kafka")
+        self.password = secrets.token_hex(8)
+        self.proxy: BlackholeProxy | None = None
+        self.fakes: FakesProcess | None = None
+        self.fleet: Fleet | None = None
+        self.storm: Storm | None = None
+
+    def say(self, line: str) -> None:
+        stamped = f"[chaos {time.time() - self.started_at:7.1f}s] {line}"
+        print(stamped, flush=True)
+        with open(self.folder / "driver.log", "a") as log:
+            log.write(stamped + "\n")
+
+    @staticmethod
+    def rel(path: Path) -> str:
+        return str(path.relative_to(ROOT))
+
+    @property
+    def mysql(self) -> dict:
+        """The database directly, not through the proxy: for the drain and the checker."""
+        return {"host": "127.0.0.1", "port": self.mariadb.port, "user": USER, "password": self.password,
+                "database": DATABASE}
+
+    # -- the run ------------------------------------------------------------------------
+    def execute(self) -> Outcome:
+        self.say(f"{self.mode} run, seed {self.seed}: everything goes to {self.rel(self.folder)}")
+        try:
+            self.bring_up()
+            workload = plan(self.seed, min_events=self.profile.min_events, min_orders=self.profile.min_orders,
+                            partitions=PARTITIONS, shares=Shares(duplicate_within=self.profile.duplicate_within))
+            self.start_workers()
+            produced = self.blow(workload)
+            backlog, drain_error = self.drain()
+            return self.conclude(workload, produced, backlog, drain_error)
+        finally:
+            with _uninterrupted():
+                self.tear_down()
+
+    def bring_up(self) -> None:
+        clock = time.monotonic()
+        for server in (self.mariadb, self.kafka):
+            server.reap_leftover()
+            server.install()
+        self.timings["mariadb_first_start_seconds"] = round(self.mariadb.start(), 3)
+        direct = self.mariadb.create(DATABASE, USER, self.password)
+        self.timings["kafka_first_start_seconds"] = round(self.kafka.start(), 3)
+        settings = Settings(kafka_broker=f"kafka://{self.kafka.bootstrap}", order_event_partitions=PARTITIONS,
+                            dlq_partitions=DLQ_PARTITIONS, mysql_url=direct)
+        asyncio.run(kafka_ops.create_topics(self.kafka.bootstrap, topic_specs(settings, events=EVENTS, dlq=DLQ)))
+        self.proxy = BlackholeProxy("127.0.0.1", self.mariadb.port).start()
+        # Its connections still hung at the end are cancelled when it stops: not worth a traceback.
+        self.proxy._loop.call_soon_threadsafe(self.proxy._loop.set_exception_handler, lambda loop, context: None)
+        self.fakes = FakesProcess({service: {"latency_ms": FAKE_LATENCY_MS, "timeout_ms": FAKE_HANG_MS,
+                                             "seed": self.seed + i} for i, service in enumerate(("waybill", "sms"))})
+        self.timings["cluster_seconds"] = round(time.monotonic() - clock, 1)
+        self.say(f"MariaDB on 127.0.0.1:{self.mariadb.port} (the workers' way: the proxy on {self.proxy.port}), "
+                 f"Kafka on {self.kafka.bootstrap}, fake APIs on {self.fakes.url}: up in "
+                 f"{self.timings['cluster_seconds']}s")
+
+    def start_workers(self) -> None:
+        env = worker_env(**WORKER_SETTINGS, APP_ID=GROUP, KAFKA_BROKER=f"kafka://{self.kafka.bootstrap}",
+                         MYSQL_URL=self.mariadb.url(DATABASE, USER, self.password, port=self.proxy.port),
+                         ORDER_EVENT_TOPIC=EVENTS, DLQ_TOPIC=DLQ, ORDER_EVENT_PARTITIONS=str(PARTITIONS),
+                         DLQ_PARTITIONS=str(DLQ_PARTITIONS), LOGISTICS_URL=self.fakes.url, SMS_URL=self.fakes.url,
+                         DATA_DIR=str(self.folder / "faust"))
+        self.fleet = Fleet(env, self.folder / "workers", say=self.say)
+        clock = time.monotonic()
+        for slot in SLOTS:
+            self.fleet.start(slot)
+        for incarnation in list(self.fleet.live.values()):
+            incarnation.worker.wait_log("Worker ready", timeout=120)
+        self.timings["workers_ready_seconds"] = round(time.monotonic() - clock, 1)
+        self.fleet.scrape_every(1.0)
+
+    def blow(self, workload) -> list[dict]:
+        self.say(f"{len(self.fleet.live)} workers ready in {self.timings['workers_ready_seconds']}s; producing "
+                 f"{len(workload.records)} records ({workload.count('original')} events of {len(workload.orders)} "
+                 f"orders) at {self.profile.rate:g}/s")
+        producer = SteadyProducer(self.kafka.bootstrap, EVENTS, workload.records, self.profile.rate)
+        self.storm = Storm(self.profile, self.seed, fleet=self.fleet, mariadb=self.mariadb, kafka=self.kafka,
+                           proxy=self.proxy, fakes=self.fakes, producer=producer, say=self.say)
+        self.storm.sabotage = "crash" if self.sabotage == "crash" else None
+        self.at["storm_started_at"] = time.time()
+        produced = asyncio.run(self.storm.run())
+        self.at["storm_ended_at"] = time.time()
+        self.timings["storm_seconds"] = round(self.at["storm_ended_at"] - self.at["storm_started_at"], 1)
+        self.say(f"the storm is over after {self.timings['storm_seconds']}s; draining")
+        return produced
+
+    def drain(self):
+        if self.sabotage == "no-drain":
+            self.say("sabotage: every worker stops before the drain")
+            self.fleet.stop_all()
+
+        def read():
+            return read_backlog(self.kafka.bootstrap, GROUP, {EVENTS: PARTITIONS, DLQ: DLQ_PARTITIONS}, self.mysql)
+
+        drain_error = None
+        try:
+            backlog, seconds = wait_settled(read, timeout=self.drain_timeout, fleet=self.fleet, say=self.say)
+            self.timings["drain_seconds"] = round(seconds, 1)
+            self.say(f"drained in {self.timings['drain_seconds']}s: ledger {backlog.ledger}")
+        except DrainTimeout as exc:
+            drain_error = f"{exc}; every worker's log is in {self.rel(self.folder / 'workers')}"
+            self.say(f"DRAIN FAILED: {drain_error}")
+            backlog = read()
+            self.timings["drain_seconds"] = None
+        self.at["drained_at"] = time.time()
+        self.fleet.scrape_now()
+        self.fleet.stop_scraping()
+        with ThreadPoolExecutor(max_workers=4) as pool:       # SIGTERM: their last commits, in parallel
+            list(pool.map(self.fleet.stop, list(self.fleet.live)))
+        return backlog, drain_error
+
+    def conclude(self, workload, produced, backlog, drain_error) -> Outcome:
+        self.timings["kafka_ready_seconds"] = self.kafka.ready_seconds
+        self.timings["mariadb_ready_seconds"] = self.mariadb.ready_seconds
+        content = {
+            "seed": self.seed, "mode": self.mode, "started_at": self.started_at, **self.at,
+            "bootstrap": self.kafka.bootstrap, "mysql": self.mysql, "events_topic": EVENTS, "dlq_topic": DLQ,
+            "group": GROUP, "partitions": PARTITIONS, "dlq_partitions": DLQ_PARTITIONS, "fakes_url": self.fakes.url,
+            "sms_lookup": WORKER_SETTINGS["SMS_LOOKUP"] == "true", "produced": produced,
+            "orders": {order_no: {"lifecycle": lifecycle} for order_no, lifecycle in workload.orders.items()},
+            "workers": [i.entry() for i in self.fleet.history], "faults": self.storm.faults,
+            "metrics": manifests.metrics(self.fleet.totals()),
+            "drain": manifests.drain(backlog, self.timings["drain_seconds"]),
+            "profile": {**vars(self.profile), "fake_hang_ms": FAKE_HANG_MS, "fake_latency_ms": FAKE_LATENCY_MS},
+            "worker_settings": WORKER_SETTINGS, "timings": self.timings, "run_dir": self.rel(self.folder),
+        }
+        path = self.folder / "manifest.json"
+        path.write_text(json.dumps(content, indent=1))
+        self.say(f"manifest: {self.rel(path)}")
+        report = self.check(path)
+        self.timings["total_seconds"] = round(time.time() - self.started_at, 1)
+        report_path = self.folder / "report.json"
+        verdict = report.as_dict() if report is not None else {"checker": None, **manifests.figures(content)}
+        report_path.write_text(json.dumps({**verdict, "timings": self.timings}, indent=1, default=str))
+        self.say(f"report: {self.rel(report_path)}; timings {json.dumps(self.timings)}")
+        return Outcome(path, report_path, report, [i.entry() for i in self.fleet.unexpected], drain_error)
+
+    def check(self, path: Path):
+        """The checker's verdict, or None while there is no checker."""
+        try:
+            from tests.chaos.checker import check
+            report = check(path)
+        except (ImportError, NotImplementedError) as exc:
+            self.say(f"no checker yet ({exc!r}): the manifest is at {self.rel(path)}")
+            return None
+        try:
+            from tests.chaos.report import render
+            self.say("the checker's summary:\n" + render(report))
+        except ImportError:
+            self.say(json.dumps(report.as_dict(), indent=1, default=str))
+        return report
+
+    def tear_down(self) -> None:
+        """Stop everything the run started, whatever state it is in."""
+        if self.fleet is not None:
+            self.fleet.stop_scraping()
+            self.fleet.kill_all()
+        for stop in (self.proxy and self.proxy.stop, self.fakes and self.fakes.stop, self.kafka.stop,
+                     self.mariadb.stop):
+            try:
+                if stop:
+                    stop()
+            except Exception as exc:          # stop the others anyway
+                self.say(f"while stopping: {exc!r}")
+        for server in (self.kafka, self.mariadb):
+            shutil.rmtree(server.datadir, ignore_errors=True)
+
+
+def run(mode: str, seed: int | None = None, *, sabotage: str | None = None,
+        drain_timeout: float | None = None) -> Outcome:
+    return ChaosRun(mode, seed, sabotage=sabotage, drain_timeout=drain_timeout).execute()
+
+
+def _prune(runs: Path, keep: int) -> None:
+    """The run folders but the newest ``keep`` go (their names start with the UTC time)."""
+    if runs.exists():
+        for old in sorted(path for path in runs.iterdir() if path.is_dir())[:-keep or None]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def _uninterrupted():
+    """Tear down without being cut short: a second Ctrl-C (or SIGTERM) waits until everything
+    the run started is stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    # The run's own producer and admin clients say so every time the broker is away on purpose.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    # SIGTERM ends the run the way Ctrl-C does: through its teardown.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.driver", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=sorted(PROFILES), default="long")
+    parser.add_argument("--seed", type=int, default=None, help="default: a random one (printed)")
+    parser.add_argument("--sabotage", choices=["crash", "no-drain"], default=None,
+                        help="make the run fail on purpose, to see that it can")
+    parser.add_argument("--drain-timeout", type=float, default=None, help="seconds (default: the mode's)")
+    args = parser.parse_args(argv)
+    outcome = run(args.mode, args.seed, sabotage=args.sabotage, drain_timeout=args.drain_timeout)
+    if outcome.unexpected_exits:
+        print(f"FAILED: workers exited without the test's doing: {json.dumps(outcome.unexpected_exits)}")
+    if outcome.drain_error:
+        print(f"FAILED: {outcome.drain_error}")
+    if outcome.report is not None and not outcome.report.ok:
+        print("FAILED: the checker found problems (see the report)")
+    print(f"{'OK' if outcome.ok else 'FAILED'}: manifest {outcome.manifest.relative_to(ROOT)}, report "
+          f"{outcome.report_path.relative_to(ROOT)}")
+    return 0 if outcome.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Every order of the run: where it ended, how it got there, and what its effects were.
+
+The final state must be the one the *set* of the order's events leads to
+(``rules.final_state``), unless the events missing from it are dead letters left to a
+person. How it got there is checked by replaying its recorded local steps in the database's
+order (``rules.replay``): every ``applied`` row a legal forward move, every ``stale`` row an
+order already at or past its target, ending where ``t_order`` is; a state below that end
+moved backwards. Effects are counted in the fake services' ledger, which records what the
+services did, not what the pipeline believes:
+
+* a done waybill step: exactly one waybill, a receipt naming it and the step's token, and
+  every call of the order carrying that token; a waybill step failed ``stale`` (a CANCEL came
+  first): no waybill and no receipt; a CONFIRMED order: a done waybill step;
+* a done SMS step: exactly one message, with the step's token as ``client_ref``; an SMS whose
+  outcome stayed unknown (a gateway without lookup): at most one message and a dead letter of
+  its CANCEL with a person; with a lookup, never unknown;
+* never a second waybill or SMS for an order, nor a receipt without its waybill.
+"""
+
+from __future__ import annotations
+
+from tests.chaos import rules
+from tests.chaos.accounting import Accountant, describe_row
+
+
+class OrderCheck:
+    def __init__(self, books: Accountant) -> None:
+        self.books = books
+        self.m, self.t, self.f, self.a, self.fakes = books.m, books.t, books.f, books.a, books.fakes
+        self.requests, self.types_of, self.ledger_at = books.requests, books.types_of, books.ledger_at
+        self.second_effects: set[str] = set()      # orders with a waybill, SMS or receipt too many
+
+    def run(self) -> set[str]:
+        for order_no in sorted(set(self.m.get("orders", {})) | set(self.types_of)):
+            self.order(order_no)
+        return self.second_effects
+
+    def order(self, order_no: str) -> None:
+        kinds = self.types_of.get(order_no, set())
+        moves = []
+        for type_ in rules.TYPES:
+            for key in filter(None, rules.step_keys(order_no, type_)):
+                if key in self.t.idem and type_ not in kinds:
+                    self.f.flag("misaccounted", f"{key}: a step of an event that was never produced")
+            local = self.t.idem.get(rules.step_keys(order_no, type_)[0])
+            if type_ in kinds and local and local["status"] == rules.DONE:
+                offsets = [e["offset"] for e in self.requests[(order_no, type_)]]
+                moves.append((local["gmt_create"], type_, local["outcome"], offsets))
+        row = self.t.orders.get(order_no)
+        actual = row["status"] if row else None
+        explained, end, why = rules.replay(moves)
+        if not explained:
+            self.f.flag("regressions", f"{order_no}: {why}")
+        elif actual != end:
+            how = "moved backwards" if end is not None and (actual is None or actual < end) else \
+                "moved without a recorded step"
+            self.f.flag("regressions", f"{order_no}: t_order says {rules.STATUS_NAME.get(actual, actual)}, its "
+                                       f"recorded steps lead to {rules.STATUS_NAME[end]} ({how})")
+        elif end != rules.final_state(kinds):
+            missing = [t for t in kinds if self.books.request_end(order_no, t) not in ("done", "stale")]
+            if missing and all(self.ledger_at.get((e["partition"], e["offset"]))
+                               for t in missing for e in self.requests[(order_no, t)]):
+                self.a.unfinished_orders += 1
+            else:
+                self.f.flag("regressions", f"{order_no}: ends {rules.STATUS_NAME[end]}, its events "
+                                           f"{sorted(kinds)} lead to {rules.STATUS_NAME[rules.final_state(kinds)]}")
+        if self.fakes is not None:      # None: the services' ledger could not be read
+            self.waybill(order_no, actual)
+            self.sms(order_no)
+
+    def waybill(self, order_no: str, actual: int | None) -> None:
+        issued = self.fakes.get("waybills", {}).get(order_no, [])
+        receipt = self.t.receipts.get(order_no)
+        self.a.effects["waybills"] += len(issued)
+        self.a.effects["receipts"] += receipt is not None
+        step = self.t.idem.get(rules.step_keys(order_no, "ORDER_CONFIRM")[1])
+        if len(issued) > 1:
+            self.duplicate(order_no, f"{len(issued)} waybills {issued}", len(issued) - 1)
+        if step is not None and step["status"] == rules.DONE:
+            if not issued:
+                self.f.flag("missing_effects", f"{order_no}: the waybill step is done, the API issued none")
+            if receipt is None:
+                self.f.flag("missing_effects", f"{order_no}: a waybill {issued} and no receipt")
+            elif receipt["waybill_no"] not in issued or receipt["idem_token"] != step["idem_token"]:
+                self.f.flag("missing_effects", f"{order_no}: the receipt ({receipt['waybill_no']}, token "
+                                               f"{receipt['idem_token']}) is not the API's {issued} for the step's "
+                                               f"token {step['idem_token']}")
+            keys = {c.get("key") for c in self.books.calls("waybill", order_no)}
+            if keys - {step["idem_token"]}:
+                self.f.flag("misaccounted", f"{order_no}: waybill calls carried {len(keys)} tokens, not only the "
+                                            f"step's {step['idem_token']}")
+            return
+        if actual == rules.CONFIRMED and not self.books.left_to_person(order_no, "ORDER_CONFIRM"):
+            self.f.flag("missing_effects", f"{order_no}: CONFIRMED, but its waybill step is "
+                                           f"{'absent' if step is None else describe_row(step)}")
+        if receipt is not None:
+            self.duplicate(order_no, f"a receipt {receipt['waybill_no']} for a waybill step that is "
+                                     f"{'absent' if step is None else describe_row(step)}", 1)
+        stale = step is not None and step["status"] == rules.FAILED and step["outcome"] == rules.STALE
+        if stale:
+            cancel = self.t.idem.get(rules.step_keys(order_no, "ORDER_CANCEL")[0])
+            if not (cancel and cancel["outcome"] == rules.APPLIED and cancel["gmt_create"] <= step["gmt_modified"]):
+                self.f.flag("regressions", f"{order_no}: the waybill step is stale, but no CANCEL ran before it")
+        if issued and (step is None or stale):
+            # The call was made (its outcome unknown) and the order was cancelled before the re-claim:
+            # a waybill exists that no receipt records.
+            self.f.flag("missing_effects", f"{order_no}: waybill {issued[0]} issued, no receipt records it (the "
+                                           f"step is {'absent' if step is None else describe_row(step)})")
+
+    def sms(self, order_no: str) -> None:
+        sent = self.fakes.get("sms", {}).get(order_no, [])
+        self.a.effects["sms"] += len(sent)
+        step = self.t.idem.get(rules.step_keys(order_no, "ORDER_CANCEL")[1])
+        if len(sent) > 1:
+            self.duplicate(order_no, f"{len(sent)} SMS {[m.get('message_id') for m in sent]}", len(sent) - 1)
+        if step is not None and step["status"] == rules.DONE:
+            if not sent:
+                self.f.flag("missing_effects", f"{order_no}: the SMS step is done, the gateway sent none")
+            elif step["idem_token"] not in {m.get("client_ref") for m in sent}:
+                self.f.flag("missing_effects", f"{order_no}: no SMS carries the step's client_ref "
+                                               f"{step['idem_token']}")
+            return
+        if step is not None and step["status"] == rules.FAILED and step["outcome"] == rules.UNKNOWN_SMS:
+            if self.m.get("sms_lookup"):
+                self.f.flag("missing_effects", f"{order_no}: the SMS was left unknown although the gateway "
+                                               "answers lookups")
+            if not self.books.left_to_person(order_no, "ORDER_CANCEL"):
+                self.f.flag("missing_effects", f"{order_no}: the SMS's outcome is unknown and no dead letter "
+                                               "of its CANCEL waits for a person")
+            self.a.effects["sms_unknown_manual"] += 1
+            return
+        if sent and (step is None or step["status"] == rules.FAILED):
+            self.f.flag("missing_effects", f"{order_no}: an SMS went out, its step is "
+                                           f"{'absent' if step is None else describe_row(step)}")
+
+    def duplicate(self, order_no: str, what: str, n: int) -> None:
+        self.second_effects.add(order_no)
+        self.f.flag("duplicate_effects", f"{order_no}: {what}", n)

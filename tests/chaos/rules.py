@@ -1,0 +1,157 @@
+"""The rules the chaos checker holds the pipeline to, written out again here.
+
+Nothing is imported from ``app/``: a rule the pipeline got wrong must not be wrong in the
+checker for the same reason. Each rule below is taken from the README (sections "How
+exactly-once works here", "The order state machine", "Dead-letter records", "Compensation")
+and from what ``tables/schema.py`` says the columns hold; the pipeline's own copy lives in
+``app/pipeline/states.py`` and ``app/pipeline/steps.py``.
+"""
+
+from __future__ import annotations
+
+from itertools import permutations
+from typing import Iterable, Sequence
+
+CREATED, PAID, CONFIRMED, CANCELLED = 1, 2, 3, 4          # t_order.status; the integer is the rank
+STATUS_NAME = {None: "none", CREATED: "CREATED", PAID: "PAID", CONFIRMED: "CONFIRMED", CANCELLED: "CANCELLED"}
+
+# What each event type moves its order to (its local step), and its external effect, if any.
+TARGET = {"ORDER_CREATED": CREATED, "ORDER_PAID": PAID, "ORDER_CONFIRM": CONFIRMED, "ORDER_CANCEL": CANCELLED}
+LOCAL_STEP = {"ORDER_CREATED": "create_order", "ORDER_PAID": "mark_paid", "ORDER_CONFIRM": "mark_confirmed",
+              "ORDER_CANCEL": "mark_cancelled"}
+EFFECT_STEP = {"ORDER_CONFIRM": "issue_waybill", "ORDER_CANCEL": "send_cancel_sms"}
+TYPES = tuple(TARGET)
+
+# The only moves an order makes; None is "no order yet". Anything else is stale (the order is
+# at or past the target) or not ready (an earlier move is missing).
+MOVES = frozenset({(None, CREATED), (CREATED, PAID), (PAID, CONFIRMED),
+                   (CREATED, CANCELLED), (PAID, CANCELLED), (CONFIRMED, CANCELLED)})
+APPLIED, STALE, NOT_READY = "applied", "stale", "not_ready"
+
+# t_idem.status, and the outcomes the checker reads in it.
+PENDING, DONE, FAILED = 1, 2, 3
+UNKNOWN_SMS = "unknown_outcome_non_idempotent"   # an SMS that may have gone out; no lookup to ask
+
+# t_compensation.status
+LEDGER_STATUS = {1: "open", 2: "retrying", 3: "compensated", 4: "manual", 5: "discarded", 6: "superseded",
+                 7: "resolved"}
+UNSETTLED = frozenset({"open", "retrying"})      # the drain should have left none
+
+# Dead-letter reasons of records that break the event contract ("Dead-letter records").
+MALFORMED_EXACT = frozenset({"not_utf8", "not_json", "not_object", "empty_value", "oversized", "unreadable_record",
+                             "header_not_utf8", "unknown_type", "bad_order_no", "missing_key", "key_mismatch"})
+MALFORMED_PREFIXES = ("missing_field:", "bad_field:")
+# The workload's labels for malformed records, and the reasons each may be dead-lettered with.
+# A label named after a reason must get that reason; an unknown label any malformed reason.
+KIND_REASONS = {
+    "not_json": {"not_json", "not_utf8"},
+    "no_order_no": {"missing_field:order_no", "bad_field:order_no"},
+    "bad_type": {"unknown_type", "missing_field:type", "bad_field:type"},
+    "bad_amount": {"bad_field:data.amount_cents"},
+    "null_key_value": {"empty_value"},
+    "tombstone": {"empty_value"},
+}
+
+
+def judge(current: int | None, target: int) -> str:
+    """What an event moving an order to ``target`` does to an order in ``current``."""
+    if (current, target) in MOVES:
+        return APPLIED
+    if current is not None and current >= target:
+        return STALE
+    return NOT_READY
+
+
+def step_keys(order_no: str, type_: str) -> tuple[str, str | None]:
+    """The ``t_idem`` keys of an event: ``<order_no>:<type>:<step>``, local step and effect step."""
+    effect = EFFECT_STEP.get(type_)
+    return f"{order_no}:{type_}:{LOCAL_STEP[type_]}", None if effect is None else f"{order_no}:{type_}:{effect}"
+
+
+def final_state(types: Iterable[str]) -> int | None:
+    """Where an order ends once every one of its events has run, retried as often as needed,
+    in whatever order they came: a function of the *set* of its event types.
+
+    CANCEL applies from any state and nothing leaves CANCELLED, so with a CREATED it wins.
+    Without CANCEL the order climbs CREATED -> PAID -> CONFIRMED as far as the chain goes
+    (a CONFIRM without a PAID is never ready). Without CREATED there is no order at all."""
+    kinds = set(types)
+    if "ORDER_CREATED" not in kinds:
+        return None
+    if "ORDER_CANCEL" in kinds:
+        return CANCELLED
+    if "ORDER_PAID" in kinds:
+        return CONFIRMED if "ORDER_CONFIRM" in kinds else PAID
+    return CREATED
+
+
+def is_malformed_reason(reason: str | None) -> bool:
+    return bool(reason) and (reason in MALFORMED_EXACT or reason.startswith(MALFORMED_PREFIXES))
+
+
+def reason_fits(kind: str | None, reason: str | None) -> bool:
+    """Is ``reason`` a dead-letter reason a malformed record of label ``kind`` may get?"""
+    if not is_malformed_reason(reason):
+        return False
+    if kind in KIND_REASONS:
+        return reason in KIND_REASONS[kind]
+    if kind in MALFORMED_EXACT:
+        return reason == kind
+    return True
+
+
+def replay(moves: Sequence[tuple[object, str, str, Sequence[int]]]) -> tuple[bool, int | None, str]:
+    """Run an order's recorded local steps through the state machine again.
+
+    ``moves`` are ``(when, event type, outcome, offsets)`` of its done local rows: ``when`` is
+    ``t_idem.gmt_create``, the database clock of the T1 that wrote the row (T1s of one order
+    are serialised by its row locks, so they are ordered by it); ``offsets`` are those of the
+    records asking for that event (the original and its copies: one of them wrote the row).
+    Rows written by one T1 share their time, and one T1 judges its events in offset order, so
+    a tie is ordered by offsets: every order of it is tried in which some record of each event
+    comes after one of the event before it. Returns whether some order explains every outcome
+    (an ``applied`` row a legal forward move, a ``stale`` row an order at or past its target),
+    the state that order ends in, and, if none does, what broke."""
+    groups: list[list[tuple[str, str, Sequence[int]]]] = []
+    last = object()
+    for when, type_, outcome, offsets in sorted(moves, key=lambda m: (m[0], min(m[3], default=0))):
+        if when != last:
+            groups.append([])
+            last = when
+        groups[-1].append((type_, outcome, offsets))
+    first_error = ""
+
+    def in_offset_order(order) -> bool:
+        after = -1
+        for _, _, offsets in order:
+            later = [o for o in offsets if o > after]
+            if not later:
+                return False
+            after = min(later)
+        return True
+
+    def walk(index: int, state: int | None):
+        nonlocal first_error
+        if index == len(groups):
+            return state
+        tried = [order for order in permutations(groups[index]) if in_offset_order(order)]
+        for order in tried or [tuple(groups[index])]:
+            current, broke = state, ""
+            for type_, outcome, _ in order:
+                verdict = judge(current, TARGET[type_])
+                if verdict != outcome:
+                    broke = (f"{type_} recorded {outcome!r} while the order was {STATUS_NAME[current]} "
+                             f"(the rules say {verdict})")
+                    break
+                if verdict == APPLIED:
+                    current = TARGET[type_]
+            if broke:
+                first_error = first_error or broke
+                continue
+            end = walk(index + 1, current)
+            if end is not False:
+                return end
+        return False
+
+    end = walk(0, None)
+    return (False, None, first_error) if end is False else (True, end, "")

@@ -1,0 +1,232 @@
+"""The storm: everything that goes wrong while the records are produced.
+
+    all along      a random worker SIGKILLed every few seconds, started again a second later;
+                   the APIs fail at random: 5xx before doing the work, the reply lost after
+                   doing it (reset), a hang past the client's timeout, and latency
+    once each      a worker added, a worker removed (SIGTERM): rebalances
+                   MariaDB SIGKILLed and started again on the same data and port
+                   the Kafka broker SIGKILLed and started again on the same data and port
+                   the database's network cut (the proxy blackholes: connections hang)
+                   both APIs answer 503 (the SMS gateway's lookup too)
+
+The four big faults take four slots spread over the production time, in an order the
+seed picks; their windows never overlap. The short profile (``make test``) keeps every
+kind of fault, with an 8 s cut and an 8 s 503 window; the long one (``make chaos``) cuts
+the database for 20 s and answers 503 for 30 s. Every fault is logged with its wall-clock time
+for the manifest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+
+from tests.chaos.cluster import Kafka, MariaDB
+from tests.chaos.fleet import Fleet
+from tests.chaos.producer import SteadyProducer
+from tests.support.fakes import FakesProcess
+from tests.support.proxy import BlackholeProxy
+
+SLOTS = ("w1", "w2", "w3")
+EXTRA = "w4"
+FOREVER = 10**9
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    min_events: int
+    min_orders: int
+    rate: float                          # records per second
+    kill_every: tuple[float, float]      # seconds between two kills, uniformly drawn
+    cut_seconds: float                   # the database's network cut
+    api_503_seconds: float
+    drain_timeout: float
+    duplicate_within: int                # records between an event and its duplicate, at most
+    restart_after: float = 1.0           # a killed worker is started again this long after
+    api_rates: dict = field(default_factory=lambda: {"fail_rate": 0.02, "reset_rate": 0.02, "timeout_rate": 0.01})
+
+
+PROFILES = {
+    "long": Profile("long", min_events=50_000, min_orders=10_000, rate=250, kill_every=(6, 12), cut_seconds=20,
+                    api_503_seconds=30, drain_timeout=600, duplicate_within=2000),
+    "short": Profile("short", min_events=3_400, min_orders=1_000, rate=45, kill_every=(7, 11), cut_seconds=8,
+                     api_503_seconds=8, drain_timeout=75, duplicate_within=300),
+}
+
+
+class Storm:
+    def __init__(self, profile: Profile, seed: int, *, fleet: Fleet, mariadb: MariaDB, kafka: Kafka,
+                 proxy: BlackholeProxy, fakes: FakesProcess, producer: SteadyProducer, say=print) -> None:
+        self.profile, self.fleet, self.mariadb, self.kafka = profile, fleet, mariadb, kafka
+        self.proxy, self.fakes, self.producer, self.say = proxy, fakes, producer, say
+        self.rng = random.Random(seed * 7919 + 1)
+        self.faults: list[dict] = []
+        self.busy: set[str] = set()          # slots a fault is working on right now
+        self.ending = asyncio.Event()
+        # Worker starts and the broker's restart stay apart: a worker started while the broker is
+        # down, or killed under it while it starts, exits at once (1: aiokafka's producer cannot
+        # bootstrap, and Faust does not retry at start-up). A supervisor would start it again
+        # until the broker answers; the storm waits for the broker instead, and the broker's kill
+        # waits until no worker is starting.
+        self.broker_up = asyncio.Event()
+        self.starting = 0
+        self.sabotage: str | None = None     # "crash": one worker dies of something the test did not do
+
+    def log(self, kind: str, worker: str | None = None, detail: str | None = None) -> None:
+        self.faults.append({"at": time.time(), "kind": kind, "worker": worker, "detail": detail})
+        self.say(f"{kind}{' ' + worker if worker else ''}{': ' + detail if detail else ''}")
+
+    # -- the run ------------------------------------------------------------------------
+    async def run(self) -> list[dict]:
+        """Produce every record while the faults happen; return the manifest's ``produced``."""
+        seconds = len(self.producer.records) / self.profile.rate
+        big = [self.restart_mariadb, self.restart_kafka, self.cut_database, self.apis_503]
+        self.rng.shuffle(big)
+        # A cut database keeps the workers busy after it is restored (their hung statements time
+        # out after DB_STATEMENT_TIMEOUT_SECONDS, 15 s): the slots are far enough apart for the
+        # next fault to meet work in flight, not a backlog.
+        plan = [(0.08 * seconds, self.add_worker), (0.92 * seconds, self.remove_worker)]
+        plan += [(f * seconds, fault) for f, fault in zip((0.15, 0.38, 0.61, 0.84), big)]
+        if self.sabotage == "crash":
+            plan.append((0.5 * seconds, self.crash_a_worker))
+        self.log("api_faults_on", detail=", ".join(f"{k} {v}" for k, v in self.profile.api_rates.items()))
+        await self._configure({service: self.profile.api_rates for service in ("waybill", "sms")})
+        self.broker_up.set()
+        producing = asyncio.create_task(self.producer.run())
+        started = time.monotonic()
+        faults = [asyncio.create_task(self._at(started + at, fault)) for at, fault in plan]
+        kills = asyncio.create_task(self.kill_now_and_then())
+        watching = asyncio.create_task(self.watch())
+        try:
+            produced = await producing
+            await asyncio.gather(*faults)
+            self.ending.set()
+            await kills
+        finally:
+            self.ending.set()
+            for task in (producing, *faults, kills, watching):
+                task.cancel()
+            await asyncio.gather(producing, *faults, kills, watching, return_exceptions=True)
+        await self._configure({service: {rate: 0 for rate in self.profile.api_rates} for service in ("waybill", "sms")})
+        self.log("api_faults_off")
+        return produced
+
+    async def _at(self, when: float, fault) -> None:
+        await asyncio.sleep(max(0.0, when - time.monotonic()))
+        await fault()
+
+    async def watch(self) -> None:
+        """Supervise: a worker that exited without the test's doing is started again."""
+        while True:
+            for exited in await asyncio.to_thread(self.fleet.watch, False):
+                self.busy.add(exited.slot)
+                try:
+                    await self.start_worker(exited.slot)
+                finally:
+                    self.busy.discard(exited.slot)
+            await asyncio.sleep(0.5)
+
+    async def start_worker(self, slot: str):
+        """Start the slot's worker once the broker is up, and wait until its clients have
+        reached the broker (or it is gone). Joining the group may take much longer (the
+        group waits for the batches in flight): that is not waited for."""
+        while True:
+            await self.broker_up.wait()
+            if self.broker_up.is_set():       # still: nothing ran between the wait and here
+                break
+        self.starting += 1
+        try:
+            started = await asyncio.to_thread(self.fleet.start, slot)
+            try:
+                await asyncio.to_thread(started.worker.wait_log, "Discovered coordinator", 120)
+            except AssertionError as exc:     # it exited while starting: the supervisor's business
+                self.say(f"worker {started.id} did not start: {exc}")
+            return started
+        finally:
+            self.starting -= 1
+
+    # -- kills all along ----------------------------------------------------------------
+    async def kill_now_and_then(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self.ending.wait(), self.rng.uniform(*self.profile.kill_every))
+                return
+            except asyncio.TimeoutError:
+                pass
+            slots = sorted(set(self.fleet.live) - self.busy)
+            if slots:
+                await self.kill_and_restart(self.rng.choice(slots))
+
+    async def kill_and_restart(self, slot: str) -> None:
+        self.busy.add(slot)
+        try:
+            killed = await asyncio.to_thread(self.fleet.kill, slot)
+            self.log("kill_worker", killed.id, f"exit {killed.returncode}")
+            await asyncio.sleep(self.profile.restart_after)
+            started = await self.start_worker(slot)
+            self.log("start_worker", started.id)
+        finally:
+            self.busy.discard(slot)
+
+    # -- once each ----------------------------------------------------------------------
+    async def add_worker(self) -> None:
+        self.busy.add(EXTRA)
+        try:
+            started = await self.start_worker(EXTRA)
+            self.log("add_worker", started.id)
+        finally:
+            self.busy.discard(EXTRA)
+
+    async def remove_worker(self) -> None:
+        slots = sorted(set(self.fleet.live) - self.busy)
+        slot = self.rng.choice(slots)
+        self.busy.add(slot)
+        try:
+            stopped = await asyncio.to_thread(self.fleet.stop, slot)
+            self.log("remove_worker", stopped.id, f"SIGTERM, exit {stopped.returncode}")
+        finally:
+            self.busy.discard(slot)
+
+    async def restart_mariadb(self) -> None:
+        await self._restart(self.mariadb, "mariadb")
+
+    async def restart_kafka(self) -> None:
+        await self._restart(self.kafka, "kafka")
+
+    async def _restart(self, server, kind: str) -> None:
+        if kind == "kafka":
+            self.broker_up.clear()
+            while self.starting:
+                await asyncio.sleep(0.1)
+        await asyncio.to_thread(server.kill)
+        self.log(f"{kind}_kill", detail="SIGKILL")
+        took = await asyncio.to_thread(server.start)
+        self.log(f"{kind}_start", detail=f"answered {took:.2f}s after its start")
+        self.broker_up.set()
+
+    async def cut_database(self) -> None:
+        self.proxy.blackhole()
+        self.log("db_cut", detail=f"{self.profile.cut_seconds:g}s: open connections hang, new ones hang")
+        await asyncio.sleep(self.profile.cut_seconds)
+        self.proxy.restore()
+        self.log("db_restore")
+
+    async def apis_503(self) -> None:
+        down = {"fail_next": FOREVER, "fail_status": 503}
+        await self._configure({"waybill": down, "sms": {**down, "lookup_fail_next": FOREVER}})
+        self.log("api_503_on", detail=f"{self.profile.api_503_seconds:g}s, both APIs and the SMS lookup")
+        await asyncio.sleep(self.profile.api_503_seconds)
+        await self._configure({"waybill": {"fail_next": 0}, "sms": {"fail_next": 0, "lookup_fail_next": 0}})
+        self.log("api_503_off")
+
+    async def crash_a_worker(self) -> None:
+        """Sabotage, to see the run fail: a worker dies and the test does not say it did it."""
+        slot = sorted(set(self.fleet.live) - self.busy)[0]
+        self.fleet.live[slot].worker.proc.kill()
+        self.say(f"sabotage: worker {self.fleet.live[slot].id} killed behind the test's back")
+
+    async def _configure(self, config: dict) -> None:
+        await asyncio.to_thread(self.fakes.configure, config)

@@ -1,0 +1,73 @@
+"""The chaos checker's own copy of the rules (tests/chaos/rules.py), against the pipeline's:
+the two are written apart on purpose, so this is where they must agree."""
+
+from __future__ import annotations
+
+from itertools import product
+
+import pytest
+
+from app.pipeline.events import EventType
+from app.pipeline.states import OrderStatus, judge as pipeline_judge
+from app.pipeline.steps import PIPELINES
+from tests.chaos import rules
+
+ORDER_STATES = [None, *OrderStatus]
+
+
+@pytest.mark.parametrize("current, target", list(product(ORDER_STATES, OrderStatus)))
+def test_the_checker_judges_every_move_as_the_pipeline_does(current, target):
+    assert rules.judge(None if current is None else int(current), int(target)) == pipeline_judge(current, target).value
+
+
+def test_the_checker_knows_every_step_key_of_every_event_type():
+    for type_ in EventType:
+        pipe = PIPELINES[type_]
+        local, effect = rules.step_keys("ORD-20261130-X1", type_.value)
+        assert local == f"ORD-20261130-X1:{type_.value}:{pipe.local.name}"
+        assert effect == (f"ORD-20261130-X1:{type_.value}:{pipe.effects[0].name}" if pipe.effects else None)
+        assert rules.TARGET[type_.value] == int(pipe.local.moves_order_to)
+
+
+@pytest.mark.parametrize("types, final", [
+    (["ORDER_CREATED"], rules.CREATED),
+    (["ORDER_PAID", "ORDER_CREATED"], rules.PAID),
+    (["ORDER_CONFIRM", "ORDER_PAID", "ORDER_CREATED"], rules.CONFIRMED),
+    (["ORDER_CREATED", "ORDER_CANCEL", "ORDER_PAID"], rules.CANCELLED),
+    (["ORDER_CREATED", "ORDER_CONFIRM"], rules.CREATED),          # a CONFIRM without PAID is never ready
+    (["ORDER_PAID", "ORDER_CANCEL"], None),                         # no CREATED: no order
+])
+def test_the_final_state_follows_from_the_set_of_events(types, final):
+    assert rules.final_state(types) == final
+
+
+def test_a_replay_in_time_order_explains_stale_and_applied():
+    ok, end, _ = rules.replay([(1, "ORDER_CREATED", "applied", [0]), (2, "ORDER_CANCEL", "applied", [1]),
+                               (3, "ORDER_PAID", "stale", [2])])
+    assert (ok, end) == (True, rules.CANCELLED)
+    ok, _, why = rules.replay([(1, "ORDER_CREATED", "applied", [0]), (2, "ORDER_CANCEL", "applied", [1]),
+                               (3, "ORDER_PAID", "applied", [2])])
+    assert not ok and "ORDER_PAID" in why
+
+
+def test_rows_of_one_transaction_are_ordered_by_their_records_offsets():
+    # One T1 wrote all three: its events were judged in offset order, CANCEL (offset 1) before PAID (2),
+    # so an applied PAID cannot be explained, though CREATED, PAID, CANCEL would be a legal order.
+    moves = [(5, "ORDER_CREATED", "applied", [0]), (5, "ORDER_CANCEL", "applied", [1]),
+             (5, "ORDER_PAID", "applied", [2])]
+    assert not rules.replay(moves)[0]
+    # The PAID also has a record before the CANCEL's (the original at 1; the copy at 3 came later):
+    # that one may have written the row, PAID then CANCEL.
+    moves = [(4, "ORDER_CREATED", "applied", [0]), (5, "ORDER_CANCEL", "applied", [2]),
+             (5, "ORDER_PAID", "applied", [3, 1])]
+    assert rules.replay(moves)[:2] == (True, rules.CANCELLED)
+
+
+@pytest.mark.parametrize("kind, reason, fits", [
+    ("not_json", "not_json", True), ("bad_amount", "bad_field:data.amount_cents", True),
+    ("null_key_value", "empty_value", True), ("not_object", "not_object", True), ("not_object", "not_json", False),
+    ("bad_type", "precondition_not_met", False), ("something_new", "bad_field:data.phone", True),
+    ("something_new", "effect_unavailable", False),
+])
+def test_a_malformed_record_needs_a_reason_that_fits_its_kind(kind, reason, fits):
+    assert rules.reason_fits(kind, reason) is fits

@@ -36,6 +36,7 @@ from tests.support.java import kafka_libs
 from tests.support.services import ROOT, free_port, migrate
 
 CHAOS = ROOT / ".cache" / "chaos"
+MARIADB_SCRATCH = "chaos-mariadb-"      # the run's MariaDB files: <temp folder>/chaos-mariadb-<port>
 READY_TIMEOUT = 90.0
 
 
@@ -113,7 +114,7 @@ class Server:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
             return
-        if str(CHAOS) in cmdline:
+        if str(CHAOS) in cmdline or (self.name == "mariadb" and MARIADB_SCRATCH in cmdline):
             os.kill(pid, signal.SIGKILL)
             for _ in range(100):
                 if not Path(f"/proc/{pid}").exists():
@@ -133,16 +134,22 @@ class MariaDB(Server):
     def __init__(self, home: Path) -> None:
         super().__init__(home)
         self.port = free_port()
-        self.datadir = home / "data"
-        # A unix socket's path is at most 107 bytes: not under a project folder of any depth.
-        self.socket = Path(tempfile.gettempdir()) / f"chaos-mariadb-{self.port}.sock"
-        self.error_log = home / "error.log"
+        # The server's own files live in the temp folder, not in the project: mariadbd runs as
+        # ``mysql``, which may not be allowed into the folder the project was cloned to (a
+        # ``mktemp -d`` is 0700), and a unix socket's path is at most 107 bytes. The error log
+        # is copied into the run's folder when the server stops.
+        self.scratch = Path(tempfile.gettempdir()) / f"{MARIADB_SCRATCH}{self.port}"
+        self.datadir = self.scratch / "data"
+        self.socket = self.scratch / "mysqld.sock"
+        self.error_log = self.scratch / "error.log"
 
     def install(self) -> None:
         """A fresh data directory (root without a password, on the socket only)."""
         shutil.rmtree(self.home, ignore_errors=True)
         self.home.mkdir(parents=True)
-        _give_to_mysql(self.home)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        self.scratch.mkdir(parents=True)
+        _give_to_mysql(self.scratch)
         done = subprocess.run(["mariadb-install-db", "--no-defaults", *self._user(), f"--datadir={self.datadir}",
                                "--auth-root-authentication-method=normal", "--skip-test-db"],
                               capture_output=True, text=True, timeout=120)
@@ -153,7 +160,7 @@ class MariaDB(Server):
     def command(self) -> list[str]:
         return ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}",
                 f"--socket={self.socket}", "--bind-address=127.0.0.1", *self._user(),
-                f"--log-error={self.error_log}", f"--pid-file={self.home / 'mariadbd.pid'}",
+                f"--log-error={self.error_log}", f"--pid-file={self.scratch / 'mariadbd.pid'}",
                 "--skip-name-resolve", "--max-connections=500", "--innodb-buffer-pool-size=256M",
                 "--character-set-server=utf8mb4", "--collation-server=utf8mb4_bin"]
 
@@ -183,12 +190,15 @@ class MariaDB(Server):
 
     def stop(self) -> None:
         super().stop()
-        self.socket.unlink(missing_ok=True)      # a server killed with SIGKILL leaves it behind
+        if self.error_log.exists():
+            shutil.copyfile(self.error_log, self.home / "error.log")
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
     def log_tail(self, lines: int = 40) -> str:
-        if not self.error_log.exists():
+        log = self.error_log if self.error_log.exists() else self.home / "error.log"
+        if not log.exists():
             return super().log_tail(lines)
-        return "\n".join(self.error_log.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
     @staticmethod
     def _user() -> list[str]:

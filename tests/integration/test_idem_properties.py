@@ -115,8 +115,10 @@ class Model:
         if row.live and row.owner != owner:
             return "held"
         if self.status is OrderStatus.CANCELLED:          # past the waybill's target: never called
+            # ... and if its last attempt may have reached the API, a person is told.
+            reported = row.outcome != "effect_not_delivered"
             row.status, row.outcome, row.live = FAILED, "stale", False
-            return "stale"
+            return "stale, for a person" if reported else "stale"
         row.attempt, row.owner, row.outcome, row.live = row.attempt + 1, owner, None, True
         return "claimed"
 
@@ -333,6 +335,8 @@ def found_by(plan) -> str:
         return "held"
     if isinstance(plan.error, PipelineError) and plan.error.reason == "effect_rejected":
         return "refused"
+    if isinstance(plan.error, PipelineError) and plan.error.reason == "stale_effect_may_exist":
+        return "stale, for a person"
     if plan.outcome is not None and plan.error is None:
         return {Outcome.DUPLICATE: "duplicate", Outcome.STALE: "stale"}.get(plan.outcome, str(plan.outcome))
     return f"unexpected: {plan}"

@@ -17,6 +17,9 @@ from app.pipeline.states import REOPENABLE_OUTCOME, IdemStatus, OrderStatus
 if TYPE_CHECKING:
     from app.pipeline.steps import Effect
 
+# t_idem.outcome of a pending row whose last attempt was not called but an earlier one may have
+# been: as unknown as the earlier call (an SMS is looked up before it is sent again).
+STILL_UNKNOWN = "effect_outcome_unknown"
 NOT_DELIVERED = "effect_not_delivered"   # t_idem.outcome of a pending row whose last call surely did not happen
 UNKNOWN = REOPENABLE_OUTCOME              # t_idem.outcome of a failed row whose call may or may not have happened
 
@@ -114,6 +117,13 @@ class EffectJob:
     request: dict
     target: OrderStatus   # the order state the call is for; past it, the call is stale
     verify: bool = False  # an earlier call's outcome is unknown: ask the service before calling again
+    # An earlier attempt may have reached the service (any effect). If this attempt is not called
+    # either, the row must keep saying so: "not delivered" would be true of this attempt only.
+    earlier_unknown: bool = False
+
+    def not_called_outcome(self) -> str:
+        """t_idem.outcome for this attempt when it was surely not called."""
+        return STILL_UNKNOWN if self.earlier_unknown else NOT_DELIVERED
 
 
 @dataclass(slots=True)

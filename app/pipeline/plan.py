@@ -181,7 +181,8 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
             result.jobs.append(EffectJob(index, event.order_no, key, event.part_date, step.name, step.effect,
                                          token, attempt, step.effect.request(event, order),
                                          pipe.local.moves_order_to,
-                                         verify=row is not None and _outcome_unknown(step.effect, row)))
+                                         verify=row is not None and _outcome_unknown(step.effect, row),
+                                         earlier_unknown=row is not None and row.outcome != NOT_DELIVERED))
         if result.error is None and not result.jobs:
             result.outcome = Outcome(local_outcome) if fresh else _replayed(plan)
     _drop_stale_jobs(plan, current, rows)

@@ -94,6 +94,7 @@ class Model:
     confirm: str | None = None      # outcome of the CONFIRM's local step (mark_confirmed), once it ran
     row: Row | None = None          # the waybill step's t_idem row
     receipt: tuple[int, str] | None = None    # (attempt, token) of the one waybill receipt
+    earlier_unknown: bool = False   # the current attempt's predecessor may have reached the API
 
     def claim(self, owner: str) -> str:
         """T1 of the CONFIRM by ``owner``: what it must answer, and the row it must leave."""
@@ -107,6 +108,7 @@ class Model:
         row = self.row
         if row is None:
             self.row = Row(PENDING, 1, owner, None, None, live=True)      # the token is the job's
+            self.earlier_unknown = False
             return "claimed"
         if row.status is DONE or (row.status is FAILED and row.outcome == "stale"):
             return "duplicate"
@@ -119,12 +121,15 @@ class Model:
             reported = row.outcome != "effect_not_delivered"
             row.status, row.outcome, row.live = FAILED, "stale", False
             return "stale, for a person" if reported else "stale"
+        self.earlier_unknown = row.outcome != "effect_not_delivered"
         row.attempt, row.owner, row.outcome, row.live = row.attempt + 1, owner, None, True
         return "claimed"
 
     def finish(self, owner: str, attempt: int, ending: str) -> bool:
         """T3 of ``owner``'s claim at ``attempt``: True if the row is (now) its own to have ended so."""
         outcome, status = ENDINGS[ending]
+        if ending == "not_delivered" and self.earlier_unknown:
+            outcome = "effect_outcome_unknown"      # not called now, but maybe by the attempt before
         row = self.row
         ours = row is not None and row.owner == owner and row.attempt == attempt
         if not ours:

@@ -19,7 +19,7 @@ from typing import Awaitable, Callable, Sequence, TypeVar
 
 from app.adapters.mysql.receipts import WRITERS
 from app.pipeline.errors import Conflict, StoreUnavailable
-from app.pipeline.model import NOT_DELIVERED, ORDER_DATA, BatchPlan, FailRow, IdemRow, Order
+from app.pipeline.model import ORDER_DATA, BatchPlan, FailRow, IdemRow, Order
 from app.pipeline.ports import DeadLetter, Finished
 from app.pipeline.states import IdemStatus
 
@@ -166,7 +166,7 @@ class MemoryTransaction:
                                                               "attempt": job.attempt})
             elif item.error.retriable:
                 if ours and row.status is IdemStatus.PENDING:
-                    row.outcome = NOT_DELIVERED if item.error.not_delivered else item.error.reason
+                    row.outcome = item.job.not_called_outcome() if item.error.not_delivered else item.error.reason
                     row.last_err, row.modified = str(item.error)[:512], self.store.now
                     owned.add(job.biz_key)
             elif self._fail(FailRow(job.biz_key, job.part_date, job.attempt, item.error.reason, str(item.error)),

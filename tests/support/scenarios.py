@@ -375,6 +375,36 @@ async def a_crash_between_the_lookup_and_the_send_is_looked_up_again(h: Harness)
         assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["status"] == IdemStatus.DONE
 
 
+async def an_sms_sent_before_a_crash_stays_unknown_when_the_next_claim_is_not_called(h: Harness) -> None:
+    """A sends and dies before T3; B re-claims but has too little lease left to call. B's "not
+    called" is true of B's attempt only: the row must stay unknown, so C asks the gateway and
+    finds the message instead of sending it again (found by the chaos suite: two SMS)."""
+    h.effects.verifiable = {"sms": 0.5}
+    a = h.processor(lease=0.3, owner="a/main/4", lease_check=False)
+    [order] = await h.paid(a)
+    h.effects.crash = "after_send"
+    try:
+        await a.run([ev(order, "ORDER_CANCEL")])
+        raise AssertionError("the worker should have died")
+    except Crash:
+        pass
+    await h.pass_time(0.6)                                          # A's lease runs out; the gateway settles
+
+    class Slow(Processor):
+        async def _t2(self, jobs, claimed_at):
+            await h.pass_time(0.8)                                   # e.g. waiting for a concurrency slot
+            return await super()._t2(jobs, claimed_at)
+
+    b = Slow(a.store, h.effects, owner="b/main/4", lease_seconds=1.5, effect_concurrency=1, effect_timeout=1.0,
+             clock=h.clock())
+    [late] = await b.run([ev(order, "ORDER_CANCEL")])
+    assert isinstance(late.error, ClaimExpiring) and h.effects.sent["sms", order] == 1
+    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["outcome"] == "effect_outcome_unknown"
+    await h.pass_time(1.6)                                          # B's lease runs out too
+    [result] = await h.processor(owner="c/main/4").run([ev(order, "ORDER_CANCEL")])
+    assert result.outcome is Outcome.APPLIED and h.effects.sent["sms", order] == 1 and h.effects.lookups
+
+
 async def an_order_older_than_the_retention_is_refused_and_leaves_no_trace(h: Harness) -> None:
     """Its t_idem rows may have been dropped with their partition: running it could repeat an effect."""
     today = date(2026, 11, 30)
@@ -416,6 +446,7 @@ SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken
              the_ledger_keeps_one_row_per_record_and_flags_overtaken_letters,
              a_lost_sms_reply_is_looked_up_and_never_sent_again, an_sms_that_never_arrived_is_looked_up_and_sent_once,
              a_crash_between_the_lookup_and_the_send_is_looked_up_again,
+             an_sms_sent_before_a_crash_stays_unknown_when_the_next_claim_is_not_called,
              an_order_older_than_the_retention_is_refused_and_leaves_no_trace,
              a_key_claimed_as_often_as_the_cap_is_left_to_a_person]
 

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.adapters.mysql import idem, ledger, orders
 from app.adapters.mysql.receipts import WRITERS
-from app.pipeline.model import NOT_DELIVERED, BatchPlan, FailRow, IdemRow, Order
+from app.pipeline.model import BatchPlan, FailRow, IdemRow, Order
 from app.pipeline.ports import DeadLetter, Finished
 
 if TYPE_CHECKING:
@@ -70,8 +70,8 @@ class MySqlTransaction:
                 continue
             error, job = item.error, item.job
             if error.retriable:
-                ours = await idem.note(self._exec, item, NOT_DELIVERED if error.not_delivered else error.reason,
-                                       owner=owner)
+                ours = await idem.note(self._exec, item, job.not_called_outcome() if error.not_delivered
+                                       else error.reason, owner=owner)
             else:
                 ours = await idem.fail(self._exec, FailRow(job.biz_key, job.part_date, job.attempt, error.reason,
                                                            str(error)), owner=owner)

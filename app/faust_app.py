@@ -7,7 +7,7 @@ from pathlib import Path
 
 import faust
 
-from app.adapters import kafka_records
+from app.adapters import kafka_consumer, kafka_records
 from app.monitor import BatchLevelMonitor
 from app.settings import Settings
 
@@ -22,6 +22,9 @@ def create_app(settings: Settings) -> faust.App:
     # Batches aiokafka cannot read safely (raw header keys, decompression bombs) must
     # not stop the fetcher: see app.adapters.kafka_records.
     kafka_records.install(settings.max_batch_bytes)
+    # Records of aborted transactions are never read; commits go past transaction markers
+    # (see app.adapters.kafka_consumer).
+    kafka_consumer.install(settings.kafka_isolation_level)
     return faust.App(
         settings.app_id,
         broker=settings.kafka_broker,

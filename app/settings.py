@@ -39,6 +39,10 @@ class Settings(BaseSettings):
 
     # -- Kafka --------------------------------------------------------------
     kafka_broker: str = "kafka://127.0.0.1:9092"
+    kafka_isolation_level: Literal["read_committed", "read_uncommitted"] = Field(
+        "read_committed", description="How the worker reads order-event and the dead-letter topic: "
+                                      "read_committed never delivers records of aborted (or still open) "
+                                      "transactions of a transactional producer.")
     order_event_topic: str = "order-event"
     order_event_partitions: int = Field(8, ge=1)
     dlq_topic: str = "order-event-dlq"

@@ -94,8 +94,11 @@ async def committed_offsets(bootstrap: str, group: str, topic: str, partitions: 
     return {p: found.get(p, 0) for p in range(partitions)}
 
 
-async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+async def end_offsets(bootstrap: str, topic: str, partitions: int, *,
+                      isolation_level: str = "read_uncommitted") -> dict[int, int]:
+    """Each partition's end: the high watermark, or with ``read_committed`` the last stable offset
+    (the first offset of a transaction still open, if there is one)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level)
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -127,17 +130,23 @@ async def produce(bootstrap: str, topic: str, records: Iterable[Record], *,
 class GroupLag:
     """A consumer group's lag on one topic, per partition (end offset minus committed offset; a
     partition with nothing committed counts from its earliest offset), read from the broker with
-    clients of its own: what a worker that is stuck cannot report about itself, the others can."""
+    clients of its own: what a worker that is stuck cannot report about itself, the others can.
 
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+    With ``read_committed`` the end is the last stable offset: records of a transaction still open
+    cannot be read yet, so they are not lag. (Transaction markers and aborted records after the
+    last record are not lag either: the workers commit past them, ``app.adapters.kafka_consumer``.)"""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, *, isolation_level: str = "read_committed") -> None:
         self.bootstrap, self.group, self.topic = bootstrap, group, topic
+        self.isolation_level = isolation_level
         self._admin: AIOKafkaAdminClient | None = None
         self._consumer: AIOKafkaConsumer | None = None
 
     async def read(self) -> dict[int, int]:
         if self._admin is None:
             admin_client = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000)
-            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000)
+            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000,
+                                        isolation_level=self.isolation_level)
             await admin_client.start()
             try:
                 await consumer.start()

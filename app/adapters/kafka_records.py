@@ -123,14 +123,23 @@ class GuardedRecords:
 
 
 class GuardedBatch:
-    """A v2 record batch whose iteration yields records or placeholders, and never raises."""
+    """A v2 record batch whose iteration yields records or placeholders, and never raises.
 
-    __slots__ = ("_batch", "_raw", "_limit")
+    Like aiokafka's own batch it is also an iterator: under ``read_committed`` the fetcher
+    reads a control batch's marker with ``next(batch)`` (``_contains_abort_marker``)."""
+
+    __slots__ = ("_batch", "_raw", "_limit", "_records")
 
     def __init__(self, batch, raw: memoryview, limit: int) -> None:
         self._batch = batch
         self._raw = raw
         self._limit = limit
+        self._records: Iterator | None = None
+
+    def __next__(self):
+        if self._records is None:
+            self._records = iter(self)
+        return next(self._records)
 
     def __getattr__(self, name: str):
         return getattr(self._batch, name)

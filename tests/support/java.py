@@ -40,13 +40,15 @@ def zeros(count: int) -> dict:
 
 
 def java_produce(settings: Settings, topic: str, records: list[dict], *, compression: str = "none",
-                 timeout: float = 180.0) -> list[tuple[int, int]]:
-    """Produce ``records`` (see RawProducer.java for their form); return (partition, offset) of each."""
+                 transactional_id: str | None = None, timeout: float = 180.0) -> list[tuple[int, int]]:
+    """Produce ``records`` (see RawProducer.java for their form); return (partition, offset) of each
+    record (``{"txn": ...}`` lines, with a ``transactional_id``, are transaction steps, not records)."""
     lines = "".join(json.dumps(record) + "\n" for record in records)
-    done = subprocess.run(["java", "-cp", f"{kafka_libs()}/*", str(SOURCE), settings.kafka_bootstrap, topic,
-                           compression], input=lines, capture_output=True, text=True, timeout=timeout)
+    args = [settings.kafka_bootstrap, topic, compression] + ([transactional_id] if transactional_id else [])
+    done = subprocess.run(["java", "-cp", f"{kafka_libs()}/*", str(SOURCE), *args], input=lines,
+                          capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"RawProducer failed ({done.returncode}):\n{done.stderr[-3000:]}")
     placed = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(placed) == len(records), done.stdout[-2000:]
+    assert len(placed) == sum(1 for record in records if "txn" not in record), done.stdout[-2000:]
     return [(p["partition"], p["offset"]) for p in placed]

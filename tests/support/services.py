@@ -123,8 +123,9 @@ async def committed_offsets(settings: Settings, group: str, topic: str, partitio
     return await kafka_ops.committed_offsets(settings.kafka_bootstrap, group, topic, partitions)
 
 
-async def end_offsets(settings: Settings, topic: str, partitions: int) -> dict[int, int]:
-    return await kafka_ops.end_offsets(settings.kafka_bootstrap, topic, partitions)
+async def end_offsets(settings: Settings, topic: str, partitions: int, *,
+                      isolation_level: str = "read_uncommitted") -> dict[int, int]:
+    return await kafka_ops.end_offsets(settings.kafka_bootstrap, topic, partitions, isolation_level=isolation_level)
 
 
 def caught_up(settings: Settings, topic: str, group: str, partitions: int) -> bool:

@@ -130,3 +130,11 @@ def test_corrupt_compressed_data_becomes_placeholders():
     got = read(with_crc(bytes(raw)))
     assert [r.offset for r in got] == [100, 101, 102]
     assert "cannot be decompressed" in unreadable(got[0].headers)[1]
+
+
+def test_a_guarded_batch_is_an_iterator_too():
+    """Under read_committed, aiokafka reads a control batch's marker with ``next(batch)``."""
+    GuardedRecords.max_batch_bytes = LIMIT
+    for codec in (0, 1):
+        first = GuardedRecords(batch(ROWS, codec)).next_batch()
+        assert next(first).key == b"k1" and next(first).value == b"v2"

@@ -19,13 +19,16 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * Writes records with Kafka's own Java client, including what aiokafka refuses to
  * write (a record with neither key nor value) and compressed records of any size.
  *
- *   java -cp '<kafka libs>/*' RawProducer.java BOOTSTRAP TOPIC COMPRESSION < records.jsonl
+ *   java -cp '<kafka libs>/*' RawProducer.java BOOTSTRAP TOPIC COMPRESSION [TRANSACTIONAL_ID] < records.jsonl
  *
  * COMPRESSION is none, gzip, snappy, lz4 or zstd. Each input line is one record:
  *
  *   {"partition": 0, "key": BYTES, "value": BYTES, "headers": [["name", BYTES], ...]}
  *
  * where BYTES is null, {"utf8": "text"}, {"hex": "ff00"} or {"zeros": 10485760}.
+ * With a TRANSACTIONAL_ID the producer is transactional, as Kafka Streams or a Spring
+ * application with exactly-once is, and the lines {"txn": "begin"}, {"txn": "commit"}
+ * and {"txn": "abort"} begin, commit and abort a transaction.
  * Prints one line per record, in input order: {"partition": p, "offset": o}.
  */
 public class RawProducer {
@@ -38,18 +41,24 @@ public class RawProducer {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 3) {
-            System.err.println("usage: RawProducer BOOTSTRAP TOPIC COMPRESSION < records.jsonl");
+        if (args.length != 3 && args.length != 4) {
+            System.err.println("usage: RawProducer BOOTSTRAP TOPIC COMPRESSION [TRANSACTIONAL_ID] < records.jsonl");
             System.exit(2);
         }
         ObjectMapper json = new ObjectMapper();
-        List<ProducerRecord<byte[], byte[]>> records = new ArrayList<>();
+        List<ProducerRecord<byte[], byte[]>> records = new ArrayList<>();   // null: a transaction step
+        List<String> steps = new ArrayList<>();
         long largest = 0;
         try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
             String line;
             while ((line = in.readLine()) != null) {
                 if (line.isBlank()) continue;
                 JsonNode spec = json.readTree(line);
+                if (spec.has("txn")) {
+                    records.add(null);
+                    steps.add(spec.get("txn").asText());
+                    continue;
+                }
                 byte[] key = bytes(spec.get("key"));
                 byte[] value = bytes(spec.get("value"));
                 RecordHeaders headers = new RecordHeaders();
@@ -73,9 +82,26 @@ public class RawProducer {
         props.put(ProducerConfig.BUFFER_MEMORY_CONFIG, room);
         props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        if (args.length == 4) props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, args[3]);
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
+            if (args.length == 4) producer.initTransactions();
             List<Future<RecordMetadata>> sent = new ArrayList<>();
-            for (ProducerRecord<byte[], byte[]> record : records) sent.add(producer.send(record));
+            int step = 0;
+            for (ProducerRecord<byte[], byte[]> record : records) {
+                if (record != null) {
+                    sent.add(producer.send(record));
+                    continue;
+                }
+                switch (steps.get(step++)) {
+                    case "begin" -> producer.beginTransaction();
+                    case "commit" -> producer.commitTransaction();
+                    case "abort" -> {
+                        producer.flush();           // the aborted records are written, then aborted
+                        producer.abortTransaction();
+                    }
+                    default -> throw new IllegalArgumentException("unknown txn step " + steps.get(step - 1));
+                }
+            }
             producer.flush();
             for (Future<RecordMetadata> future : sent) {
                 RecordMetadata meta = future.get();

@@ -1,0 +1,220 @@
+"""The worker's Kafka consumer as Faust 0.15.3 builds it, with two corrections.
+
+**The isolation level.** Faust's worker consumer reads ``read_uncommitted`` unless
+Faust's own exactly-once mode is on (``AIOKafkaConsumerThread._create_worker_consumer``):
+records of transactions an upstream producer aborted, or has not committed yet, reach
+the agents and are acted on. :func:`install` sets the consumer's isolation level to
+``KAFKA_ISOLATION_LEVEL`` (``read_committed`` by default) before it starts; aiokafka's
+fetcher then drops aborted batches and stops at the last stable offset.
+
+**Commits past offsets that hold no record.** A transaction's commit or abort marker
+takes an offset, and the records of an aborted transaction are never delivered.
+Faust commits "the last acknowledged offset + 1" and learns of such holes only when a
+later record arrives (``Consumer._drain_messages`` adds a "gap"); so:
+
+* a partition whose last entry is a marker stays committed one short of its end for
+  as long as nothing follows: a lag of 1 that never goes away;
+* a hole of two or more offsets right after offset 0 (an aborted transaction after
+  the first record) is never recorded (the test is ``gap > 1 and r_offset``, and 0 is
+  false), and from then on ``Consumer._new_offset`` refuses to commit at all until
+  the next rebalance;
+* ``_new_offset`` also lets a commit step over one offset that was never acknowledged
+  (``min(acked) - committed > 1``), faust-streaming#606.
+
+So the fetch itself is watched: aiokafka drains a fetched partition only from where its
+position stands, and moves the position past what it handed out and past what it
+skipped (``FetchResult.getall``); every offset between the position before and the
+position after that was not handed out is a hole (a marker, an aborted record, a
+compacted one), known exactly and at once. :func:`commit_offset` then commits through
+acknowledged offsets and holes only, in order from the committed offset: never past an
+offset that was handed out and not acknowledged, and all the way past trailing markers.
+
+What the upstream fixes would be: a ``consumer_isolation_level`` setting in Faust; in
+Faust's consumer, commit offsets computed from the fetch position (as Kafka's Java
+consumer commits ``position()``), not from acknowledged offsets plus guessed gaps.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from bisect import bisect_left
+from typing import Iterable, Sequence
+
+from aiokafka.consumer import fetcher as aiokafka_fetcher
+from faust.transport import consumer as faust_consumer
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+log = logging.getLogger(__name__)
+
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+Hole = tuple[int, int]          # [begin, end): offsets that hold no record to deliver
+
+
+def holes_between(before: int, after: int, offsets: Sequence[int]) -> list[Hole]:
+    """The offsets in ``[before, after)`` that are not in ``offsets`` (increasing), as ranges."""
+    if after - before == len(offsets):
+        return []
+    holes: list[Hole] = []
+    expected = before
+    for offset in offsets:
+        if offset > expected:
+            holes.append((expected, offset))
+        expected = offset + 1
+    if after > expected:
+        holes.append((expected, after))
+    return holes
+
+
+def commit_offset(committed: int | None, acked: Sequence[int], holes: Sequence[Hole]) -> int | None:
+    """The offset to commit: from ``committed`` (None: nothing committed yet, start at the first
+    offset known), through acknowledged offsets (sorted) and holes (sorted, not overlapping), up
+    to the first offset that is neither. None when that is no further than ``committed``."""
+    if committed is None:
+        starts = ([acked[0]] if acked else []) + ([holes[0][0]] if holes else [])
+        if not starts:
+            return None
+        position = min(starts)
+    else:
+        position = committed
+    start = position
+    a = bisect_left(acked, position)
+    h = 0
+    while True:
+        if a < len(acked) and acked[a] == position:
+            # a run of consecutive acknowledged offsets at once
+            run = a
+            while run + 1 < len(acked) and acked[run + 1] == acked[run] + 1:
+                run += 1
+            position = acked[run] + 1
+            a = bisect_left(acked, position, run + 1)
+            continue
+        while h < len(holes) and holes[h][1] <= position:
+            h += 1
+        if h < len(holes) and holes[h][0] <= position:
+            position = holes[h][1]
+            a = bisect_left(acked, position, a)
+            continue
+        break
+    if position <= start or (committed is not None and position <= committed):
+        return None
+    return position
+
+
+class Holes:
+    """The holes the fetcher skipped, per partition; written by the consumer's thread,
+    read when Faust commits (the worker's event loop)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_tp: dict[tuple[str, int], list[Hole]] = {}
+
+    def add(self, tp, holes: Iterable[Hole]) -> None:
+        key = (tp.topic, tp.partition)
+        with self._lock:
+            known = self._by_tp.setdefault(key, [])
+            for begin, end in holes:
+                if known and known[-1][1] >= begin:
+                    known[-1] = (known[-1][0], max(known[-1][1], end))
+                else:
+                    known.append((begin, end))
+
+    def of(self, tp) -> list[Hole]:
+        with self._lock:
+            return list(self._by_tp.get((tp.topic, tp.partition), ()))
+
+    def drop_below(self, tp, offset: int) -> None:
+        key = (tp.topic, tp.partition)
+        with self._lock:
+            known = self._by_tp.get(key)
+            if known:
+                kept = [(max(b, offset), e) for b, e in known if e > offset]
+                self._by_tp[key] = kept
+
+    def forget(self, tps: Iterable) -> None:
+        with self._lock:
+            for tp in tps:
+                self._by_tp.pop((tp.topic, tp.partition), None)
+
+
+HOLES = Holes()
+_installed: dict[str, object] = {}
+
+
+def install(isolation_level: str) -> None:
+    """Correct every Faust worker consumer of this process (idempotent)."""
+    if isolation_level not in ISOLATION_LEVELS:
+        raise ValueError(f"KAFKA_ISOLATION_LEVEL must be one of {', '.join(ISOLATION_LEVELS)}, "
+                         f"not {isolation_level!r}")
+    _installed["isolation_level"] = isolation_level
+    if _installed.get("patched"):
+        return
+    thread = faust_aiokafka.AIOKafkaConsumerThread
+    consumer = faust_consumer.Consumer
+    result = aiokafka_fetcher.FetchResult
+    for owner, name in ((thread, "_create_worker_consumer"), (result, "getall"), (consumer, "_new_offset"),
+                        (consumer, "on_partitions_revoked")):
+        if not callable(getattr(owner, name, None)):
+            raise RuntimeError(f"faust-streaming or aiokafka changed: {owner.__name__}.{name} is gone; "
+                               "app.adapters.kafka_consumer must be revised for this version")
+    thread._create_worker_consumer = _with_isolation(thread._create_worker_consumer)
+    result.getall = _watching_holes(result.getall)
+    consumer._new_offset = _new_offset
+    consumer.on_partitions_revoked = _forgetting_holes(consumer.on_partitions_revoked)
+    _installed["patched"] = True
+
+
+def _with_isolation(create):
+    @functools.wraps(create)
+    def create_worker_consumer(self, transport):
+        made = create(self, transport)
+        # Read by aiokafka when the consumer starts and builds its fetcher (just after this).
+        made._isolation_level = _installed["isolation_level"]
+        return made
+    return create_worker_consumer
+
+
+def _watching_holes(getall):
+    @functools.wraps(getall)
+    def watched_getall(self, max_records=None):
+        # aiokafka drains a fetch only from where the partition's position stands (check_assignment);
+        # draining moves the position past what it returned and past what it skipped.
+        state = self._assignment.state_value(self._topic_partition)
+        before = state.position if state is not None and state.has_valid_position else None
+        records = getall(self, max_records)
+        if before is not None and state.has_valid_position and state.position > before:
+            holes = holes_between(before, state.position, [record.offset for record in records])
+            if holes:
+                HOLES.add(self._topic_partition, holes)
+        return records
+    return watched_getall
+
+
+def _new_offset(self, tp):
+    """Faust's ``Consumer._new_offset``, computed from acknowledged offsets and known holes."""
+    acked = self._acked[tp]
+    holes = HOLES.of(tp)
+    if not acked and not holes:
+        return None
+    acked.sort()
+    offset = commit_offset(self._committed_offset[tp], acked, holes)
+    if offset is None:
+        return None
+    done = bisect_left(acked, offset)
+    if done:
+        self._acked_index[tp].difference_update(acked[:done])
+        del acked[:done]
+    HOLES.drop_below(tp, offset)
+    gaps = self._gap.get(tp)
+    if gaps:                       # Faust's own gap guesses, no longer read: keep them from growing
+        gaps.chop(0, offset)
+    return offset
+
+
+def _forgetting_holes(revoked):
+    @functools.wraps(revoked)
+    async def on_partitions_revoked(self, tps):
+        HOLES.forget(tps)
+        return await revoked(self, tps)
+    return on_partitions_revoked

@@ -1,0 +1,70 @@
+"""The offset a worker commits: through acknowledged offsets and offsets that hold no record
+(transaction markers, aborted records), never past an offset handed out and not acknowledged.
+A Hypothesis property over random partitions of records, markers and aborted transactions."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from app.adapters.kafka_consumer import commit_offset, holes_between
+
+
+def test_holes_between_positions_are_the_offsets_not_handed_out():
+    assert holes_between(10, 15, [10, 11, 12, 13, 14]) == []
+    assert holes_between(10, 16, [10, 11, 13]) == [(12, 13), (14, 16)]
+    assert holes_between(0, 3, []) == [(0, 3)]
+    assert holes_between(5, 9, [7]) == [(5, 7), (8, 9)]
+
+
+def test_a_trailing_marker_is_committed_past():
+    # records 0..2, the transaction's commit marker at 3: the end of the partition is 4
+    assert commit_offset(None, [0, 1, 2], [(3, 4)]) == 4
+    assert commit_offset(3, [], [(3, 4)]) == 4
+
+
+def test_an_aborted_transaction_after_offset_0_does_not_stop_commits():
+    # Faust misses this hole (its test is ``gap > 1 and r_offset``, and offset 0 is false).
+    assert commit_offset(1, [5, 6], [(1, 5)]) == 7
+
+
+def test_never_past_an_offset_handed_out_and_not_acknowledged():
+    assert commit_offset(10, [11, 12], []) is None           # 10 is unacknowledged
+    assert commit_offset(10, [10, 12], []) == 11              # faust-streaming#606 would commit 13
+    assert commit_offset(10, [10, 13], [(11, 12)]) == 12
+
+
+def test_nothing_new_is_no_commit():
+    assert commit_offset(7, [], []) is None
+    assert commit_offset(None, [], []) is None
+    assert commit_offset(7, [], [(3, 7)]) is None
+
+
+# -- the property ---------------------------------------------------------------------------
+
+@st.composite
+def partitions(draw):
+    """A partition's log as kinds per offset (record / hole), the committed offset, and which
+    records were acknowledged (a prefix in offset order, maybe with later ones too)."""
+    kinds = draw(st.lists(st.sampled_from(["record", "record", "hole"]), min_size=1, max_size=60))
+    committed = draw(st.integers(0, len(kinds)))
+    seen = draw(st.integers(committed, len(kinds)))          # how far the fetcher has gone
+    records = [o for o, kind in enumerate(kinds[:seen]) if kind == "record" and o >= committed]
+    acked = sorted(draw(st.sets(st.sampled_from(records))) if records else set())
+    holes = holes_between(committed, seen, records)
+    return kinds, committed, acked, holes, seen
+
+
+@given(partitions())
+@settings(max_examples=500, deadline=None)
+def test_the_commit_is_as_far_as_is_safe_and_no_further(case):
+    kinds, committed, acked, holes, seen = case
+    got = commit_offset(committed, acked, holes)
+    acked_set = set(acked)
+    # as far as acknowledged records and known holes reach, in order from the committed offset
+    reach = committed
+    while reach < seen and (reach in acked_set or kinds[reach] == "hole"):
+        reach += 1
+    assert got == (reach if reach > committed else None)
+    # and so never past a record that was not acknowledged
+    if got is not None:
+        assert all(kinds[o] == "hole" or o in acked_set for o in range(committed, got))

@@ -53,8 +53,9 @@ class Settings(BaseSettings):
         30.0, ge=6, description="A worker that stops heartbeating loses its partitions after this long.")
     broker_heartbeat_interval_seconds: float = Field(3.0, gt=0)
     broker_rebalance_timeout_seconds: float = Field(
-        60.0, gt=0, description="How long the group waits for a member to rejoin a rebalance; a batch in flight "
-                                "must finish well within it.")
+        300.0, gt=0, description="How long the group waits for a member to rejoin a rebalance (Kafka's "
+                                 "max.poll.interval.ms, 5 minutes by default there too); the longest a batch in "
+                                 "flight may take must stay under it (checked at start-up).")
     broker_commit_every: int = Field(
         10_000, ge=1, description="Faust also commits as soon as this many events were acknowledged: with the "
                                   "commit interval, it bounds what a kill -9 replays (the budget command).")
@@ -91,7 +92,7 @@ class Settings(BaseSettings):
     effect_timeout_seconds: float = Field(3.0, gt=0)
     effect_concurrency: int = Field(64, ge=1, description="Effect calls in flight per worker.")
     lease_seconds: float = Field(
-        30.0, gt=0, description="How long a claim on a pending effect is exclusive; must cover a batch's calls.")
+        60.0, gt=0, description="How long a claim on a pending effect is exclusive; must cover a batch's calls.")
     lease_margin_seconds: float = Field(
         2.0, ge=0, description="A call starts only if the claim has its timeout plus this much lease left.")
 
@@ -226,18 +227,37 @@ class Settings(BaseSettings):
     def _check_lease(self) -> None:
         """A batch's calls must fit in one lease: phase 1 makes up to BATCH_SIZE calls,
         EFFECT_CONCURRENCY at a time, each up to EFFECT_TIMEOUT_SECONDS; the last one
-        must still start with its timeout plus the margin of lease left. (A call that
-        would not is not made; the key is claimed again instead. Settings that make
-        that the rule rather than the exception are refused here.)"""
+        must still start with its timeout plus the margin of lease left. A call whose last
+        outcome is unknown is looked up first (SMS_LOOKUP), then sent: two calls, each with
+        its own check of the lease. (A call that would not fit is not made; the key is
+        claimed again instead. Settings that make that the rule rather than the exception
+        are refused here.)"""
         rounds = math.ceil(self.batch_size / self.effect_concurrency)
-        needed = rounds * self.effect_timeout_seconds + self.lease_margin_seconds
+        calls = 2 if self.sms_lookup else 1
+        needed = rounds * calls * self.effect_timeout_seconds + self.lease_margin_seconds
         if self.lease_seconds < needed:
             raise ValueError(
                 f"LEASE_SECONDS={self.lease_seconds:g} cannot cover a batch: BATCH_SIZE={self.batch_size} calls, "
                 f"EFFECT_CONCURRENCY={self.effect_concurrency} at a time, take up to {rounds} x "
+                f"{'2 (a lookup, then the send: SMS_LOOKUP=true) x ' if calls == 2 else ''}"
                 f"EFFECT_TIMEOUT_SECONDS={self.effect_timeout_seconds:g}, plus LEASE_MARGIN_SECONDS="
                 f"{self.lease_margin_seconds:g}: {needed:g} s. Raise LEASE_SECONDS to at least {math.ceil(needed)}, "
                 "or raise EFFECT_CONCURRENCY, or lower BATCH_SIZE or EFFECT_TIMEOUT_SECONDS.")
+
+    def longest_batch_seconds(self) -> float:
+        """The longest one batch may take, every wait counted:
+
+        * phase 1's calls all start inside the lease of its T1, so they end by then
+          (``LEASE_SECONDS``); phase 2 retries until ``BATCH_DEADLINE_SECONDS`` and may then
+          still wait for a lookup and a send in flight (2 x ``EFFECT_TIMEOUT_SECONDS``);
+        * the dead letters: their ledger rows, then the send (``DLQ_SEND_TIMEOUT_SECONDS``);
+        * an unreachable database is waited out for ``INFRA_RETRY_BUDGET_SECONDS`` from its
+          first failure, which a statement may take a transaction's timeout to see, and a
+          transaction begun at the end of the budget may take one more.
+        """
+        work = max(self.lease_seconds, self.batch_deadline_seconds + 2 * self.effect_timeout_seconds)
+        return (work + self.dlq_send_timeout_seconds + self.infra_retry_budget_seconds
+                + 2 * self.db_transaction_timeout_seconds)
 
     def _check_timeouts(self) -> None:
         if self.db_statement_timeout_seconds <= self.db_lock_wait_timeout_seconds:
@@ -249,14 +269,17 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"DB_TRANSACTION_TIMEOUT_SECONDS={self.db_transaction_timeout_seconds:g} must be at least "
                 f"DB_STATEMENT_TIMEOUT_SECONDS={self.db_statement_timeout_seconds:g}")
-        # A batch runs past its deadline by at most one effect call and the dead-letter send.
-        longest = self.batch_deadline_seconds + self.effect_timeout_seconds + self.dlq_send_timeout_seconds
+        longest = self.longest_batch_seconds()
         if longest >= self.broker_rebalance_timeout_seconds:
             raise ValueError(
-                f"BATCH_DEADLINE_SECONDS={self.batch_deadline_seconds:g} + EFFECT_TIMEOUT_SECONDS="
-                f"{self.effect_timeout_seconds:g} + DLQ_SEND_TIMEOUT_SECONDS={self.dlq_send_timeout_seconds:g} "
-                f"must stay under BROKER_REBALANCE_TIMEOUT_SECONDS={self.broker_rebalance_timeout_seconds:g}: a "
-                "rebalance waits for the batch in flight, and a member that does not rejoin in time is evicted")
+                f"a batch may take up to {longest:g} s: max(LEASE_SECONDS={self.lease_seconds:g}, "
+                f"BATCH_DEADLINE_SECONDS={self.batch_deadline_seconds:g} + 2 x EFFECT_TIMEOUT_SECONDS="
+                f"{self.effect_timeout_seconds:g}) + DLQ_SEND_TIMEOUT_SECONDS={self.dlq_send_timeout_seconds:g} + "
+                f"INFRA_RETRY_BUDGET_SECONDS={self.infra_retry_budget_seconds:g} + 2 x "
+                f"DB_TRANSACTION_TIMEOUT_SECONDS={self.db_transaction_timeout_seconds:g}; it must stay under "
+                f"BROKER_REBALANCE_TIMEOUT_SECONDS={self.broker_rebalance_timeout_seconds:g}: a rebalance waits "
+                "for the batch in flight, and a member that does not rejoin in time is evicted and its batch "
+                "done again by another. Raise BROKER_REBALANCE_TIMEOUT_SECONDS or lower one of the others.")
         if self.batch_deadline_seconds >= self.broker_session_timeout_seconds:
             raise ValueError(
                 f"BATCH_DEADLINE_SECONDS={self.batch_deadline_seconds:g} must stay under "

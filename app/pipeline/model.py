@@ -66,7 +66,10 @@ class IdemRow:
     last_err: str | None
     expired: bool
     remaining: float
-    age: float = 0.0      # seconds since the row last changed (the database clock)
+    # Seconds since a call of the row's last claim was surely no longer starting (the database
+    # clock): since its lease ended, or since the row last changed if that came later. A claim
+    # may call until its lease is almost over, so its row's last change dates no call.
+    since_call: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,9 +154,9 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                 blocked.add(event.order_no)
                 break
             elif _outcome_unknown(step.effect, row) and step.effect.name in verifiable \
-                    and row.age < verifiable[step.effect.name]:
+                    and row.since_call < verifiable[step.effect.name]:
                 # Asking the service now could miss a request still on its way to it.
-                wait = verifiable[step.effect.name] - row.age
+                wait = verifiable[step.effect.name] - row.since_call
                 claims["waiting"] += 1
                 result.error = EffectOutcomeUnknown(
                     f"{key}: the outcome of attempt {row.attempt} is unknown; the service is asked once "

@@ -104,26 +104,31 @@ class Processor:
         self._on_cut = on_cut
 
     async def run(self, events: Sequence[OrderEvent], guard: Guard = _unguarded, *,
-                  by_person: bool = False) -> list[Result]:
+                  by_person: bool = False, owner: str | None = None) -> list[Result]:
         """One pass of ``events`` (offset order) through T1, T2 and T3.
 
         ``guard`` runs each database step; the batch handler passes one that waits
         out an unreachable database (and re-runs the step) within its budget.
         ``by_person``: a person asked for this run, so the attempt cap does not apply.
+        ``owner``: who claims the steps, if not this processor's owner. A claim re-takes a
+        live lease of its own owner (a batch's retries of its own records), so every
+        claimant that may run beside another one of this process needs an owner of its own
+        (the compensator gives each redrive one): two claims of one key must never both call.
         """
         if self.retention is not None:
             refused = [self.retention.refusal(event.order_no, event.part_date) for event in events]
             if any(refused):
                 kept = [event for event, error in zip(events, refused) if error is None]
-                results = iter(await self.run(kept, guard, by_person=by_person) if kept else [])
+                results = iter(await self.run(kept, guard, by_person=by_person, owner=owner) if kept else [])
                 return [Result(error=error) if error is not None else next(results) for error in refused]
-        return await self._run(events, guard, None if by_person else self.attempt_cap)
+        return await self._run(events, guard, None if by_person else self.attempt_cap, owner or self.owner)
 
-    async def _run(self, events: Sequence[OrderEvent], guard: Guard, attempt_cap: int | None) -> list[Result]:
+    async def _run(self, events: Sequence[OrderEvent], guard: Guard, attempt_cap: int | None,
+                   owner: str) -> list[Result]:
         if not events:
             return []
         claimed_at = self._clock()
-        plan = await guard(lambda: self.store.in_transaction(lambda tx: self._t1(tx, events, attempt_cap)))
+        plan = await guard(lambda: self.store.in_transaction(lambda tx: self._t1(tx, events, attempt_cap, owner)))
         self.observer.planned(plan)
         results: list[Result | None] = [
             Result(outcome=p.outcome) if p.outcome else
@@ -135,22 +140,24 @@ class Processor:
             self._on_cut("a_b")
             finished, skipped = await self._t2(jobs, claimed_at)
             self._on_cut("b_c")
-            owned, broken = await self._t3(finished, guard)
+            owned, broken = await self._t3(finished, guard, owner)
             self._on_cut("after_c")
             self._settle(plan, finished, skipped, owned, broken, results)
         return results  # type: ignore[return-value]
 
-    async def _t1(self, tx: Transaction, events: Sequence[OrderEvent], attempt_cap: int | None = None) -> BatchPlan:
+    async def _t1(self, tx: Transaction, events: Sequence[OrderEvent], attempt_cap: int | None = None,
+                  owner: str | None = None) -> BatchPlan:
+        owner = owner or self.owner
         keys_of = [step_keys(event) for event in events]
         keys = sorted({key for keys in keys_of for key in keys})
         rows = await tx.read_idem(keys, sorted({event.part_date for event in events}))
         needed = orders_needed(events, rows, keys_of)
         orders = await tx.read_orders(sorted(needed)) if needed else {}
-        plan = plan_batch(events, rows, orders, owner=self.owner, keys_of=keys_of,
+        plan = plan_batch(events, rows, orders, owner=owner, keys_of=keys_of,
                           verifiable=getattr(self.effects, "verifiable", {}), attempt_cap=attempt_cap,
                           **self._token_kw)
         if plan.writes:
-            await tx.apply_plan(plan, owner=self.owner, lease_seconds=self.lease_seconds)
+            await tx.apply_plan(plan, owner=owner, lease_seconds=self.lease_seconds)
         if any(p.jobs for p in plan.events):
             self._on_cut("before_a")
         return plan
@@ -185,11 +192,8 @@ class Processor:
         return finished, skipped
 
     async def _call(self, job: EffectJob, claimed_at: float) -> Finished:
-        left = self.lease_seconds - (self._clock() - claimed_at)
-        if left < self.call_needs:
-            return Finished(job, error=ClaimExpiring(
-                f"{job.biz_key}: not called, the claim had {left:.1f}s of lease left and a call may take "
-                f"{self.call_needs:.1f}s"))
+        if (short := self._lease_short(job, claimed_at)) is not None:
+            return short
         try:
             if job.verify:
                 # The last call's outcome is unknown: the service says whether it happened.
@@ -197,11 +201,24 @@ class Processor:
                 if found is not None:
                     return Finished(job, receipt=found)
                 self._on_cut("looked_up")
+                # The lookup took up to a call's time of the lease: the send needs its own.
+                if (short := self._lease_short(job, claimed_at, after="the lookup (not found)")) is not None:
+                    return short
             return Finished(job, receipt=await self.effects.call(job))
         except PipelineError as exc:
             return Finished(job, error=exc)
 
-    async def _t3(self, finished: list[Finished], guard: Guard) -> tuple[set[str], dict[str, PipelineError]]:
+    def _lease_short(self, job: EffectJob, claimed_at: float, *, after: str = "") -> Finished | None:
+        """A :class:`ClaimExpiring` end for ``job`` if its claim has too little lease left for a call."""
+        left = self.lease_seconds - (self._clock() - claimed_at)
+        if left >= self.call_needs:
+            return None
+        return Finished(job, error=ClaimExpiring(
+            f"{job.biz_key}: not called{' after ' + after if after else ''}, the claim had {left:.1f}s of lease "
+            f"left and a call may take {self.call_needs:.1f}s"))
+
+    async def _t3(self, finished: list[Finished], guard: Guard,
+                  owner: str) -> tuple[set[str], dict[str, PipelineError]]:
         """Record every outcome; return the keys still ours, and the keys whose outcome could not be written.
 
         An unreachable database is waited out by ``guard``, re-running T3 with the
@@ -212,7 +229,7 @@ class Processor:
         """
         async def record(items: list[Finished]) -> set[str]:
             return await guard(lambda: self.store.in_transaction(
-                lambda tx: tx.finish_effects(items, owner=self.owner)))
+                lambda tx: tx.finish_effects(items, owner=owner)))
 
         try:
             return await record(finished), {}

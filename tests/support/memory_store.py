@@ -91,7 +91,9 @@ class MemoryTransaction:
                 expired = row.lease_until is None or row.lease_until < now
                 remaining = 0.0 if row.lease_until is None else max(row.lease_until - now, 0.0)
                 found[key] = IdemRow(key, row.status, row.attempt, row.owner, row.idem_token, row.payload_hash,
-                                     row.outcome, row.last_err, expired, remaining, now - row.modified)
+                                     row.outcome, row.last_err, expired, remaining,
+                                     now - (max(row.modified, row.lease_until or row.modified)
+                                            if row.outcome is None else row.modified))
         return found
 
     async def read_orders(self, order_nos: Sequence[str]) -> dict[str, Order]:
@@ -181,7 +183,8 @@ class MemoryTransaction:
         for key in {k for letter in letters for k in letter.step_keys[1:]}:
             row = self.s.idem.get(key)
             if release_owner and row is not None and row.status is IdemStatus.PENDING and row.owner == release_owner:
-                row.lease_until = None
+                now = self.store.now - 0.001
+                row.lease_until = now if row.lease_until is None else min(row.lease_until, now)
         for letter in letters:
             source = letter.record
             key = (group, source.topic, source.partition, source.offset,

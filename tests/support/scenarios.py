@@ -57,6 +57,7 @@ class MemoryEffects:
         self.lookups: list[str] = []
         self.faults: dict[str, list[Fault]] = {"waybill": [], "sms": []}
         self.delay: dict[str, float] = {}
+        self.lookup_delay = 0.0                                   # how long a lookup takes (the harness's clock)
         self.calls: list[tuple[str, str, str]] = []              # (effect, order_no, token)
         self.waybill_by_token: dict[str, str] = {}
         self.sent: Counter = Counter()                            # work actually done, per (effect, order_no)
@@ -100,6 +101,8 @@ class MemoryEffects:
 
     async def lookup(self, job: EffectJob) -> Receipt | None:
         self.lookups.append(job.token)
+        if self.lookup_delay:
+            await self.wait(self.lookup_delay)
         found = self.accepted_refs.get(job.token)
         return None if found is None else Receipt(reference=found)
 
@@ -368,7 +371,9 @@ async def a_crash_between_the_lookup_and_the_send_is_looked_up_again(h: Harness)
             raise AssertionError("the worker should have died")
         except Crash:
             pass
-        await h.pass_time(0.6)                                      # A's lease runs out
+        # A's lease (0.3 s) runs out, then the gateway settles (0.5 s): A may have sent until its
+        # lease ended, so the settle counts from there.
+        await h.pass_time(0.9)
         [result] = await b.run([ev(order, "ORDER_CANCEL")])
         assert result.outcome is Outcome.APPLIED, (crash, result)
         assert h.effects.sent["sms", order] == 1, crash
@@ -388,7 +393,7 @@ async def an_sms_sent_before_a_crash_stays_unknown_when_the_next_claim_is_not_ca
         raise AssertionError("the worker should have died")
     except Crash:
         pass
-    await h.pass_time(0.6)                                          # A's lease runs out; the gateway settles
+    await h.pass_time(0.9)                              # A's lease runs out (0.3 s), then the gateway settles
 
     class Slow(Processor):
         async def _t2(self, jobs, claimed_at):
@@ -403,6 +408,31 @@ async def an_sms_sent_before_a_crash_stays_unknown_when_the_next_claim_is_not_ca
     await h.pass_time(1.6)                                          # B's lease runs out too
     [result] = await h.processor(owner="c/main/4").run([ev(order, "ORDER_CANCEL")])
     assert result.outcome is Outcome.APPLIED and h.effects.sent["sms", order] == 1 and h.effects.lookups
+
+
+async def a_lookup_that_took_the_lease_leaves_the_send_to_the_next_claim(h: Harness) -> None:
+    """A slow lookup (404) leaves the claim too little lease for the send: it is not sent now
+    (another claimer may take the key as soon as the lease ends, and two sends of one SMS would
+    be in flight), and the row stays unknown, so the next claim asks again and sends once."""
+    h.effects.verifiable = {"sms": 0.5}
+    p = h.processor(lease=3.0)
+    [order] = await h.paid(p)
+    h.effects.faults["sms"].append(Fault(EffectOutcomeUnknown("503 before anything was done")))
+    await p.run([ev(order, "ORDER_CANCEL")])
+    await h.pass_time(0.6)
+    h.effects.lookup_delay = 2.5                                     # of a 3 s lease; a call needs 1 s
+    running = asyncio.create_task(p.run([ev(order, "ORDER_CANCEL")]))
+    while not h.effects.lookups:
+        await asyncio.sleep(0.01)
+    await h.pass_time(2.5)
+    [short] = await running
+    assert isinstance(short.error, ClaimExpiring) and "after the lookup" in str(short.error), short
+    assert h.effects.sent["sms", order] == 0 and len(h.effects.lookups) == 1
+    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["outcome"] == "effect_outcome_unknown"
+    h.effects.lookup_delay = 0.0
+    await h.pass_time(1.1)
+    [result] = await h.processor(owner="next/main/5").run([ev(order, "ORDER_CANCEL")])
+    assert result.outcome is Outcome.APPLIED and h.effects.sent["sms", order] == 1 and len(h.effects.lookups) == 2
 
 
 async def an_order_older_than_the_retention_is_refused_and_leaves_no_trace(h: Harness) -> None:
@@ -447,6 +477,7 @@ SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken
              a_lost_sms_reply_is_looked_up_and_never_sent_again, an_sms_that_never_arrived_is_looked_up_and_sent_once,
              a_crash_between_the_lookup_and_the_send_is_looked_up_again,
              an_sms_sent_before_a_crash_stays_unknown_when_the_next_claim_is_not_called,
+             a_lookup_that_took_the_lease_leaves_the_send_to_the_next_claim,
              an_order_older_than_the_retention_is_refused_and_leaves_no_trace,
              a_key_claimed_as_often_as_the_cap_is_left_to_a_person]
 

@@ -16,26 +16,42 @@ def refused(**overrides) -> str:
 
 def test_defaults_are_consistent():
     s = Settings()
-    assert s.lease_seconds >= 8 * s.effect_timeout_seconds + s.lease_margin_seconds
+    # 500 calls, 64 at a time, each a lookup and a send of up to 3 s, plus the margin
+    assert s.lease_seconds >= 8 * 2 * s.effect_timeout_seconds + s.lease_margin_seconds
     assert s.batch_deadline_seconds < s.broker_session_timeout_seconds
+    assert s.longest_batch_seconds() < s.broker_rebalance_timeout_seconds
 
 
-@pytest.mark.parametrize("overrides, needed", [({"effect_concurrency": 16}, 98), ({"batch_size": 1000}, 50),
-                                               ({"effect_timeout_seconds": 4}, 34)])
+@pytest.mark.parametrize("overrides, needed", [({"effect_concurrency": 16}, 194), ({"batch_size": 1000}, 98),
+                                               ({"effect_timeout_seconds": 4}, 66)])
 def test_a_lease_that_cannot_cover_a_batch_of_calls_is_refused(overrides, needed):
     message = refused(**overrides)
-    assert "LEASE_SECONDS=30 cannot cover a batch" in message and f"at least {needed}" in message
+    assert "LEASE_SECONDS=60 cannot cover a batch" in message and f"at least {needed}" in message
+    assert "a lookup, then the send" in message
+
+
+def test_without_the_lookup_a_call_counts_once():
+    message = refused(effect_concurrency=16, sms_lookup=False)
+    assert "at least 98" in message and "a lookup, then the send" not in message
+    assert Settings(effect_concurrency=16, sms_lookup=False, lease_seconds=98).lease_seconds == 98
 
 
 def test_a_lease_that_covers_the_batch_is_accepted():
-    assert Settings(effect_concurrency=16, lease_seconds=98).lease_seconds == 98
-    assert Settings(batch_size=100, effect_concurrency=64, lease_seconds=3, effect_timeout_seconds=1,
+    assert Settings(effect_concurrency=16, lease_seconds=194,
+                    broker_rebalance_timeout_seconds=400).lease_seconds == 194
+    assert Settings(batch_size=100, effect_concurrency=100, lease_seconds=3, effect_timeout_seconds=1,
                     lease_margin_seconds=0.5).lease_seconds == 3
 
 
-def test_a_deadline_the_rebalance_cannot_wait_for_is_refused():
-    assert "BROKER_REBALANCE_TIMEOUT_SECONDS=60" in refused(batch_deadline_seconds=28)
-    assert "BROKER_SESSION_TIMEOUT_SECONDS=30" in refused(batch_deadline_seconds=30, dlq_send_timeout_seconds=5)
+def test_a_batch_the_rebalance_cannot_wait_for_is_refused():
+    """Every wait of a batch counts: phase 1's calls (the lease), phase 2 to its deadline and the
+    calls still in flight, the dead letters' send, and the database waited out."""
+    message = refused(broker_rebalance_timeout_seconds=200)
+    assert "a batch may take up to 210 s" in message and "BROKER_REBALANCE_TIMEOUT_SECONDS=200" in message
+    assert "INFRA_RETRY_BUDGET_SECONDS=60" in message
+    assert Settings(broker_rebalance_timeout_seconds=200, infra_retry_budget_seconds=45).lease_seconds == 60
+    assert "a batch may take up to 340 s" in refused(lease_seconds=190)
+    assert "BROKER_SESSION_TIMEOUT_SECONDS=30" in refused(batch_deadline_seconds=30)
 
 
 def test_a_statement_timeout_shorter_than_the_lock_wait_is_refused():

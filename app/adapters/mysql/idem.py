@@ -17,7 +17,13 @@ PENDING, DONE, FAILED = int(IdemStatus.PENDING), int(IdemStatus.DONE), int(IdemS
 
 
 async def read(execute: Execute, keys: Sequence[str], part_dates: Sequence[date]) -> dict[str, IdemRow]:
-    """The rows of ``keys``, locked. The lease is compared with the database clock, which also wrote it."""
+    """The rows of ``keys``, locked. The lease is compared with the database clock, which also wrote it.
+
+    How long ago a call of the last claim could still have been on its way: once the claim's
+    outcome is written (T3), since then; while it is not (the worker may have died after its
+    call), since the later of the lease's end and the row's last change, because a claim may
+    call until its lease is nearly over and a worker that dies then leaves the row dated at
+    its claim."""
     if not keys:
         return {}
     sql = Sql()
@@ -25,7 +31,8 @@ async def read(execute: Execute, keys: Sequence[str], part_dates: Sequence[date]
         "SELECT biz_key, status, attempt, owner, idem_token, payload_hash, outcome, last_err, "
         "COALESCE(lease_until < NOW(3), 1), "
         "COALESCE(TIMESTAMPDIFF(MICROSECOND, NOW(3), lease_until), 0), "
-        "TIMESTAMPDIFF(MICROSECOND, gmt_modified, NOW(3)) "
+        "TIMESTAMPDIFF(MICROSECOND, IF(outcome IS NULL, GREATEST(gmt_modified, COALESCE(lease_until, gmt_modified)), "
+        "gmt_modified), NOW(3)) "
         f"FROM t_idem WHERE biz_key IN ({sql.list(keys)}) AND part_date IN ({sql.list(part_dates)}) "
         "FOR UPDATE", sql.params)
     return {row[0]: IdemRow(row[0], IdemStatus(row[1]), row[2], row[3], row[4], row[5], row[6], row[7],
@@ -126,6 +133,8 @@ async def reopen_unknown(execute: Execute, keys: Sequence[str]) -> int:
 
 async def release(execute: Execute, keys: Sequence[str], *, owner: str) -> None:
     """Give up ``owner``'s claims on pending ``keys`` (their record was dead-lettered): another
-    claimer may take them at once, with attempt + 1 as ever."""
-    await execute(f"UPDATE t_idem SET lease_until = NULL WHERE biz_key IN ({marks(len(keys))}) "
+    claimer may take them at once, with attempt + 1 as ever. The lease ends now rather than
+    vanishing: it still dates the last moment this claim's calls could have been made."""
+    await execute(f"UPDATE t_idem SET lease_until = LEAST(COALESCE(lease_until, NOW(3)), "
+                  f"NOW(3) - INTERVAL 1000 MICROSECOND) WHERE biz_key IN ({marks(len(keys))}) "
                   f"AND status = {PENDING} AND owner = %s", [*keys, owner])

@@ -89,6 +89,8 @@ def _record(report: BatchReport, size: int, seconds: float, round_trips: int) ->
         metrics.DEAD_LETTERS.labels(letter.reason).inc()
         if letter.order_no is None and letter.reason != "internal_error":   # failed to decode
             metrics.MALFORMED.labels(letter.reason).inc()
+    for reason, count in report.covered.items():         # unreadable records another letter stands for
+        metrics.MALFORMED.labels(reason).inc(count)
     for reason, count in report.retries.items():
         metrics.RETRIES.labels(reason).inc(count)
     metrics.LEASE_WAITS.inc(report.lease_waits)

@@ -103,7 +103,9 @@ class Settings(BaseSettings):
     batch_deadline_seconds: float = Field(
         15.0, gt=0, description="Records still retrying this long after a batch began are dead-lettered as "
                                 "deadline_exceeded (retriable), and the batch finishes.")
-    max_event_bytes: int = Field(1024 * 1024, ge=1)
+    max_event_bytes: int = Field(
+        1024 * 1024, ge=1, le=4 * 1024 * 1024,
+        description="Larger records are dead-lettered as oversized; the ledger keeps an event whole up to this.")
     max_batch_bytes: int = Field(
         64 * 1024 * 1024, ge=1024 * 1024,
         description="The most a compressed record batch may decompress to; a larger one is not decompressed "

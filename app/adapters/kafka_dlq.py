@@ -29,13 +29,13 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from app.topics import DLQ_MAX_MESSAGE_BYTES
 from app.pipeline.ports import DeadLetter
 
 MAX_MESSAGE = 1024
 PREFIX = "dlq."
-OUR_HEADERS_ROOM = 64 * 1024      # what our own headers may take, at most, in a dead-letter record
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,38 +72,59 @@ def _digest(data: bytes) -> str:
 
 def outgoing(letter: DeadLetter, group: str, *, truncate_bytes: int,
              max_bytes: int = DLQ_MAX_MESSAGE_BYTES) -> Outgoing:
-    """What :class:`KafkaDeadLetterSink` sends for ``letter`` (pure: the ledger asks it too)."""
+    """What :class:`KafkaDeadLetterSink` sends for ``letter`` (pure: the ledger asks it too).
+
+    The record is sized as the producer and the broker size it (aiokafka's estimate of the
+    encoded record, every header's framing and our own headers included). Whatever does not
+    fit is given up in this order, each time with its size and SHA-256 in our headers: the
+    JSON copy of headers whose keys are not UTF-8, the value, the key, the record's own
+    headers. An ``oversized`` record has its value and key cut whatever the room."""
     record = letter.record
     key, value = record.key, record.value
     own = [(k, v) for k, v in record.headers if not k.startswith(PREFIX)]
     notes: dict[str, str] = {}
+    cut: list[str] = []
 
     if not all(_is_utf8(k) for k, _ in own):
         notes["original.headers"] = json.dumps(
             [[base64.b64encode(_raw(k)).decode(), None if v is None else base64.b64encode(v).decode()]
              for k, v in record.headers])
         own = [(_raw(k).decode("utf-8", "backslashreplace"), v) for k, v in own]
-    own_bytes = sum(len(_raw(k)) + _size(v) for k, v in own)
 
-    cut: list[str] = []
-    too_big = _size(key) + _size(value) + own_bytes + OUR_HEADERS_ROOM > max_bytes
-    if letter.reason == "oversized" or too_big:
-        for part, data in (("value", value), ("key", key)):
-            if data is not None and len(data) > truncate_bytes:
-                notes[f"original.{part}.bytes"] = str(len(data))
-                notes[f"original.{part}.sha256"] = _digest(data)
-                cut.append(part)
-        if "value" in cut:
-            value = value[:truncate_bytes]
-        if "key" in cut:
-            key = key[:truncate_bytes]
-        if own_bytes > truncate_bytes:
-            notes["original.headers.count"] = str(len(own))
-            notes["original.headers.bytes"] = str(own_bytes)
-            notes["original.headers.sha256"] = _digest(b"".join(_raw(k) + (v or b"") for k, v in own))
-            notes.pop("original.headers", None)
-            own = []
-            cut.append("headers")
+    def describe(part: str, data: bytes) -> None:
+        notes[f"original.{part}.bytes"] = str(len(data))
+        notes[f"original.{part}.sha256"] = _digest(data)
+
+    def fits() -> bool:
+        headers = own + _our_headers(letter, group, {**notes, "truncated": "value,key,headers",
+                                                     "placeholder": "value"})
+        return DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers) <= max_bytes
+
+    def cut_data(part: str, data: bytes | None) -> bytes | None:
+        if data is None or len(data) <= truncate_bytes:
+            return data
+        describe(part, data)
+        cut.append(part)
+        return data[:truncate_bytes]
+
+    if letter.reason == "oversized":
+        value, key = cut_data("value", value), cut_data("key", key)
+    def describe_headers() -> None:
+        notes["original.headers.count"] = str(len(record.headers))
+        describe("headers", b"".join(_raw(k) + (v or b"") for k, v in record.headers))
+
+    if not fits() and "original.headers" in notes:
+        notes.pop("original.headers")          # the exact copy goes; what it was is described
+        describe_headers()
+    if not fits() and "value" not in cut:
+        value = cut_data("value", value)
+    if not fits() and "key" not in cut:
+        key = cut_data("key", key)
+    if not fits() and own:
+        notes.pop("original.headers", None)
+        describe_headers()
+        own = []
+        cut.append("headers")
     if cut:
         notes["truncated"] = ",".join(cut)
     if key is None and value is None:
@@ -129,6 +150,13 @@ def _our_headers(letter: DeadLetter, group: str, notes: dict[str, str]) -> list[
         "may.be.superseded": "true" if letter.may_be_superseded else "false",
         **notes,
     }
+    if letter.covers is not None:
+        first, last, count = letter.covers
+        ours["covers.offsets"] = f"{first}-{last}"
+        ours["covers.count"] = str(count)
+    run = record.unreadable
+    if run is not None and run.first != record.offset:
+        ours["raw.batch.offset"] = str(run.first)    # the letter that carries the raw record batch
     return [(PREFIX + name, value.encode()) for name, value in ours.items()]
 
 

@@ -28,9 +28,12 @@ that iterating one never raises:
   read becomes placeholders (reason ``unreadable_record``).
 
 Placeholders carry one header whose key is an :class:`Unreadable` (a ``str``
-subclass no client can produce); :func:`unreadable` finds it. Downstream they
-are dead letters like any malformed record. Legacy (v0/v1) batches are left
-to aiokafka: Kafka 4 no longer accepts them from producers.
+subclass no client can produce); :func:`unreadable` finds it. The raw batch is
+kept once, as the value of the first placeholder of the run; the others carry
+an empty value and point to it (a batch of 200,000 records is one copy, not
+200,000). Downstream they are dead letters like any malformed record, one letter
+per run and batch (``app.pipeline.batch``). Legacy (v0/v1) batches are left to
+aiokafka: Kafka 4 no longer accepts them from producers.
 
 What an upstream fix would be: in aiokafka's ``DefaultRecordBatch``, a
 ``max_decompressed_bytes`` option that decompresses into a bounded buffer and
@@ -53,6 +56,8 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords as _CMemoryRecords
 from aiokafka.record.util import decode_varint
 
+from app.pipeline.ports import UnreadableRun
+
 log = logging.getLogger(__name__)
 
 LOG_OVERHEAD = 12               # base offset (8) + batch length (4)
@@ -65,21 +70,22 @@ _XERIAL = b"\x82SNAPPY\x00"
 
 
 class Unreadable(str):
-    """The key of the one header of a placeholder record: why the record could not be read."""
+    """The key of the one header of a placeholder record: why the record could not be read, and
+    the offsets of the run of placeholders it belongs to."""
 
-    __slots__ = ("reason",)
+    __slots__ = ("reason", "first", "last")
 
-    def __new__(cls, reason: str) -> "Unreadable":
+    def __new__(cls, reason: str, first: int, last: int) -> "Unreadable":
         marker = super().__new__(cls, "x-unreadable-record")
-        marker.reason = reason
+        marker.reason, marker.first, marker.last = reason, first, last
         return marker
 
 
-def unreadable(headers) -> tuple[str, str] | None:
-    """``(reason, message)`` if ``headers`` are a placeholder's, else None."""
+def unreadable(headers) -> UnreadableRun | None:
+    """What a placeholder stands for if ``headers`` are a placeholder's, else None."""
     if headers and type(headers[0][0]) is Unreadable:
         key, message = headers[0]
-        return key.reason, message.decode()
+        return UnreadableRun(key.reason, message.decode(), key.first, key.last)
     return None
 
 
@@ -188,10 +194,10 @@ class GuardedBatch:
 
     def _placeholders(self, first: int, reason: str, message: str) -> Iterator["Placeholder"]:
         batch = self._batch
-        value = bytes(self._raw)
-        header = [(Unreadable(reason), message.encode())]
-        for offset in range(first, batch.next_offset):
-            yield Placeholder(offset, batch.max_timestamp, batch.timestamp_type, value, header)
+        header = [(Unreadable(reason, first, batch.next_offset - 1), message.encode())]
+        yield Placeholder(first, batch.max_timestamp, batch.timestamp_type, bytes(self._raw), header)
+        for offset in range(first + 1, batch.next_offset):
+            yield Placeholder(offset, batch.max_timestamp, batch.timestamp_type, b"", header)
 
 
 class Placeholder:

@@ -37,7 +37,7 @@ import asyncio
 import logging
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Awaitable, Callable, Sequence
 
@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 class BatchReport:
     outcomes: Counter = field(default_factory=Counter)        # by Outcome
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    # unreadable records that are not a letter of their own: another letter stands for their run
+    covered: Counter = field(default_factory=Counter)          # by reason
     retries: Counter = field(default_factory=Counter)         # by error reason
     lease_waits: int = 0
     infra_wait_seconds: float = 0.0                           # wall clock the database was unreachable
@@ -105,11 +107,12 @@ class BatchHandler:
         run = _Run(self, report)
 
         items: list[_Item] = []
+        runs: dict[tuple[str, int, int], list[SourceRecord]] = defaultdict(list)
         for index, record in enumerate(records):
+            if record.unreadable is not None:
+                runs[record.topic, record.partition, record.unreadable.first].append(record)
+                continue
             try:
-                if record.unreadable is not None:
-                    reason, message = record.unreadable
-                    raise MalformedEvent(message, reason=reason)
                 if record.headers:
                     check_headers(record.headers)
                 event = decode(record.key, record.value, max_bytes=self.max_event_bytes)
@@ -122,6 +125,10 @@ class BatchHandler:
                 report.dead_letters.append(self._letter(record, error))
                 continue
             items.append(_Item(index, record, event))
+        for unread in runs.values():
+            report.dead_letters.append(self._run_letter(unread))
+            if len(unread) > 1:
+                report.covered[unread[0].unreadable.reason] += len(unread) - 1
         run.lap("decode")
 
         results = await run.phase1(items)
@@ -147,13 +154,24 @@ class BatchHandler:
             report.dead_letters = await letters.deliver(report.dead_letters, store=self.store, sink=self.sink,
                                                         group=self.group, owner=self.processor.owner,
                                                         retry_after=self.dlq_retry_after, guard=run.guard)
-            report.outcomes[Outcome.DEAD_LETTER] += len(report.dead_letters)
+            report.outcomes[Outcome.DEAD_LETTER] += len(report.dead_letters) + sum(report.covered.values())
             run.lap("dead_letters")
         report.infra_wait_seconds = run.guard.waited
         return report
 
     def _letter(self, record: SourceRecord, error: PipelineError) -> DeadLetter:
         return letters.for_record(record, error, attempts=1, first=letters.now(), worker_id=self.worker_id)
+
+    def _run_letter(self, unread: list[SourceRecord]) -> DeadLetter:
+        """One letter for the unreadable records of one record batch in this batch: a record
+        batch of 200,000 unreadable records is not 200,000 letters (each with the raw batch)."""
+        first, last, problem = unread[0], unread[-1], unread[0].unreadable
+        where = (f"This letter stands for offsets {first.offset}..{last.offset} ({len(unread)} records) of that "
+                 f"record batch ({problem.first}..{problem.last}, {problem.last - problem.first + 1} records).")
+        if first.offset != problem.first:
+            where += f" The raw record batch is the value of the letter for offset {problem.first}."
+        error = MalformedEvent(f"{problem.message} {where}", reason=problem.reason)
+        return replace(self._letter(first, error), covers=(first.offset, last.offset, len(unread)))
 
     def _letter_for(self, item: _Item, error: PipelineError) -> DeadLetter:
         return letters.for_event(item.record, item.event, error, attempts=item.attempts,

@@ -35,6 +35,18 @@ class Finished:
 
 
 @dataclass(frozen=True, slots=True)
+class UnreadableRun:
+    """Why the client could not read a record: it stands with the other records of the same
+    record batch it could not read either, offsets ``first`` to ``last``. The raw batch is the
+    value of the record at ``first`` only; the others point to it (their value is empty)."""
+
+    reason: str
+    message: str
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
 class SourceRecord:
     """A Kafka record as consumed, kept byte for byte for the dead-letter topic."""
 
@@ -45,8 +57,8 @@ class SourceRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
-    # (reason, message) when the client could not read the record at all; value is then the raw batch
-    unreadable: tuple[str, str] | None = None
+    # when the client could not read the record at all (the value is then the raw batch, or empty)
+    unreadable: UnreadableRun | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +76,9 @@ class DeadLetter:
     worker_id: str | None = None
     truncated: bool = False           # the dead-letter record carries only the start of the original
     step_keys: tuple[str, ...] = ()   # every idempotency key of its event (claims released on dead-lettering)
+    # A letter that stands for several unreadable records of one record batch: the offsets of the
+    # first and last of them in this batch, and how many they are (the others get no letter).
+    covers: tuple[int, int, int] | None = None
 
 
 class Transaction(Protocol):

@@ -43,7 +43,7 @@ class Desk:
     mismatch: str         # the order whose second PAID contradicts the first
 
     def rows(self) -> dict[str, dict]:
-        rows = self.db.query("SELECT id, reason, status, order_no FROM t_compensation WHERE src_topic = %s",
+        rows = self.db.query("SELECT id, reason, status, order_no, redrives FROM t_compensation WHERE src_topic = %s",
                              self.events_topic)
         return {row["reason"]: row for row in rows}
 
@@ -86,8 +86,8 @@ def desk(settings, scratch_db):
     try:
         # The compensator tries the CONFIRM once (still 500: open, next retry in an hour); the
         # mismatch and the hostile record go to a person at once.
-        wait_for(lambda: {r: row["status"] for r, row in d.rows().items()} == {
-            "effect_unavailable": 1, "payload_mismatch": 4, "bad_order_no": 4}, timeout=120,
+        wait_for(lambda: {r: (row["status"], row["redrives"]) for r, row in d.rows().items()} == {
+            "effect_unavailable": (1, 1), "payload_mismatch": (4, 0), "bad_order_no": (4, 0)}, timeout=120,
             what="the dead letters worked once", workers=[worker])
         yield d
     finally:

@@ -12,6 +12,8 @@ import asyncio
 import base64
 import hashlib
 import json
+import re
+import resource
 import shutil
 import subprocess
 
@@ -142,4 +144,84 @@ def test_10_a_header_key_that_is_not_utf8_is_dead_lettered_with_its_raw_headers(
     assert original == [[b"\xff\xfebad", b"1"], [b"trace", b"t-9"]]
     assert [(k, v) for k, v in letter.headers if not k.startswith("dlq.")] == [("\\xff\\xfebad", b"1"),
                                                                               ("trace", b"t-9")]
+    assert run.worker.alive
+
+
+def test_a_key_of_megabytes_and_megabytes_of_values_fit_the_ledger(settings, topics, spawn_worker, scratch_db):
+    """An 8 MiB key of zeros, gzipped by the Java client to a few KiB, and 17 values of 1 MiB that
+    are not JSON: the ledger's one INSERT of them all was over MariaDB's 16 MiB max_allowed_packet
+    (the worker exited 70 on every retry). The ledger keeps 64 KiB of a part it cannot run again,
+    with its size and SHA-256, and writes a batch's letters in statements of about 1 MiB."""
+    run = Run(settings, topics, spawn_worker, scratch_db, "BIGKEY")
+    placed = java_produce(settings, run.pair.events,
+                          [{"partition": 0, "key": zeros(8 << 20), "value": utf8("{}")}]
+                          + [{"partition": 0, "key": utf8("k"), "value": zeros(1 << 20)} for _ in range(17)],
+                          compression="gzip")
+    run.finish()
+    assert len(run.letters(18)) == 18
+    rows = scratch_db.query("SELECT src_offset, reason, LENGTH(record_key) AS key_kept, record_key_bytes, "
+                            "record_key_sha256, LENGTH(record_value) AS value_kept, record_value_bytes "
+                            "FROM t_compensation WHERE src_topic = %s ORDER BY src_offset", run.pair.events)
+    assert [r["src_offset"] for r in rows] == [offset for _, offset in placed]
+    big_key = rows[0]
+    assert (big_key["key_kept"], big_key["record_key_bytes"]) == (64 * 1024, 8 << 20)
+    assert big_key["record_key_sha256"] == hashlib.sha256(bytes(8 << 20)).hexdigest()
+    assert {(r["reason"], r["value_kept"], r["record_value_bytes"]) for r in rows[1:]} == {
+        ("not_json", 64 * 1024, 1 << 20)}
+    assert run.worker.alive
+
+
+def test_megabytes_of_raw_header_keys_fit_the_dead_letter_topic(settings, topics, spawn_worker, scratch_db):
+    """kcat writes 50 headers of 100 KB whose keys are not UTF-8: the dead letter's JSON copy of
+    them took it to 12 MiB against the topic's 9 MiB, the send failed and the worker stopped on
+    it again after every restart. The record is sized as it will be encoded; the copy goes."""
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    assert kcat, "kcat is needed (make test-tools installs Debian's kcat)"
+    run = Run(settings, topics, spawn_worker, scratch_db, "HDR5M")
+    doc = event(order_no(prefix="HDR5M"), "ORDER_CREATED")
+    key, value = record(doc)
+    args = [kcat, "-P", "-b", settings.kafka_bootstrap, "-t", run.pair.events, "-p", "0", "-k", key,
+            "-X", "message.max.bytes=9000000"]
+    for i in range(50):
+        args += [b"-H", b"\xff\xfek%d=" % i + b"v" * 100_000]
+    # 5 MB of arguments: more than the 2 MiB a default stack allows (a quarter of it)
+    subprocess.run(args, input=value, check=True, timeout=60,
+                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_STACK, (256 << 20, resource.RLIM_INFINITY)))
+    run.finish()
+    [letter] = run.letters(1)
+    h = headers(letter)
+    assert h["dlq.error.type"] == "header_not_utf8" and "dlq.original.headers" not in h
+    assert h["dlq.original.headers.count"] == "50" and (letter.key, letter.value) == (key, value)
+    assert len([k for k, _ in letter.headers if not k.startswith("dlq.")]) == 50
+    assert run.worker.alive
+
+
+def test_a_batch_of_thousands_of_unreadable_records_is_a_letter_per_batch(settings, topics, spawn_worker,
+                                                                         scratch_db):
+    """One gzip batch of 2,000 records of 40 KB of zeros (about 100 KB on the wire, 80 MB
+    inflated, over MAX_BATCH_BYTES): a placeholder per offset, each carrying the raw batch,
+    came to 2,000 letters in one INSERT (StoreFailure) and 128 MB of copies. Now the raw batch
+    is kept once and one letter per batch stands for the rest."""
+    run = Run(settings, topics, spawn_worker, scratch_db, "RUN2K")
+    placed = java_produce(settings, run.pair.events,
+                          [{"partition": 0, "key": utf8(f"k{i}"), "value": zeros(40_000)} for i in range(2000)],
+                          compression="gzip", config={"batch.size": str(128 << 20), "buffer.memory": str(256 << 20),
+                                                      "linger.ms": "5000"})
+    first, last = placed[0][1], placed[-1][1]
+    assert last - first == 1999
+    run.finish()
+    rows = scratch_db.query("SELECT src_offset, reason, message, LENGTH(record_value) AS kept FROM t_compensation "
+                            "WHERE src_topic = %s ORDER BY src_offset", run.pair.events)
+    assert 1 <= len(rows) <= 8 and rows[0]["src_offset"] == first                   # a letter per batch of 500
+    assert {r["reason"] for r in rows} == {"oversized"} and rows[0]["kept"] == 64 * 1024
+    covered = [tuple(map(int, re.search(r"stands for offsets (\d+)\.\.(\d+)", r["message"]).groups()))
+               for r in rows]
+    assert covered[0][0] == first and covered[-1][1] == last
+    assert all(a[1] + 1 == b[0] for a, b in zip(covered, covered[1:])), covered     # every offset, once
+    letters = run.letters(len(rows))
+    h = [headers(letter) for letter in letters]
+    assert sorted(int(x["dlq.original.offset"]) for x in h) == [r["src_offset"] for r in rows]
+    raw = [letter for letter, x in zip(letters, h) if "dlq.raw.batch.offset" not in x]
+    assert len(raw) == 1 and int(headers(raw[0])["dlq.original.value.bytes"]) < 1 << 20    # the raw batch, once
+    assert sum(int(x["dlq.covers.count"]) for x in h) == 2000
     assert run.worker.alive

@@ -40,11 +40,17 @@ def zeros(count: int) -> dict:
 
 
 def java_produce(settings: Settings, topic: str, records: list[dict], *, compression: str = "none",
-                 transactional_id: str | None = None, timeout: float = 180.0) -> list[tuple[int, int]]:
+                 transactional_id: str | None = None, config: dict[str, str] | None = None,
+                 timeout: float = 180.0) -> list[tuple[int, int]]:
     """Produce ``records`` (see RawProducer.java for their form); return (partition, offset) of each
-    record (``{"txn": ...}`` lines, with a ``transactional_id``, are transaction steps, not records)."""
+    record (``{"txn": ...}`` lines, with a ``transactional_id``, are transaction steps, not records).
+    ``config``: more producer settings (``{"batch.size": "104857600", "linger.ms": "2000"}``)."""
     lines = "".join(json.dumps(record) + "\n" for record in records)
-    args = [settings.kafka_bootstrap, topic, compression] + ([transactional_id] if transactional_id else [])
+    args = [settings.kafka_bootstrap, topic, compression]
+    if transactional_id or config:
+        args.append(transactional_id or "-")
+    if config:
+        args.append(";".join(f"{name}={value}" for name, value in config.items()))
     done = subprocess.run(["java", "-cp", f"{kafka_libs()}/*", str(SOURCE), *args], input=lines,
                           capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:

@@ -189,9 +189,12 @@ class MemoryTransaction:
             source = letter.record
             key = (group, source.topic, source.partition, source.offset,
                    -1 if source.timestamp_ms is None else source.timestamp_ms)
-            self.s.ledger.setdefault(key, {"order_no": letter.order_no, "biz_key": letter.biz_key,
-                                           "reason": letter.reason, "retriable": letter.retriable,
-                                           "may_be_superseded": letter.may_be_superseded,
-                                           "truncated": letter.truncated, "status": 1})
+            row = self.s.ledger.setdefault(key, {"order_no": letter.order_no, "biz_key": letter.biz_key,
+                                                 "reason": letter.reason, "retriable": letter.retriable,
+                                                 "may_be_superseded": letter.may_be_superseded,
+                                                 "truncated": letter.truncated,
+                                                 "status": 1 if letter.retriable else 4})
+            if row["status"] in (1, 4) and row["reason"] != letter.reason:     # back for another reason
+                row.update(reason=letter.reason, retriable=letter.retriable, status=1 if letter.retriable else 4)
             if letter.order_no in self.s.orders:
                 self.s.orders[letter.order_no] = replace(self.s.orders[letter.order_no], has_dead_letters=True)

@@ -7,7 +7,7 @@ import pytest
 from app.pipeline.batch import BatchHandler, Fatal
 from app.pipeline.errors import (EffectRejected, EffectUnavailable, LeaseHeld, PreconditionNotMet,
                                  StoreUnavailable)
-from app.pipeline.ports import SourceRecord
+from app.pipeline.ports import SourceRecord, UnreadableRun
 from app.pipeline.processor import Result
 from tests.support.events import event, order_no, record
 
@@ -322,10 +322,29 @@ async def test_unreadable_records_and_raw_header_keys_are_dead_lettered():
     good = event(order_no(), "ORDER_CREATED")
     key, value = record(good)
     unreadable = SourceRecord("order-event", 0, 0, 1, None, b"raw batch", (),
-                              ("oversized", "a gzip record batch ... decompresses to more than 64 MiB"))
+                              UnreadableRun("oversized", "a gzip record batch ... decompresses to more than 64 MiB",
+                                            0, 0))
     raw_header = SourceRecord("order-event", 0, 1, 1, key, value,
                               (("\udcff\udcfebad", b"1"),))
     report = await h.handle([unreadable, raw_header])
     assert [(l.reason, l.retriable) for l in report.dead_letters] == [("oversized", False),
                                                                       ("header_not_utf8", False)]
     assert "decompresses" in report.dead_letters[0].message and processor.runs == []
+
+
+async def test_a_run_of_unreadable_records_is_one_letter_that_says_what_it_stands_for():
+    """One record batch over the bound, 2,000 offsets: one letter per batch for all of them,
+    not one each with the raw batch (the ledger's one INSERT of 2,000 copies crash-looped the
+    worker)."""
+    processor = ScriptedProcessor()
+    h, _ = handler(processor)
+    run = UnreadableRun("oversized", "a gzip record batch decompresses to more than 64 MiB", 10, 2009)
+    placeholders = [SourceRecord("order-event", 3, offset, 1, None, b"raw" if offset == 10 else b"", (), run)
+                    for offset in range(500, 1000)]
+    good = [SourceRecord("order-event", 0, 7, 1, *record(event(order_no(), "ORDER_CREATED")))]
+    report = await h.handle(placeholders + good)
+    [letter] = report.dead_letters
+    assert (letter.record.offset, letter.covers, letter.reason) == (500, (500, 999, 500), "oversized")
+    assert "offsets 500..999 (500 records)" in letter.message and "letter for offset 10" in letter.message
+    assert report.covered == {"oversized": 499}
+    assert report.outcomes == {"applied": 1, "dead_letter": 500}

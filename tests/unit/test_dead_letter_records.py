@@ -7,7 +7,11 @@ import hashlib
 import json
 from datetime import datetime, timezone
 
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from hypothesis import given, settings, strategies as st
+
 from app.adapters.kafka_dlq import outgoing
+from app.topics import DLQ_MAX_MESSAGE_BYTES
 from app.pipeline.ports import DeadLetter, SourceRecord
 
 N = 1024
@@ -50,15 +54,45 @@ def test_an_oversized_value_is_cut_with_its_size_and_digest():
     assert h["original.value.sha256"] == hashlib.sha256(value).hexdigest()
 
 
+def size(out) -> int:
+    return DefaultRecordBatchBuilder.estimate_size_in_bytes(out.key, out.value, out.headers)
+
+
 def test_a_record_too_big_for_the_topic_is_cut_whatever_its_reason():
     key = b"K" * 5000
     headers = [("h%d" % i, b"x" * 100) for i in range(20)]
-    out = outgoing(letter(key, b"v" * 5000, headers, reason="key_mismatch"), "g", truncate_bytes=N, max_bytes=70_000)
+    whole = outgoing(letter(key, b"v" * 5000, headers, reason="key_mismatch"), "g", truncate_bytes=N)
+    assert not whole.truncated and len(whole.key) == 5000           # it fits: it goes as it is
+    out = outgoing(letter(key, b"v" * 5000, headers, reason="key_mismatch"), "g", truncate_bytes=N, max_bytes=3000)
     h = ours(out)
-    assert h["truncated"] == "value,key,headers" and out.truncated
+    assert h["truncated"] == "value,key,headers" and out.truncated and size(out) <= 3000
     assert (len(out.key), len(out.value)) == (N, N)
     assert not [k for k, _ in out.headers if not k.startswith("dlq.")]
     assert (h["original.headers.count"], h["original.key.bytes"]) == ("20", "5000")
+    # only as much as needed: here the value alone
+    out = outgoing(letter(key, b"v" * 5000, headers, reason="key_mismatch"), "g", truncate_bytes=N, max_bytes=9000)
+    assert ours(out)["truncated"] == "value" and len(out.key) == 5000 and size(out) <= 9000
+
+
+def test_megabytes_of_raw_header_keys_fit_the_topic_without_their_json_copy():
+    """5 MiB of headers whose keys are not UTF-8: escaped on the record, and a JSON copy of them
+    in base64 came to a 12 MiB dead letter against the topic's 9 MiB; the send failed, the worker
+    stopped, for ever. The copy goes (described by size and digest); the headers stay."""
+    raw = [("\udcff" + "k" * 40 + str(i), b"v" * 100_000) for i in range(50)]
+    out = outgoing(letter(b"k", b"v", raw, reason="header_not_utf8"), "g", truncate_bytes=64 * 1024)
+    h = ours(out)
+    assert size(out) <= DLQ_MAX_MESSAGE_BYTES and "original.headers" not in h
+    assert h["original.headers.count"] == "50" and len(h["original.headers.sha256"]) == 64
+    assert len([k for k, _ in out.headers if not k.startswith("dlq.")]) == 50 and not out.truncated
+
+
+@given(st.integers(0, 6000), st.integers(0, 6000), st.lists(st.tuples(st.text(max_size=30), st.binary(max_size=800)),
+                                                            max_size=12), st.sampled_from(["not_json", "oversized"]))
+@settings(max_examples=300, deadline=None)
+def test_whatever_the_record_what_is_sent_fits_the_topic(key_bytes, value_bytes, headers, reason):
+    out = outgoing(letter(b"k" * key_bytes, b"v" * value_bytes, headers, reason=reason), "g", truncate_bytes=N,
+                   max_bytes=4000)
+    assert size(out) <= 4000
 
 
 def test_header_keys_that_are_not_utf8_are_escaped_and_kept_exactly():

@@ -100,8 +100,8 @@ def test_a_decompression_bomb_is_never_inflated_past_the_bound(codec):
     bomb = batch([(b"ORD-20261129-B1", bytes(8 << 20), [])], CODECS[codec])
     assert len(bomb) < 1 << 20                         # it passes a broker that counts compressed bytes
     [placeholder] = read(bomb + batch(ROWS, base_offset=101), limit=LIMIT)[:1]
-    reason, message = unreadable(placeholder.headers)
-    assert reason == "oversized" and "decompresses to more than 1048576 bytes" in message
+    problem = unreadable(placeholder.headers)
+    assert problem.reason == "oversized" and "decompresses to more than 1048576 bytes" in problem.message
     assert placeholder.offset == 100 and placeholder.value == bomb and placeholder.key is None
     rest = read(bomb + batch(ROWS, base_offset=101), limit=LIMIT)[1:]
     assert [r.offset for r in rest] == [101, 102, 103]   # the batches after it are read as usual
@@ -113,7 +113,7 @@ def test_a_batch_just_under_the_bound_is_read_and_one_over_is_not():
     size = len(plain(data)[0].value)
     uncompressed = len(batch([(b"k", bytes(body), [])])) - 61
     assert read(data, limit=uncompressed)[0].value == bytes(size)
-    assert unreadable(read(data, limit=uncompressed - 1)[0].headers)[0] == "oversized"
+    assert unreadable(read(data, limit=uncompressed - 1)[0].headers).reason == "oversized"
 
 
 def test_a_record_that_even_the_tolerant_parser_cannot_read_becomes_a_placeholder():
@@ -121,7 +121,7 @@ def test_a_record_that_even_the_tolerant_parser_cannot_read_becomes_a_placeholde
     raw[61] = 0x7F                                     # the first record's length varint, far too big
     got = read(with_crc(bytes(raw)))
     assert [r.offset for r in got] == [100, 101, 102]
-    assert {unreadable(r.headers)[0] for r in got} == {"unreadable_record"}
+    assert {unreadable(r.headers).reason for r in got} == {"unreadable_record"}
 
 
 def test_corrupt_compressed_data_becomes_placeholders():
@@ -129,7 +129,7 @@ def test_corrupt_compressed_data_becomes_placeholders():
     raw[70:80] = b"\x00" * 10
     got = read(with_crc(bytes(raw)))
     assert [r.offset for r in got] == [100, 101, 102]
-    assert "cannot be decompressed" in unreadable(got[0].headers)[1]
+    assert "cannot be decompressed" in unreadable(got[0].headers).message
 
 
 def test_a_guarded_batch_is_an_iterator_too():
@@ -138,3 +138,14 @@ def test_a_guarded_batch_is_an_iterator_too():
     for codec in (0, 1):
         first = GuardedRecords(batch(ROWS, codec)).next_batch()
         assert next(first).key == b"k1" and next(first).value == b"v2"
+
+
+def test_the_raw_batch_is_kept_once_for_a_run_of_placeholders():
+    """2,000 records of a batch over the bound: one copy of the raw batch (the first offset's
+    value), the others empty and pointing to it."""
+    bomb = batch([(b"k%d" % i, bytes(30_000), []) for i in range(2000)], CODECS["gzip"])
+    got = read(bomb, limit=LIMIT)
+    assert [r.offset for r in got] == list(range(100, 2100))
+    assert got[0].value == bomb and {r.value for r in got[1:]} == {b""}
+    runs = {(p.reason, p.first, p.last) for p in (unreadable(r.headers) for r in got)}
+    assert runs == {("oversized", 100, 2099)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from typing import Sequence
 
@@ -11,8 +12,17 @@ from app.adapters.mysql.sql import Execute, Sql, marks
 from app.pipeline.compensation import LedgerRow, SourceKey, Status
 from app.pipeline.ports import DeadLetter, SourceRecord
 
-KEPT_WHEN_CUT = 64 * 1024            # what the ledger keeps of a record the dead-letter topic got cut
+# What the ledger keeps of a record, per letter: an event it decoded, whole (it is at most
+# MAX_EVENT_BYTES, at most 4 MiB, so it can always be run again from the ledger); anything
+# else, or a record the dead-letter topic got cut, at most its first 64 KiB of key and of
+# value, with the size and SHA-256 of each part that was cut.
+KEPT_WHEN_CUT = 64 * 1024
 HEADERS_ROOM = 60 * 1024             # record_headers is TEXT
+# The letters of a batch are written in statements of about this much at most (a binary value
+# may double when escaped; MariaDB's max_allowed_packet is 16 MiB, MySQL 8's 64 MiB): one letter
+# larger than this goes alone.
+STATEMENT_BYTES = 1024 * 1024
+WHOLE_VALUE_MAX = 4 * 1024 * 1024    # the most MAX_EVENT_BYTES allows
 COLUMNS = ("id, status, reason, message, retriable, attempts, redrives, COALESCE(next_retry_at <= NOW(3), 1), "
            "next_retry_at, order_no, biz_key, record_key, record_value, record_headers")
 
@@ -38,40 +48,84 @@ def row_of(values) -> LedgerRow:
                      parse_headers(values[13]))
 
 
-def _kept(data: bytes | None, cut: bool) -> bytes | None:
-    return data[:KEPT_WHEN_CUT] if cut and data is not None else data
+def _kept(data: bytes | None, limit: int | None) -> tuple[bytes | None, int | None, str | None]:
+    """``data`` as the ledger keeps it, with its size and SHA-256 if it was cut."""
+    if data is None or limit is None or len(data) <= limit:
+        return data, None, None
+    return data[:limit], len(data), hashlib.sha256(data).hexdigest()
+
+
+RECORD_COLUMNS = ("record_key, record_value, record_key_bytes, record_key_sha256, record_value_bytes, "
+                  "record_value_sha256, record_headers")
+
+
+def _record_params(record: SourceRecord, *, whole: bool) -> tuple[list, int]:
+    """The record's columns (``RECORD_COLUMNS``) and about how many bytes they take in a statement."""
+    key, key_bytes, key_sha = _kept(record.key, KEPT_WHEN_CUT)
+    value, value_bytes, value_sha = _kept(record.value, None if whole else KEPT_WHEN_CUT)
+    headers = headers_json(record.headers)
+    size = 2 * (len(key or b"") + len(value or b"")) + len(headers) + 512
+    return [key, value, key_bytes, key_sha, value_bytes, value_sha, headers], size
 
 
 async def record(execute: Execute, letters: Sequence[DeadLetter], *, group: str, retry_after_seconds: int) -> None:
     """One row per letter, keyed by the consumer group and the record's source (topic,
     partition, offset and timestamp: a topic deleted and created again reuses offsets,
-    not timestamps): writing the same letter again (a replay after a crash) leaves the
-    first row as it is. The row keeps the record (cut like the dead-letter topic's copy
-    when that was cut), so it can be shown and run again without the topic. The letters'
-    orders are marked ``has_dead_letters``: their next move, in a later batch, flags these
-    rows ``may_be_superseded``."""
-    params: list = []
-    values = []
+    not timestamps). A letter that is not retriable is for a person at once (``manual``);
+    a retriable one waits ``retry_after_seconds`` for the compensator (``open``).
+
+    Writing the same letter again (a replay after a crash) adds no row; if it comes back
+    for another reason while the row is unsettled (open or manual), the row takes the new
+    reason, message and retry (the order moved on: a waybill that was late is now one that
+    may exist for a cancelled order, and that needs a person). The row keeps the record
+    (see ``KEPT_WHEN_CUT``), so it can be shown and run again without the topic; the letters
+    are written in statements of at most about ``STATEMENT_BYTES``. The letters' orders are
+    marked ``has_dead_letters``: their next move, in a later batch, flags these rows
+    ``may_be_superseded``."""
     due = f"NOW(3) + INTERVAL {int(retry_after_seconds)} SECOND"
+    rows: list[tuple[str, list, int]] = []
     for letter in letters:
         source = letter.record
-        values.append(f"(%s, %s, %s, %s, %s, %s, %s, %s, {int(Status.OPEN)}, %s, %s, %s, %s, "
-                      f"{due if letter.retriable else 'NULL'}, %s, %s, %s, %s, %s, %s, %s, NOW(3), NOW(3))")
-        params += [source.topic, source.partition, source.offset,
-                   -1 if source.timestamp_ms is None else source.timestamp_ms, group, letter.order_no,
-                   letter.event_id, letter.biz_key, letter.reason[:64], letter.message[:1024], letter.retriable,
-                   letter.attempts, letter.may_be_superseded, letter.truncated, letter.worker_id,
-                   letter.first_failure_at.replace(tzinfo=None), _kept(source.key, letter.truncated),
-                   _kept(source.value, letter.truncated), headers_json(source.headers)]
-    await execute(
-        "INSERT INTO t_compensation (src_topic, src_partition, src_offset, src_timestamp, consumer_group, "
-        "order_no, event_id, biz_key, status, reason, message, retriable, attempts, next_retry_at, "
-        "may_be_superseded, truncated, worker_id, first_failure_at, record_key, record_value, record_headers, "
-        f"gmt_create, gmt_modified) VALUES {', '.join(values)} ON DUPLICATE KEY UPDATE src_offset = src_offset",
-        params)
+        kept, size = _record_params(source, whole=letter.order_no is not None)
+        status = Status.OPEN if letter.retriable else Status.MANUAL
+        rows.append((f"(%s, %s, %s, %s, %s, %s, %s, %s, {int(status)}, %s, %s, %s, %s, "
+                     f"{due if letter.retriable else 'NULL'}, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                     "NOW(3), NOW(3))",
+                     [source.topic, source.partition, source.offset,
+                      -1 if source.timestamp_ms is None else source.timestamp_ms, group, letter.order_no,
+                      letter.event_id, letter.biz_key, letter.reason[:64], letter.message[:1024], letter.retriable,
+                      letter.attempts, letter.may_be_superseded, letter.truncated, letter.worker_id,
+                      letter.first_failure_at.replace(tzinfo=None), *kept], size))
+    # ON DUPLICATE KEY UPDATE assignments run left to right, each seeing the ones before it:
+    # ``status`` and ``reason``, which the condition reads, come last, ``reason`` at the very end
+    # (the new status is open or manual, so the condition still holds when ``reason`` is set).
+    changed = f"status IN ({int(Status.OPEN)}, {int(Status.MANUAL)}) AND reason <> VALUES(reason)"
+    update = ", ".join(f"{column} = IF({changed}, VALUES({column}), {column})"
+                       for column in ("message", "retriable", "next_retry_at", "attempts", "gmt_modified", "status",
+                                      "reason"))
+    for chunk in _chunks(rows, STATEMENT_BYTES):
+        await execute(
+            "INSERT INTO t_compensation (src_topic, src_partition, src_offset, src_timestamp, consumer_group, "
+            "order_no, event_id, biz_key, status, reason, message, retriable, attempts, next_retry_at, "
+            f"may_be_superseded, truncated, worker_id, first_failure_at, {RECORD_COLUMNS}, gmt_create, gmt_modified) "
+            f"VALUES {', '.join(sql for sql, _, _ in chunk)} ON DUPLICATE KEY UPDATE {update}",
+            [value for _, params, _ in chunk for value in params])
     order_nos = sorted({letter.order_no for letter in letters if letter.order_no})
     if order_nos:
         await orders.mark_dead_letters(execute, order_nos)
+
+
+def _chunks(rows: list[tuple[str, list, int]], budget: int):
+    chunk: list[tuple[str, list, int]] = []
+    used = 0
+    for row in rows:
+        if chunk and used + row[2] > budget:
+            yield chunk
+            chunk, used = [], 0
+        chunk.append(row)
+        used += row[2]
+    if chunk:
+        yield chunk
 
 
 async def flag_overtaken(execute: Execute, order_nos: Sequence[str], batch_keys: Sequence[str]) -> None:
@@ -103,14 +157,16 @@ async def get(execute: Execute, row_id: int, *, lock: bool = False) -> LedgerRow
 
 
 async def add_manual(execute: Execute, source: SourceKey, record_: SourceRecord, reason: str, message: str) -> None:
-    """A row for a dead letter that has none, or that cannot be read: for a person."""
+    """A row for a dead letter that has none, or that cannot be read: for a person. Its
+    record is kept like any letter's (a value that may be an event up to 4 MiB whole)."""
+    kept, _ = _record_params(record_, whole=record_.value is not None and len(record_.value) <= WHOLE_VALUE_MAX)
     await execute(
         "INSERT INTO t_compensation (src_topic, src_partition, src_offset, src_timestamp, consumer_group, status, "
-        "reason, message, retriable, attempts, first_failure_at, record_key, record_value, record_headers, "
+        f"reason, message, retriable, attempts, first_failure_at, {RECORD_COLUMNS}, "
         f"gmt_create, gmt_modified) VALUES (%s, %s, %s, %s, %s, {int(Status.MANUAL)}, %s, %s, 0, 0, NOW(3), %s, %s, "
-        "%s, NOW(3), NOW(3)) ON DUPLICATE KEY UPDATE src_offset = src_offset",
+        "%s, %s, %s, %s, %s, NOW(3), NOW(3)) ON DUPLICATE KEY UPDATE src_offset = src_offset",
         [source.topic, source.partition, source.offset, source.timestamp_ms, source.group, reason, message[:1024],
-         _kept(record_.key, True), _kept(record_.value, True), headers_json(record_.headers)])
+         *kept])
 
 
 async def due(execute: Execute, group: str, limit: int) -> list[LedgerRow]:

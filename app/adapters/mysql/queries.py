@@ -98,7 +98,8 @@ class Queries:
 
     async def compensation(self, row_id: int) -> dict[str, Any] | None:
         rows = await self._all(f"SELECT {LIST_COLUMNS}, src_timestamp, worker_id, record_key, record_value, "
-                               "record_headers, owner, lease_until FROM t_compensation WHERE id = %s", [row_id])
+                               "record_headers, record_key_bytes, record_key_sha256, record_value_bytes, "
+                               "record_value_sha256, owner, lease_until FROM t_compensation WHERE id = %s", [row_id])
         if not rows:
             return None
         row = _named(rows[0])

@@ -19,7 +19,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * Writes records with Kafka's own Java client, including what aiokafka refuses to
  * write (a record with neither key nor value) and compressed records of any size.
  *
- *   java -cp '<kafka libs>/*' RawProducer.java BOOTSTRAP TOPIC COMPRESSION [TRANSACTIONAL_ID] < records.jsonl
+ *   java -cp '<kafka libs>/*' RawProducer.java BOOTSTRAP TOPIC COMPRESSION [TRANSACTIONAL_ID|- [CONFIG]] < records.jsonl
  *
  * COMPRESSION is none, gzip, snappy, lz4 or zstd. Each input line is one record:
  *
@@ -28,7 +28,9 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * where BYTES is null, {"utf8": "text"}, {"hex": "ff00"} or {"zeros": 10485760}.
  * With a TRANSACTIONAL_ID the producer is transactional, as Kafka Streams or a Spring
  * application with exactly-once is, and the lines {"txn": "begin"}, {"txn": "commit"}
- * and {"txn": "abort"} begin, commit and abort a transaction.
+ * and {"txn": "abort"} begin, commit and abort a transaction. CONFIG is more producer
+ * settings, "name=value;name=value" (say "batch.size=104857600;linger.ms=2000", to write
+ * thousands of records in one batch).
  * Prints one line per record, in input order: {"partition": p, "offset": o}.
  */
 public class RawProducer {
@@ -41,8 +43,8 @@ public class RawProducer {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 3 && args.length != 4) {
-            System.err.println("usage: RawProducer BOOTSTRAP TOPIC COMPRESSION [TRANSACTIONAL_ID] < records.jsonl");
+        if (args.length < 3 || args.length > 5) {
+            System.err.println("usage: RawProducer BOOTSTRAP TOPIC COMPRESSION [TRANSACTIONAL_ID|- [CONFIG]] < records.jsonl");
             System.exit(2);
         }
         ObjectMapper json = new ObjectMapper();
@@ -82,9 +84,17 @@ public class RawProducer {
         props.put(ProducerConfig.BUFFER_MEMORY_CONFIG, room);
         props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        if (args.length == 4) props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, args[3]);
+        boolean transactional = args.length >= 4 && !args[3].equals("-");
+        if (transactional) props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, args[3]);
+        if (args.length == 5) {
+            for (String setting : args[4].split(";")) {
+                if (setting.isBlank()) continue;
+                String[] pair = setting.split("=", 2);
+                props.put(pair[0], pair[1]);
+            }
+        }
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
-            if (args.length == 4) producer.initTransactions();
+            if (transactional) producer.initTransactions();
             List<Future<RecordMetadata>> sent = new ArrayList<>();
             int step = 0;
             for (ProducerRecord<byte[], byte[]> record : records) {

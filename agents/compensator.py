@@ -18,7 +18,7 @@ import faust
 from app import metrics
 from app.bootstrap import Runtime
 from app.exits import stop_without_ack
-from app.pipeline.ports import SourceRecord
+from app.adapters.kafka_records import source_record
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -35,17 +35,18 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
                                               within=settings.compensator_within_seconds):
             try:
                 guard = rt.guard()
+                runs = set()        # unreadable record batches seen in this batch: one row stands for each
                 for event in batch:
-                    ended = await rt.compensator.handle_dead_letter(_source(event), guard)
+                    record = source_record(event.message)
+                    if record.unreadable is not None:
+                        run = (record.topic, record.partition, record.unreadable.first)
+                        if run in runs:
+                            metrics.COMPENSATIONS.labels("manual").inc()
+                            continue
+                        runs.add(run)
+                    ended = await rt.compensator.handle_dead_letter(record, guard)
                     metrics.COMPENSATIONS.labels(ended).inc()
             except BaseException as exc:  # noqa: B036 -- see app.exits
                 stop_without_ack(exc)
 
     return compensate_dead_letters
-
-
-def _source(event) -> SourceRecord:
-    message = event.message
-    timestamp = None if message.timestamp is None else round(message.timestamp * 1000)
-    return SourceRecord(message.topic, message.partition, message.offset, timestamp, message.key, message.value,
-                        tuple(message.headers or ()))

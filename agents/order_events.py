@@ -31,12 +31,11 @@ import time
 import faust
 
 from app import metrics
-from app.adapters.kafka_records import unreadable
+from app.adapters.kafka_records import source_record
 from app.bootstrap import Runtime
 from app.exits import stop_without_ack
 from app.faust_app import freeze_startup_objects
 from app.pipeline.batch import BatchReport
-from app.pipeline.ports import SourceRecord
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -55,7 +54,7 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
             try:
                 started, trips = time.perf_counter(), rt.store.round_trips
                 metrics.IN_FLIGHT_BATCH.set(1)
-                report = await rt.batches.handle([_source(event) for event in batch])
+                report = await rt.batches.handle([source_record(event.message) for event in batch])
                 seconds = time.perf_counter() - started
                 _record(report, len(batch), seconds, rt.store.round_trips - trips)
                 if seconds > settings.slow_batch_seconds:
@@ -65,16 +64,6 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
                 stop_without_ack(exc)
 
     return process_order_events
-
-
-def _source(event) -> SourceRecord:
-    message = event.message
-    # Faust hands the timestamp over in seconds (a float); Kafka has it in milliseconds.
-    timestamp = None if message.timestamp is None else round(message.timestamp * 1000)
-    headers = tuple(message.headers or ())
-    problem = unreadable(headers)        # a record the client could not read (app.adapters.kafka_records)
-    return SourceRecord(message.topic, message.partition, message.offset, timestamp, message.key,
-                        message.value, () if problem else headers, problem)
 
 
 def _record(report: BatchReport, size: int, seconds: float, round_trips: int) -> None:

@@ -29,7 +29,8 @@ from app.adapters.mysql.watch import Watch
 from app.chaos import cut_hook
 from app.db import create_engine
 from app.pipeline.batch import BatchHandler
-from app.pipeline.compensation import Backoff, Compensator
+from app.pipeline.compensation import Backoff
+from app.pipeline.compensator import Compensator
 from app.pipeline.outage import OutageGuard
 from app.metrics import PipelineMetrics
 from app.pipeline.capacity import Budget, Inputs, budget
@@ -85,11 +86,11 @@ class Runtime:
             # The compensator's claims are its own: never mistaken for the main agent's lease.
             self.compensator = Compensator(
                 self._processor(self.owner.replace(f"/{self.role}/", "/compensator/")), MySqlLedger(self.store),
-                group=s.app_id, lease_seconds=s.lease_seconds, max_event_bytes=s.max_event_bytes,
+                group=s.app_id, lease_seconds=self.redrive_seconds(), max_event_bytes=s.max_event_bytes,
                 backoff=Backoff(s.compensation_backoff_seconds, s.compensation_backoff_max_seconds,
                                 s.compensation_max_attempts))
             self.leases = MySqlLeases(self.store)
-            self.queries = Queries(self.store)
+            self.queries = Queries(self.store, group=s.app_id)
             self.watch = Watch(self.store)
             self.partitions = Partitions(self.store, hold_seconds=s.partition_lock_wait_seconds)
             self.lag = GroupLag(s.kafka_bootstrap, s.app_id, s.order_event_topic,
@@ -116,6 +117,14 @@ class Runtime:
                          lease_margin=s.lease_margin_seconds, on_cut=cut_hook(s.chaos_kill_at),
                          attempt_cap=s.idem_max_attempts, retention=Retention(s.idem_retention_days),
                          observer=PipelineMetrics())
+
+    def redrive_seconds(self) -> float:
+        """How long a claim of a ledger row lasts: longer than a redrive of a batch can take
+        (its calls end within a lease; its three transactions may each run into their time
+        limit; the database may be waited out within the budget), so that another worker takes
+        a row over only once its claimer is surely gone."""
+        s = self.settings
+        return s.lease_seconds + s.infra_retry_budget_seconds + 3 * s.db_transaction_timeout_seconds
 
     async def kafka_ping(self) -> None:
         rt = await self.start()

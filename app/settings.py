@@ -33,8 +33,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=None, case_sensitive=False, extra="ignore")
 
     # -- identity -----------------------------------------------------------
-    app_id: str = Field("order-event-processor", description="Faust app id = Kafka consumer group.")
-    worker_id: str = Field(default_factory=_default_worker_id,
+    app_id: str = Field("order-event-processor", min_length=1, max_length=255,
+                        description="Faust app id = Kafka consumer group.")
+    worker_id: str = Field(default_factory=_default_worker_id, min_length=1, max_length=64,
                            description="Names this process in t_idem.owner and dead-letter headers.")
 
     # -- Kafka --------------------------------------------------------------
@@ -121,7 +122,16 @@ class Settings(BaseSettings):
 
     # -- compensation -------------------------------------------------------
     compensator_enabled: bool = Field(True, description="Run the dead-letter agent and its timer in this worker.")
-    compensator_batch_size: int = Field(10, ge=1, le=10, description="Dead letters per compensator batch (<= 10).")
+    compensator_batch_size: int = Field(10, ge=1, le=10, description="Dead letters per batch of the dead-letter "
+                                                                     "agent (<= 10).")
+    compensation_drain_batch_size: int = Field(
+        100, ge=1, description="Due dead letters each worker claims and runs at once while draining; at most "
+                               "BATCH_SIZE is used (a batch's calls must fit in a lease).")
+
+    @property
+    def drain_batch_size(self) -> int:
+        """COMPENSATION_DRAIN_BATCH_SIZE, at most BATCH_SIZE (the lease is checked for a batch of that)."""
+        return min(self.compensation_drain_batch_size, self.batch_size)
     compensator_within_seconds: float = Field(1.0, gt=0)
     compensation_backoff_seconds: float = Field(
         60.0, gt=0, description="First wait before a dead letter is retried again; doubles per attempt.")
@@ -129,7 +139,8 @@ class Settings(BaseSettings):
     compensation_max_attempts: int = Field(
         5, ge=1, description="Compensation attempts before a dead letter is left to a person (manual).")
     compensation_timer_seconds: float = Field(
-        30.0, gt=0, description="How often one worker (a database lease) runs the dead letters that are due.")
+        30.0, gt=0, description="How often every worker looks for dead letters that are due when none was; while "
+                                "some are due, it drains them without pause.")
     compensation_sla_seconds: float = Field(
         1800.0, gt=0, description="A dead letter open longer than this breaches its SLA: the stuck sweep alerts.")
 

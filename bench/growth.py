@@ -432,7 +432,7 @@ async def operations(url: str, settings, *, group: str, today: date, ledger_rows
 
     engine = create_engine(settings, url=url, pool_size=2, max_overflow=0)
     store = MySqlStore(engine)
-    watch, queries = Watch(store), Queries(store)
+    watch, queries = Watch(store), Queries(store, group=group)
     sweep_kw = dict(group=group, stuck_after=600, attempt_cap=ATTEMPT_CAP, sla=1800, limit=1000,
                     console_url="http://x", webhook=None)
     gauges_kw = dict(group=group, stuck_after_seconds=600, attempt_cap=ATTEMPT_CAP)
@@ -485,14 +485,14 @@ async def operations(url: str, settings, *, group: str, today: date, ledger_rows
     late_sql = await statements_of(lambda s: Watch(s).late_letters(group, (Status.OPEN, Status.RETRYING), 1800, 900))
     plans.append(explain(url, "Watch.late_letters (open, retrying)", *late_sql[0]))
     for name, f in lists.items():
-        (sql, params), = await statements_of(lambda s, f=f: Queries(s).compensations(f))
+        (sql, params), = await statements_of(lambda s, f=f: Queries(s, group=group).compensations(f))
         plans.append(explain(url, f"Queries.{name.replace(': ', ' ', 1)}", sql, params))
-    web_stuck = await statements_of(lambda s: Queries(s).stuck(600, 200))
+    web_stuck = await statements_of(lambda s: Queries(s, group=group).stuck(600, 200))
     plans.append(explain(url, "Queries.stuck (GET /idem/stuck/)", *web_stuck[0]))
     order_no = claim_records[0][0].decode() if claim_records else f"ORD-{today:%Y%m%d}-P000000001"
-    of_order = await statements_of(lambda s: Queries(s).idem_of_order(order_no))
+    of_order = await statements_of(lambda s: Queries(s, group=group).idem_of_order(order_no))
     plans.append(explain(url, "Queries.idem_of_order (an order's t_idem rows, no part_date)", *of_order[0]))
-    counts_sql = await statements_of(lambda s: Queries(s).counts())
+    counts_sql = await statements_of(lambda s: Queries(s, group=group).counts())
     for name, (sql, params) in zip(("Queries.counts: by status", "Queries.counts: unsettled by reason"), counts_sql):
         plans.append(explain(url, name, sql, params))
     # A claim read as T1 sends it: the step keys of one 500-record batch of the workload.

@@ -56,7 +56,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords as _CMemoryRecords
 from aiokafka.record.util import decode_varint
 
-from app.pipeline.ports import UnreadableRun
+from app.pipeline.ports import SourceRecord, UnreadableRun
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,16 @@ def unreadable(headers) -> UnreadableRun | None:
         key, message = headers[0]
         return UnreadableRun(key.reason, message.decode(), key.first, key.last)
     return None
+
+
+def source_record(message) -> SourceRecord:
+    """A consumed record (Faust's ``event.message``) as the pipeline sees it, placeholders included."""
+    # Faust hands the timestamp over in seconds (a float); Kafka has it in milliseconds.
+    timestamp = None if message.timestamp is None else round(message.timestamp * 1000)
+    headers = tuple(message.headers or ())
+    problem = unreadable(headers)
+    return SourceRecord(message.topic, message.partition, message.offset, timestamp, message.key, message.value,
+                        () if problem else headers, problem)
 
 
 class TooLarge(Exception):

@@ -19,28 +19,24 @@ the same idempotency keys, so the same persisted tokens (a step already done is
 skipped, a pending call is repeated with its token, never a new one). A call of a
 non-idempotent effect whose outcome was unknown is verified with its service
 before anything else, when the service offers that (the SMS gateway's lookup).
+
+The compensator that works the rows is ``app.pipeline.compensator``; this module is the
+ledger's statuses, rows and port, and what one redrive makes of a row.
 """
 
 from __future__ import annotations
 
-import itertools
-import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import IntEnum
 from typing import Protocol, Sequence
 
-from app.pipeline.errors import LeaseHeld, MalformedEvent, PipelineError
-from app.pipeline.events import decode
-from app.pipeline.model import UNKNOWN
+from app.pipeline.errors import BeyondDedupRetention, LeaseHeld, StaleEffectMayExist
+from app.pipeline.model import DISCARDED_BY_PERSON, RESOLVED_BY_PERSON
 from app.pipeline.outcomes import Outcome
-from app.pipeline.plan import step_keys
 from app.pipeline.ports import SourceRecord
-from app.pipeline.processor import Processor, Result
-from app.pipeline.steps import PIPELINES
-
-log = logging.getLogger(__name__)
-_claims = itertools.count(1)
+from app.pipeline.processor import Result
 
 
 class Status(IntEnum):
@@ -54,12 +50,28 @@ class Status(IntEnum):
 
 
 SETTLED: frozenset[Status] = frozenset({Status.COMPENSATED, Status.DISCARDED, Status.SUPERSEDED, Status.RESOLVED})
-WORKABLE: frozenset[Status] = frozenset({Status.OPEN, Status.MANUAL})     # a claim may start from these
+# Where a claim may start (a ``retrying`` row whose claim ran out always may): the compensator's
+# own runs take open rows only; a person's retry takes a row that waits for a person too.
+AUTOMATIC_CLAIMS: frozenset[Status] = frozenset({Status.OPEN})
+PERSON_CLAIMS: frozenset[Status] = frozenset({Status.OPEN, Status.MANUAL})
 
 # What a person may do, and from where; doing it twice changes nothing the second time.
 ACTIONS: dict[str, tuple[Status, frozenset[Status]]] = {
     "resolve": (Status.RESOLVED, frozenset({Status.OPEN, Status.MANUAL})),
     "discard": (Status.DISCARDED, frozenset({Status.OPEN, Status.MANUAL})),
+}
+# What a person's decision makes of the event's steps still pending (``t_idem.outcome``,
+# failed): settled, never called again by a replay or a re-published copy.
+STEP_OUTCOMES: dict[str, str] = {"resolve": RESOLVED_BY_PERSON, "discard": DISCARDED_BY_PERSON}
+
+# Dead letters a retry cannot settle: it would find the steps settled and close the case
+# without the check the case is for. A person resolves or discards them.
+PERSON_ONLY: dict[str, str] = {
+    StaleEffectMayExist.reason: "a waybill may exist for an order that was cancelled: look for it with the carrier "
+                                "under the idempotency token in the message, undo it if it must not stand, then "
+                                "resolve or discard this row",
+    BeyondDedupRetention.reason: "the order is older than the dedup store remembers, so running it could repeat "
+                                 "what was done: reconcile it by hand, then resolve or discard this row",
 }
 
 
@@ -92,18 +104,37 @@ class LedgerRow:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    redrives: int
+    retry_in: float | None
+    detail: str
+    reason: str | None = None     # the row's new reason: why it failed this time, if it did
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What one run made of one claimed row, and the step keys whose claims it gives up."""
+
+    row_id: int
+    verdict: Verdict
+    release: tuple[str, ...] = ()
+    note: str | None = None
+
+
 class Ledger(Protocol):
-    """The compensation ledger, as the compensator needs it."""
+    """The compensation ledger, as the compensator needs it. Rows are this consumer group's."""
 
     async def find(self, source: SourceKey) -> LedgerRow | None: ...
-    async def get(self, row_id: int) -> LedgerRow | None: ...
+    async def get(self, row_id: int, group: str) -> LedgerRow | None: ...
     async def add_manual(self, source: SourceKey, record: SourceRecord, reason: str, message: str) -> LedgerRow: ...
-    async def due(self, group: str, limit: int) -> list[LedgerRow]: ...
-    async def claim(self, row_id: int, owner: str, lease_seconds: float) -> LedgerRow | None: ...
-    async def settle(self, row_id: int, owner: str, status: Status, *, redrives: int, retry_in: float | None,
-                     actor: str, action: str, detail: str, note: str | None = None) -> bool: ...
-    async def act(self, row_id: int, to: Status, allowed: frozenset[Status], *, actor: str, action: str,
-                  note: str | None) -> tuple[LedgerRow | None, bool]: ...
+    async def claim(self, row_id: int, owner: str, lease_seconds: float, *,
+                    allowed: frozenset[Status] = AUTOMATIC_CLAIMS) -> LedgerRow | None: ...
+    async def claim_due(self, group: str, limit: int, owner: str, lease_seconds: float) -> list[LedgerRow]: ...
+    async def settle(self, settlements: Sequence[Settlement], *, owner: str, actor: str, action: str) -> set[int]: ...
+    async def act(self, row_id: int, group: str, to: Status, allowed: frozenset[Status], *, actor: str, action: str,
+                  note: str | None, steps: Sequence[str], step_outcome: str) -> tuple[LedgerRow | None, bool, str | None]: ...
     async def reopen_unknown(self, keys: Sequence[str]) -> int: ...
 
 
@@ -117,15 +148,8 @@ class Backoff:
     max_attempts: int
 
     def after(self, redrives: int) -> float:
-        return min(self.base * 2 ** max(redrives - 1, 0), self.cap)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    status: Status
-    redrives: int
-    retry_in: float | None
-    detail: str
+        # 2 ** 64 is far past any cap; a larger exponent would overflow a float.
+        return min(self.base * 2 ** min(max(redrives - 1, 0), 64), self.cap)
 
 
 def judge(row: LedgerRow, result: Result, backoff: Backoff) -> Verdict:
@@ -141,127 +165,11 @@ def judge(row: LedgerRow, result: Result, backoff: Backoff) -> Verdict:
     if isinstance(error, LeaseHeld):    # somebody else is calling it now: not this row's failure
         return Verdict(Status.OPEN, row.redrives, max(error.wait_seconds, 1.0), f"{error.reason}: {error}")
     if not error.retriable:
-        return Verdict(Status.MANUAL, redrives, None, f"not retriable: {error.reason}: {error}")
+        return Verdict(Status.MANUAL, redrives, None, f"not retriable: {error.reason}: {error}", error.reason)
     if redrives >= backoff.max_attempts:
-        return Verdict(Status.MANUAL, redrives, None, f"gave up after {redrives} redrives: {error.reason}: {error}")
-    return Verdict(Status.OPEN, redrives, backoff.after(redrives), f"{error.reason}: {error}")
-
-
-class Compensator:
-    """Works ledger rows with a processor of its own (its own owner: its claims never mix
-    with the main agent's). ``guard`` (an :class:`~app.pipeline.outage.OutageGuard`) runs
-    every database step."""
-
-    def __init__(self, processor: Processor, ledger: Ledger, *, group: str, backoff: Backoff, lease_seconds: float,
-                 max_event_bytes: int) -> None:
-        self.processor = processor
-        self.ledger = ledger
-        self.group = group
-        self.backoff = backoff
-        self.lease_seconds = lease_seconds
-        self.max_event_bytes = max_event_bytes
-
-    # -- where the work comes from -------------------------------------------------
-
-    async def handle_dead_letter(self, record: SourceRecord, guard) -> str:
-        """One record of the dead-letter topic: it is acknowledged once this returns."""
-        source = source_of(record)
-        if source is None:
-            row = await guard(lambda: self.ledger.add_manual(
-                SourceKey(self.group, record.topic, record.partition, record.offset,
-                          -1 if record.timestamp_ms is None else record.timestamp_ms),
-                record, "unreadable_dead_letter", "the dead letter's headers do not say where it came from"))
-            log.error("dead letter %s[%s]@%s has no usable origin headers: ledger row %s, manual", record.topic,
-                      record.partition, record.offset, row.id)
-            return "manual"
-        if source.group != self.group:
-            log.warning("dead letter %s[%s]@%s belongs to consumer group %r, not %r: left to it", record.topic,
-                        record.partition, record.offset, source.group, self.group)
-            return "foreign"
-        row = await guard(lambda: self.ledger.find(source))
-        if row is None:
-            row = await guard(lambda: self.ledger.add_manual(
-                source, record, "no_ledger_row", "no ledger row for this dead letter (was it written by hand?)"))
-            log.error("dead letter for %s[%s]@%s has no ledger row: row %s, manual", source.topic, source.partition,
-                      source.offset, row.id)
-            return "manual"
-        if row.status in SETTLED or row.status is Status.MANUAL:
-            return row.status.name.lower()
-        if row.retriable and not row.due:
-            return "not_due"         # the timer runs it when it is due; nothing loops through Kafka
-        return (await self.work(row, guard, actor="compensator")).name.lower()
-
-    async def run_due(self, limit: int, guard, *, actor: str = "timer") -> int:
-        """This consumer group's rows whose retry is due, at most ``limit`` of them."""
-        rows = await guard(lambda: self.ledger.due(self.group, limit))
-        for row in rows:
-            await self.work(row, guard, actor=actor)
-        return len(rows)
-
-    # -- the work --------------------------------------------------------------
-
-    async def work(self, row: LedgerRow, guard, *, actor: str, note: str | None = None,
-                   action: str = "redrive") -> Status:
-        """Claim the row, run its event again, and record what came of it. A row that is not
-        retriable goes to a person without a run, unless a person asked for the run."""
-        owner = f"{self.processor.owner}#{next(_claims)}"      # one claim, one name: read back exactly
-        claimed = await guard(lambda: self.ledger.claim(row.id, owner, self.lease_seconds))
-        if claimed is None:
-            return row.status        # somebody else has it, or it is settled
-        if not claimed.retriable and claimed.reason != UNKNOWN and action == "redrive":
-            verdict = Verdict(Status.MANUAL, claimed.redrives, None, f"not retriable: {claimed.reason}: "
-                                                                     f"{claimed.message or ''}")
-        else:
-            verdict = await self._attempt(claimed, guard, by_person=action != "redrive")
-        await guard(lambda: self.ledger.settle(claimed.id, owner, verdict.status, redrives=verdict.redrives,
-                                               retry_in=verdict.retry_in, actor=actor, action=action,
-                                               detail=verdict.detail[:1024], note=note))
-        log.info("ledger row %s (%s): %s -> %s: %s", claimed.id, claimed.reason, claimed.status.name,
-                 verdict.status.name, verdict.detail[:300])
-        return verdict.status
-
-    async def _attempt(self, row: LedgerRow, guard, *, by_person: bool = False) -> Verdict:
-        try:
-            event = decode(row.key, row.value, max_bytes=self.max_event_bytes)
-        except MalformedEvent as exc:
-            return Verdict(Status.MANUAL, row.redrives, None, f"not an event: {exc.reason}: {exc}")
-        if row.reason == UNKNOWN:
-            # The call's outcome is unknown and its service could not be asked then.
-            verifiable = getattr(self.processor.effects, "verifiable", {})
-            if not any(step.effect.name in verifiable for step in PIPELINES[event.type].effects):
-                return Verdict(Status.MANUAL, row.redrives, None,
-                               "the outcome of a call without idempotency key is unknown and its service offers "
-                               "no lookup: reconcile by hand")
-            await guard(lambda: self.ledger.reopen_unknown(step_keys(event)[1:]))
-        try:
-            [result] = await self.processor.run([event], guard, by_person=by_person)
-        except PipelineError as exc:
-            result = Result(error=exc)
-        return judge(row, result, self.backoff)
-
-    async def perform(self, row_id: int, action: str, guard, *, actor: str, note: str | None) -> ActionResult:
-        """A person's ``retry``, ``resolve`` or ``discard`` (the console, the CLI). Doing it
-        again changes nothing the second time and says so."""
-        row = await guard(lambda: self.ledger.get(row_id))
-        if row is None:
-            return ActionResult(False, False, f"no compensation row {row_id}", None, None)
-        if action == "retry":
-            if row.status in SETTLED:
-                return ActionResult(True, False, None, row.status, f"already {row.status.name.lower()}")
-            if row.status is Status.RETRYING:
-                return ActionResult(True, False, "it is being retried right now; look again in a moment",
-                                    row.status, row.message)
-            await self.work(row, guard, actor=actor, note=note, action="retry")
-            after = await guard(lambda: self.ledger.get(row_id))
-            return ActionResult(True, True, None, after.status, after.message)
-        to, allowed = ACTIONS[action]
-        after, changed = await guard(lambda: self.ledger.act(row_id, to, allowed, actor=actor, action=action,
-                                                             note=note))
-        if not changed and after.status is not to:
-            return ActionResult(True, False, f"cannot {action} a row that is {after.status.name.lower()} (only "
-                                             f"{', '.join(s.name.lower() for s in sorted(allowed))})",
-                                after.status, after.message)
-        return ActionResult(True, changed, None, after.status, after.message)
+        return Verdict(Status.MANUAL, redrives, None, f"gave up after {redrives} redrives: {error.reason}: {error}",
+                       error.reason)
+    return Verdict(Status.OPEN, redrives, backoff.after(redrives), f"{error.reason}: {error}", error.reason)
 
 
 @dataclass(frozen=True)
@@ -277,12 +185,48 @@ class ActionResult:
                 "message": self.message}
 
 
-def source_of(record: SourceRecord) -> SourceKey | None:
-    """Where a dead letter came from, from its ``dlq.`` headers; None if they do not say."""
+# Kafka's rule for topic names, and the ledger's columns: an origin outside them is not one.
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+GROUP_MAX = 255
+INT32_MAX, INT64_MAX = 2 ** 31 - 1, 2 ** 63 - 1
+
+
+def origin_group(record: SourceRecord) -> str | None:
+    """The consumer group a dead letter says it belongs to, if it says (and it can be read)."""
+    for name, value in record.headers:
+        if name == "dlq.consumer.group" and value is not None:
+            try:
+                return value.decode()
+            except UnicodeDecodeError:
+                return None
+    return None
+
+
+def source_of(record: SourceRecord) -> SourceKey:
+    """Where a dead letter came from, from its ``dlq.`` headers; :class:`ValueError` saying why
+    if they do not say, or say something no Kafka record (or ledger row) can be."""
     try:
         h = {name: value.decode() for name, value in record.headers if name.startswith("dlq.") and value is not None}
-        timestamp = h.get("dlq.original.timestamp", "")
-        return SourceKey(h["dlq.consumer.group"], h["dlq.original.topic"], int(h["dlq.original.partition"]),
-                         int(h["dlq.original.offset"]), int(timestamp) if timestamp else -1)
-    except (KeyError, ValueError, UnicodeDecodeError):
-        return None
+    except UnicodeDecodeError:
+        raise ValueError("a dlq. header is not UTF-8") from None
+    missing = [name for name in ("dlq.consumer.group", "dlq.original.topic", "dlq.original.partition",
+                                 "dlq.original.offset") if name not in h]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    group, topic = h["dlq.consumer.group"], h["dlq.original.topic"]
+    if not 1 <= len(group) <= GROUP_MAX:
+        raise ValueError(f"dlq.consumer.group is {len(group)} characters, not 1 to {GROUP_MAX}")
+    if not TOPIC_NAME.fullmatch(topic):
+        raise ValueError(f"dlq.original.topic {topic[:80]!r} is not a Kafka topic name")
+    numbers = []
+    for name, low, high, default in (("dlq.original.partition", 0, INT32_MAX, None),
+                                     ("dlq.original.offset", 0, INT64_MAX, None),
+                                     ("dlq.original.timestamp", -1, INT64_MAX, -1)):
+        text = h.get(name, "")
+        if not text and default is not None:
+            numbers.append(default)
+            continue
+        if not re.fullmatch(r"-?[0-9]{1,19}", text) or not low <= int(text) <= high:
+            raise ValueError(f"{name} {text[:40]!r} is not a whole number from {low} to {high}")
+        numbers.append(int(text))
+    return SourceKey(group, topic, *numbers)

@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Awaitable, Callable, TypeVar
 
-from app.pipeline.errors import DeadlineExceeded, Fatal, PipelineError
+from app.pipeline.errors import DeadlineExceeded, Fatal, PipelineError, StoreFailure
 from app.pipeline.events import OrderEvent
 from app.pipeline.plan import step_keys
 from app.pipeline.ports import DeadLetter, DeadLetterSink, SourceRecord, Store
@@ -78,8 +78,23 @@ async def deliver(letters: list[DeadLetter], *, store: Store, sink: DeadLetterSi
                                                                 letter.record.offset)))
     # As they will be sent (the ledger says which records went out truncated). The row
     # first: the same record dead-lettered twice (a replay) finds its row and adds none.
-    await guard(lambda: store.in_transaction(lambda tx: tx.record_dead_letters(
-        letters, group=group, retry_after_seconds=retry_after, release_owner=owner)))
+    async def record(some: list[DeadLetter]) -> None:
+        await guard(lambda: store.in_transaction(lambda tx: tx.record_dead_letters(
+            some, group=group, retry_after_seconds=retry_after, release_owner=owner)))
+
+    try:
+        await record(letters)
+    except StoreFailure as exc:
+        # A letter the database refuses for good would refuse it after every restart: find it,
+        # and keep what the ledger can take of it (the record itself is on the topic).
+        log.error("the ledger refused %d dead letters (%r); writing them one by one", len(letters), exc)
+        for letter in letters:
+            try:
+                await record([letter])
+            except StoreFailure as refused:
+                log.error("the ledger refused the dead letter of %s[%s]@%s (%r); keeping it without its record",
+                          letter.record.topic, letter.record.partition, letter.record.offset, refused)
+                await record([_without_record(letter, refused)])
     try:
         await sink.publish(letters)
     except Exception as exc:
@@ -89,3 +104,11 @@ async def deliver(letters: list[DeadLetter], *, store: Store, sink: DeadLetterSi
                     letter.record.offset, letter.reason, letter.message[:300])
     return letters
 
+
+
+def _without_record(letter: DeadLetter, refused: Exception) -> DeadLetter:
+    """``letter`` as the ledger can always take it: its coordinates and reason, not its bytes."""
+    bare = replace(letter.record, key=None, value=None, headers=())
+    return replace(letter, record=bare, event_id=None, worker_id=(letter.worker_id or "")[:128] or None,
+                   message=(f"the ledger could not keep this letter as it is ({refused!r:.300}); the record is on the "
+                            f"dead-letter topic. {letter.message}")[:1024])

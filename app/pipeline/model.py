@@ -31,6 +31,11 @@ UNKNOWN = REOPENABLE_OUTCOME              # t_idem.outcome of a failed row whose
 CLAIM_RESULTS = ("new", "reclaimed", "done", "held", "failed", "waiting", "mismatch", "capped")
 CONFLICTS = frozenset({"done", "held"})
 STALE = Outcome.STALE.value              # t_idem.outcome of an effect never called: its order moved past it
+# t_idem.outcome of an effect step a person settled (resolving or discarding its dead letter)
+RESOLVED_BY_PERSON = "resolved_by_person"
+DISCARDED_BY_PERSON = "discarded_by_person"
+# Failed effect steps that are settled, not errors: a replay of their event is a duplicate.
+SETTLED_FAILURES = frozenset({STALE, RESOLVED_BY_PERSON, DISCARDED_BY_PERSON})
 
 
 @dataclass(frozen=True, slots=True)

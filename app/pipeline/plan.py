@@ -28,8 +28,8 @@ from app.pipeline.errors import (AttemptsExhausted, EffectOutcomeUnknown, LeaseH
                                  StaleEffectMayExist,
                                  PreconditionNotMet, UnknownOutcomeNonIdempotent)
 from app.pipeline.events import OrderEvent
-from app.pipeline.model import (NOT_DELIVERED, STALE, BatchPlan, EffectJob, EventPlan, FailRow, IdemRow, NewRow,
-                                Order, Reclaim)
+from app.pipeline.model import (NOT_DELIVERED, SETTLED_FAILURES, STALE, BatchPlan, EffectJob, EventPlan, FailRow,
+                                IdemRow, NewRow, Order, Reclaim)
 from app.pipeline.outcomes import Outcome
 from app.pipeline.states import TERMINAL, IdemStatus, Verdict, judge
 from app.pipeline.steps import PIPELINES, Effect, LocalStep
@@ -128,7 +128,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                 continue
             if row is not None and row.status is IdemStatus.FAILED:
                 claims["failed"] += 1
-                if row.outcome == STALE:      # settled: its order moved on before it was called
+                if row.outcome in SETTLED_FAILURES:   # settled: its order moved on, or a person settled it
                     continue
                 result.error = _terminal_error(row)
                 break

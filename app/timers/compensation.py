@@ -1,41 +1,45 @@
-"""Runs the dead letters whose retry is due, at most ``COMPENSATOR_BATCH_SIZE`` per tick.
+"""Drains the dead letters whose retry is due, as fast as the services answer.
 
-Every worker ticks; one at a time does the work, the one holding the database lease
-``compensation-due:<consumer group>`` (``on_leader`` is not mutual exclusion). Each row is
-also claimed on its own, so even two holders (a lease that ran out mid-tick) never work
-one row twice.
+Every worker drains: each round claims up to ``COMPENSATION_DRAIN_BATCH_SIZE`` (at most
+``BATCH_SIZE``) due rows of
+its consumer group in one statement that skips rows another worker is claiming (``SKIP
+LOCKED``), runs their events through the pipeline as one batch and settles them; rounds
+follow each other while rows are due, and a round is over within a lease of the calls it
+makes. When nothing is due, the worker looks again every ``COMPENSATION_TIMER_SECONDS``.
+(A database lease, one worker at a time, is not needed: every row is claimed on its own.)
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import faust
 
 from app import metrics
-from app.adapters.mysql.leases import lease_name
 from app.bootstrap import Runtime
+from app.pipeline.errors import Fatal
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
-LEASE = "compensation-due"
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings):
-    @app.timer(interval=settings.compensation_timer_seconds, name="compensation_due")
-    async def run_due_compensations() -> None:
+    @app.task
+    async def drain_due_compensations() -> None:
         rt = await runtime.start()
-        owner = rt.compensator.processor.owner
-        try:
-            if not await rt.leases.acquire(lease_name(LEASE, settings.app_id), owner, 2 * settings.compensation_timer_seconds):
-                return
-            ran = await rt.compensator.run_due(settings.compensator_batch_size, rt.guard())
-        except Exception:
-            # A timer that raises is restarted by Faust; say why, and try again next tick.
-            log.exception("the due dead letters could not be run this tick")
-            return
-        if ran:
-            metrics.COMPENSATIONS.labels("due_run").inc(ran)
-            log.info("ran %d due dead letters", ran)
+        while True:
+            ran = 0
+            try:
+                ran = await rt.compensator.drain(rt.guard(), seconds=settings.compensation_timer_seconds,
+                                                 batch_size=settings.drain_batch_size)
+            except (Fatal, Exception) as exc:
+                # The agents stop the worker when the database stays away; here, say why and look again.
+                log.warning("the due dead letters could not be drained: %r", exc, exc_info=not isinstance(exc, Fatal))
+            if ran:
+                metrics.COMPENSATIONS.labels("due_run").inc(ran)
+                log.info("ran %d due dead letters", ran)
+            else:
+                await asyncio.sleep(settings.compensation_timer_seconds)
 
-    return run_due_compensations
+    return drain_due_compensations

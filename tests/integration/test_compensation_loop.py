@@ -70,3 +70,24 @@ def test_dead_letters_are_compensated_once_the_services_answer(settings, topics,
         assert worker.alive
     finally:
         fakes.stop()
+
+
+def test_dead_letters_no_kafka_record_can_be_never_stop_a_worker(settings, topics, spawn_worker, scratch_db):
+    """Records a person or a replay tool writes to the dead-letter topic with our group's header
+    and origins the ledger cannot store (a partition above INT, an offset above BIGINT, a topic of
+    300 characters): each became a failed INSERT, the worker exited 70, and so did every worker
+    that was given the partition after it. Now each is a row for a person, and the worker goes on."""
+    pair = topics(partitions=1, dlq_partitions=1)
+    good = {"dlq.consumer.group": pair.group.encode(), "dlq.original.topic": pair.events.encode(),
+            "dlq.original.partition": b"0", "dlq.original.offset": b"7", "dlq.original.timestamp": b"1"}
+    bad = [{**good, "dlq.original.partition": b"2147483648"}, {**good, "dlq.original.offset": b"9" * 19},
+           {**good, "dlq.original.topic": b"t" * 300}]
+    asyncio.run(produce(settings, pair.dlq, [(b"k", b"{}", list(h.items())) for h in bad]))
+    worker = spawn_worker(pair, **FAST)
+    wait_for(lambda: caught_up(settings, pair.dlq, pair.group, 1), timeout=60, what="the DLQ committed",
+             workers=[worker])
+    rows = scratch_db.query("SELECT src_offset, status, reason FROM t_compensation WHERE consumer_group = %s "
+                            "ORDER BY src_offset", pair.group)
+    assert [(r["src_offset"], r["status"], r["reason"]) for r in rows] == [
+        (0, 4, "unreadable_dead_letter"), (1, 4, "unreadable_dead_letter"), (2, 4, "unreadable_dead_letter")]
+    assert worker.alive

@@ -4,66 +4,17 @@ made by the batch handler, then worked the way the dead-letter agent and the tim
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
 
-from app.adapters.kafka_dlq import outgoing
-from app.adapters.mysql.compensations import MySqlLedger
-from app.pipeline.compensation import Backoff, Compensator, Status
-from app.pipeline.outage import OutageGuard
+from app.pipeline.compensation import Backoff, Status
+from app.pipeline.compensator import Compensator
 from app.pipeline.ports import SourceRecord
+from tests.support.desk import desk
 from tests.support.events import event, order_no
-from tests.support.pipeline import MemorySink, paid_orders, source
+from tests.support.pipeline import paid_orders
 
 pytestmark = pytest.mark.integration
-
-
-class Desk:
-    """A main pipeline that dead-letters, and a compensator that works the letters."""
-
-    def __init__(self, harness, main, compensator_processor, *, retry_after: int, backoff: Backoff) -> None:
-        self.h, self.main = harness, main
-        self.group = f"cmp-{uuid.uuid4().hex[:8]}"          # this test's ledger rows only
-        self.sink = MemorySink()
-        self.batches = harness.batches(main, self.sink, dlq_retry_after=retry_after, group=self.group)
-        self.ledger = MySqlLedger(main.store)
-        self.compensator = Compensator(compensator_processor, self.ledger, group=self.group, backoff=backoff,
-                                       lease_seconds=30, max_event_bytes=1 << 20)
-        self.guard = OutageGuard(10)
-        self._offset = 0
-
-    async def dead_letters(self, docs: list[dict]) -> list[SourceRecord]:
-        """Run ``docs`` through the main pipeline; return its dead letters as the topic has them
-        (once the main worker's claims, 0.5 s, have run out, as they have when a retry is due)."""
-        before = len(self.sink.sent)
-        await self.batches.handle([source(doc) for doc in docs])
-        await asyncio.sleep(0.6)
-        records = []
-        for letter in self.sink.sent[before:]:
-            out = outgoing(letter, self.group, truncate_bytes=65536)
-            self._offset += 1
-            records.append(SourceRecord("test-dlq", 0, self._offset, 1, out.key, out.value, tuple(out.headers)))
-        return records
-
-    def row(self, record: SourceRecord) -> dict:
-        headers = {k: v.decode() for k, v in record.headers}
-        [row] = self.h.db.query("SELECT * FROM t_compensation WHERE consumer_group = %s AND src_topic = %s AND "
-                                "src_offset = %s", self.group, headers["dlq.original.topic"],
-                                headers["dlq.original.offset"])
-        return row
-
-    def history(self, row_id: int) -> list[dict]:
-        return self.h.db.query("SELECT * FROM t_compensation_audit WHERE compensation_id = %s ORDER BY id", row_id)
-
-
-async def desk(harness, *, retry_after: int = 0, backoff: Backoff = Backoff(0.2, 0.4, 3), lookup: bool = True,
-               settle: float = 0.5, main_lookup: bool | None = None) -> Desk:
-    main = await harness.processor(owner=f"main/main/{order_no()}", sms_lookup=lookup if main_lookup is None
-                                   else main_lookup, settle=settle, lease=0.5, timeout=0.4)
-    helper = await harness.processor(owner=f"w/compensator/{order_no()}", store=main.store, sms_lookup=lookup,
-                                     settle=settle)
-    return Desk(harness, main, helper, retry_after=retry_after, backoff=backoff)
 
 
 def waybill_calls(harness, order: str) -> list[dict]:
@@ -236,7 +187,7 @@ async def test_without_the_lookup_an_unknown_sms_waits_for_a_person_then_is_veri
     assert await d.compensator.handle_dead_letter(letter, d.guard) == "manual"
     assert "it may have been sent" in d.row(letter)["message"]
 
-    later = await desk(harness, lookup=True)                                      # the gateway gains the lookup
+    later = await desk(harness, lookup=True, group=d.group)                       # the gateway gains the lookup
     await asyncio.sleep(0.6)
     result = await later.compensator.perform(d.row(letter)["id"], "retry", later.guard, actor="web:alice",
                                              note="the gateway has a lookup now")

@@ -70,7 +70,12 @@ def test_malformed_event_is_logged_and_counted_without_stalling(settings, topics
                                        *keys) == len(keys), what="good events done", workers=[worker])
     worker.wait_log("not_utf8")
     worker.wait_log("not_object")
-    metrics = urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10).read().decode()
-    assert 'order_events_malformed_total{reason="not_utf8"} 1.0' in metrics
-    assert 'order_events_malformed_total{reason="not_object"} 1.0' in metrics
+
+    def counted() -> bool:
+        # The log line comes as the dead letter is sent; the counter when the batch is done.
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10).read().decode()
+        return ('order_events_malformed_total{reason="not_utf8"} 1.0' in metrics
+                and 'order_events_malformed_total{reason="not_object"} 1.0' in metrics)
+
+    wait_for(counted, timeout=30, what="both malformed records counted", workers=[worker])
     assert worker.alive

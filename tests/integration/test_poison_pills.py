@@ -457,7 +457,7 @@ def test_poison_pills_are_dead_lettered_once_and_good_events_done(settings, topi
             if not found:
                 continue
         row = found[0]
-        want = {"status": 1, "reason": case.reason, "consumer_group": pair.group,
+        want = {"status": 1 if case.retriable == "true" else 4, "reason": case.reason, "consumer_group": pair.group,
                 "retriable": int(case.retriable == "true"), "attempts": int(case.attempts),
                 "truncated": int(case.reason == "oversized")}
         got = {name: row[name] for name in want}

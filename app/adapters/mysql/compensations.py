@@ -7,7 +7,7 @@ from typing import Awaitable, Callable, Sequence, TypeVar
 from app.adapters.mysql import idem, ledger
 from app.adapters.mysql.sql import Execute
 from app.adapters.mysql.store import MySqlStore
-from app.pipeline.compensation import LedgerRow, SourceKey, Status
+from app.pipeline.compensation import AUTOMATIC_CLAIMS, LedgerRow, Settlement, SourceKey, Status
 from app.pipeline.ports import SourceRecord
 
 T = TypeVar("T")
@@ -23,11 +23,15 @@ class MySqlLedger:
     async def find(self, source: SourceKey) -> LedgerRow | None:
         return await self._run(lambda execute: ledger.find(execute, source))
 
-    async def get(self, row_id: int) -> LedgerRow | None:
-        return await self._run(lambda execute: ledger.get(execute, row_id))
+    async def get(self, row_id: int, group: str) -> LedgerRow | None:
+        return await self._run(lambda execute: ledger.get(execute, row_id, group=group))
 
     async def add_manual(self, source: SourceKey, record: SourceRecord, reason: str, message: str) -> LedgerRow:
+        """The row of ``source``, for a person; made (and audited) only if there is none yet."""
         async def work(execute: Execute) -> LedgerRow:
+            found = await ledger.find(execute, source)
+            if found is not None:
+                return found
             await ledger.add_manual(execute, source, record, reason, message)
             row = await ledger.find(execute, source)
             await ledger.audit(execute, row.id, actor="compensator", action="opened", from_status=None,
@@ -35,37 +39,59 @@ class MySqlLedger:
             return row
         return await self._run(work)
 
-    async def due(self, group: str, limit: int) -> list[LedgerRow]:
-        return await self._run(lambda execute: ledger.due(execute, group, limit))
-
-    async def claim(self, row_id: int, owner: str, lease_seconds: float) -> LedgerRow | None:
+    async def claim(self, row_id: int, owner: str, lease_seconds: float, *,
+                    allowed: frozenset[Status] = AUTOMATIC_CLAIMS) -> LedgerRow | None:
         async def work(execute: Execute) -> LedgerRow | None:
-            if await ledger.claim(execute, row_id, owner, lease_seconds):
+            if await ledger.claim(execute, row_id, owner, lease_seconds, allowed):
                 return await ledger.get(execute, row_id)
             return None
         return await self._run(work)
 
-    async def settle(self, row_id: int, owner: str, status: Status, *, redrives: int, retry_in: float | None,
-                     actor: str, action: str, detail: str, note: str | None = None) -> bool:
-        async def work(execute: Execute) -> bool:
-            if not await ledger.settle(execute, row_id, owner, status, redrives=redrives, retry_in=retry_in,
-                                       message=detail):
-                return False
-            await ledger.audit(execute, row_id, actor=actor, action=action, from_status=Status.RETRYING,
-                               to_status=status, note=note, detail=detail)
-            return True
+    async def claim_due(self, group: str, limit: int, owner: str, lease_seconds: float) -> list[LedgerRow]:
+        return await self._run(lambda execute: ledger.claim_due(execute, group, limit, owner, lease_seconds))
+
+    async def settle(self, settlements: Sequence[Settlement], *, owner: str, actor: str, action: str) -> set[int]:
+        """Every settlement in one transaction; the ids that were still ``owner``'s to settle.
+        The claims ``owner`` holds on their released steps are given up with them."""
+        async def work(execute: Execute) -> set[int]:
+            settled = set()
+            for s in settlements:
+                v = s.verdict
+                if not await ledger.settle(execute, s.row_id, owner, v.status, redrives=v.redrives,
+                                           retry_in=v.retry_in, message=v.detail, reason=v.reason):
+                    continue
+                settled.add(s.row_id)
+                await ledger.audit(execute, s.row_id, actor=actor, action=action, from_status=Status.RETRYING,
+                                   to_status=v.status, note=s.note, detail=v.detail)
+            keys = sorted({key for s in settlements if s.row_id in settled for key in s.release})
+            if keys:
+                await idem.release(execute, keys, owner=owner)
+            return settled
         return await self._run(work)
 
-    async def act(self, row_id: int, to: Status, allowed: frozenset[Status], *, actor: str, action: str,
-                  note: str | None) -> tuple[LedgerRow | None, bool]:
-        async def work(execute: Execute) -> tuple[LedgerRow | None, bool]:
-            row = await ledger.get(execute, row_id, lock=True)
+    async def act(self, row_id: int, group: str, to: Status, allowed: frozenset[Status], *, actor: str, action: str,
+                  note: str | None, steps: Sequence[str],
+                  step_outcome: str) -> tuple[LedgerRow | None, bool, str | None]:
+        """A person's decision, and in the same transaction the event's steps still pending
+        settled with ``step_outcome`` (fenced on their attempt); refused while one is being
+        worked (a live lease)."""
+        async def work(execute: Execute) -> tuple[LedgerRow | None, bool, str | None]:
+            row = await ledger.get(execute, row_id, group=group, lock=True)
             if row is None or row.status is to or row.status not in allowed:
-                return row, False
+                return row, False, None
+            pending = await idem.pending(execute, steps) if steps else []
+            busy = [p for p in pending if p.live]
+            if busy:
+                return row, False, (f"step {busy[0].biz_key} is being worked right now by {busy[0].owner} (its lease "
+                                    f"runs {busy[0].remaining:.0f}s more); try again once it ends")
+            if pending:
+                await idem.settle_by_person(execute, pending, step_outcome,
+                                            f"{action} by {actor} of dead letter {row_id}")
             await ledger.move(execute, row_id, to, allowed)
             await ledger.audit(execute, row_id, actor=actor, action=action, from_status=row.status, to_status=to,
-                               note=note, detail=None)
-            return await ledger.get(execute, row_id), True
+                               note=note, detail=(f"settled the pending steps {', '.join(p.biz_key for p in pending)}"
+                                                  f" as {step_outcome}")[:1024] if pending else None)
+            return await ledger.get(execute, row_id), True, None
         return await self._run(work)
 
     async def reopen_unknown(self, keys: Sequence[str]) -> int:

@@ -4,6 +4,7 @@ state machine forbids even if the caller asked for it; the fencing token is ``at
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date
 from typing import Sequence
 
@@ -138,3 +139,32 @@ async def release(execute: Execute, keys: Sequence[str], *, owner: str) -> None:
     await execute(f"UPDATE t_idem SET lease_until = LEAST(COALESCE(lease_until, NOW(3)), "
                   f"NOW(3) - INTERVAL 1000 MICROSECOND) WHERE biz_key IN ({marks(len(keys))}) "
                   f"AND status = {PENDING} AND owner = %s", [*keys, owner])
+
+
+@dataclass(frozen=True)
+class Pending:
+    biz_key: str
+    part_date: date
+    attempt: int
+    owner: str | None
+    live: bool              # its lease still runs (the database clock)
+    remaining: float
+
+
+async def pending(execute: Execute, keys: Sequence[str]) -> list[Pending]:
+    """The pending rows of ``keys``, locked."""
+    result = await execute(
+        "SELECT biz_key, part_date, attempt, owner, COALESCE(lease_until >= NOW(3), 0), "
+        "COALESCE(TIMESTAMPDIFF(MICROSECOND, NOW(3), lease_until), 0) "
+        f"FROM t_idem WHERE biz_key IN ({marks(len(keys))}) AND status = {PENDING} FOR UPDATE", list(keys))
+    return [Pending(row[0], row[1], row[2], row[3], bool(row[4]), max(row[5], 0) / 1e6) for row in result]
+
+
+async def settle_by_person(execute: Execute, rows: Sequence[Pending], outcome: str, message: str) -> None:
+    """pending -> failed with ``outcome`` (a person resolved or discarded the event), fenced on
+    the attempt read: a claim that came in between keeps its row."""
+    pairs = [v for row in rows for v in (row.biz_key, row.attempt)]
+    await execute(
+        f"UPDATE t_idem SET status = {FAILED}, outcome = %s, last_err = %s, lease_until = NULL, gmt_modified = NOW(3) "
+        f"WHERE status = {PENDING} AND (biz_key, attempt) IN ({marks(len(rows), '(%s, %s)')})",
+        [outcome, message[:512], *pairs])

@@ -131,11 +131,10 @@ def _chunks(rows: list[tuple[str, list, int]], budget: int):
 async def flag_overtaken(execute: Execute, order_nos: Sequence[str], batch_keys: Sequence[str]) -> None:
     """Dead letters of these orders now have later events that ran after them (but a letter
     is never overtaken by its own event, run again in this batch)."""
-    sql = Sql()
+    sql = Sql()          # parameters fill the placeholders in the order they are built: build in text order
+    where = f"WHERE order_no IN ({sql.list(order_nos)}) AND may_be_superseded = 0"
     spare = f" AND (biz_key IS NULL OR biz_key NOT IN ({sql.list(batch_keys)}))" if batch_keys else ""
-    await execute(
-        "UPDATE t_compensation SET may_be_superseded = 1, gmt_modified = NOW(3) "
-        f"WHERE order_no IN ({sql.list(order_nos)}) AND may_be_superseded = 0{spare}", sql.params)
+    await execute(f"UPDATE t_compensation SET may_be_superseded = 1, gmt_modified = NOW(3) {where}{spare}", sql.params)
 
 
 # -- the compensator's statements -----------------------------------------------------
@@ -149,9 +148,11 @@ async def find(execute: Execute, source: SourceKey) -> LedgerRow | None:
     return None if found is None else row_of(found)
 
 
-async def get(execute: Execute, row_id: int, *, lock: bool = False) -> LedgerRow | None:
-    result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id = %s" + (" FOR UPDATE" if lock else ""),
-                           [row_id])
+async def get(execute: Execute, row_id: int, *, group: str | None = None, lock: bool = False) -> LedgerRow | None:
+    """Row ``row_id``; with ``group``, only if it is that consumer group's."""
+    scope = " AND consumer_group = %s" if group is not None else ""
+    result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id = %s{scope}" + (" FOR UPDATE" if lock else ""),
+                           [row_id] + ([group] if group is not None else []))
     found = result.first()
     return None if found is None else row_of(found)
 
@@ -169,41 +170,60 @@ async def add_manual(execute: Execute, source: SourceKey, record_: SourceRecord,
          *kept])
 
 
-async def due(execute: Execute, group: str, limit: int) -> list[LedgerRow]:
-    """The group's rows to work now: open and retriable with their retry due, and `retrying`
-    rows whose claim ran out (their claimer died between claim and settle), oldest due first
-    (``idx_status_next_retry``; another consumer group's rows are its own compensator's)."""
-    result = await execute(
-        f"SELECT {COLUMNS} FROM t_compensation WHERE consumer_group = %s "
-        f"AND ((status = {int(Status.OPEN)} AND retriable = 1 AND next_retry_at <= NOW(3)) "
-        f"OR (status = {int(Status.RETRYING)} AND lease_until < NOW(3))) "
-        f"ORDER BY next_retry_at LIMIT {int(limit)}", [group])
-    return [row_of(values) for values in result]
+ABANDONED = f"(status = {int(Status.RETRYING)} AND lease_until < NOW(3))"
 
 
-async def claim(execute: Execute, row_id: int, owner: str, lease_seconds: float) -> bool:
-    """open or manual -> retrying, or a retrying row whose claim ran out; True if it is ours now."""
+async def claim(execute: Execute, row_id: int, owner: str, lease_seconds: float, allowed: frozenset[Status]) -> bool:
+    """From one of ``allowed``, or a retrying row whose claim ran out, to retrying; True if it
+    is ours now."""
     lease_us = int(lease_seconds * 1_000_000)
     await execute(
         f"UPDATE t_compensation SET status = {int(Status.RETRYING)}, owner = %s, "
         f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) WHERE id = %s "
-        f"AND (status IN ({int(Status.OPEN)}, {int(Status.MANUAL)}) "
-        f"OR (status = {int(Status.RETRYING)} AND lease_until < NOW(3)))", [owner, row_id])
+        f"AND (status IN ({', '.join(str(int(s)) for s in sorted(allowed))}) OR {ABANDONED})", [owner, row_id])
     # Affected-row counts say nothing (CLIENT_FOUND_ROWS): read the owner back.
     result = await execute("SELECT owner FROM t_compensation WHERE id = %s", [row_id])
     found = result.first()
     return found is not None and found[0] == owner
 
 
+async def claim_due(execute: Execute, group: str, limit: int, owner: str, lease_seconds: float) -> list[LedgerRow]:
+    """Claim up to ``limit`` of the group's rows to work now: retrying rows whose claim ran out
+    (their claimer died), then open retriable rows whose retry is due, oldest due first. Rows
+    another transaction is claiming are skipped, not waited for (``SKIP LOCKED``): every worker
+    drains at once, none twice. Each read walks ``idx_status_next_retry`` in order."""
+    lease_us = int(lease_seconds * 1_000_000)
+    ids: list[int] = []
+    for where, order in ((ABANDONED, "lease_until"),
+                         (f"status = {int(Status.OPEN)} AND next_retry_at <= NOW(3) AND retriable = 1",
+                          "next_retry_at")):
+        if len(ids) >= limit:
+            break
+        result = await execute(
+            f"SELECT id FROM t_compensation WHERE {where} AND consumer_group = %s ORDER BY {order}, id "
+            f"LIMIT {int(limit - len(ids))} FOR UPDATE SKIP LOCKED", [group])
+        ids += [row[0] for row in result]
+    if not ids:
+        return []
+    await execute(
+        f"UPDATE t_compensation SET status = {int(Status.RETRYING)}, owner = %s, "
+        f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) "
+        f"WHERE id IN ({marks(len(ids))})", [owner, *ids])
+    result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id IN ({marks(len(ids))}) ORDER BY id", ids)
+    return [row_of(values) for values in result]
+
+
 async def settle(execute: Execute, row_id: int, owner: str, status: Status, *, redrives: int,
-                 retry_in: float | None, message: str) -> bool:
-    """retrying -> where the attempt left it, fenced on the owner."""
+                 retry_in: float | None, message: str, reason: str | None) -> bool:
+    """retrying -> where the attempt left it, fenced on the owner. A row left open is retriable
+    (it is due for another run); a row that failed for a reason of its own takes that reason."""
     retry = "NULL" if retry_in is None else f"NOW(3) + INTERVAL {int(retry_in * 1_000_000)} MICROSECOND"
     result = await execute(
         f"UPDATE t_compensation SET status = %s, redrives = %s, next_retry_at = {retry}, owner = NULL, "
-        "lease_until = NULL, message = %s, gmt_modified = NOW(3) "
+        "lease_until = NULL, message = %s, retriable = %s, reason = COALESCE(%s, reason), gmt_modified = NOW(3) "
         f"WHERE id = %s AND owner = %s AND status = {int(Status.RETRYING)}",
-        [int(status), redrives, message[:1024], row_id, owner])
+        [int(status), redrives, message[:1024], status is Status.OPEN, None if reason is None else reason[:64],
+         row_id, owner])
     return result.rowcount == 1
 
 

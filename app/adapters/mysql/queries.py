@@ -44,8 +44,12 @@ def _named(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class Queries:
-    def __init__(self, store: MySqlStore) -> None:
+    """Reads for people. The compensation queue is this consumer group's (``group``): apps that
+    share a database each see and act on their own dead letters."""
+
+    def __init__(self, store: MySqlStore, *, group: str) -> None:
         self.store = store
+        self.group = group
 
     async def _all(self, sql: str, params: Sequence = ()) -> list[dict[str, Any]]:
         return await self.store.in_transaction(lambda tx: self._fetch(tx, sql, params))
@@ -57,7 +61,7 @@ class Queries:
     # -- the compensation queue ------------------------------------------------------
 
     async def compensations(self, f: QueueFilter) -> list[dict[str, Any]]:
-        where, params = ["1 = 1"], []
+        where, params = ["consumer_group = %s"], [self.group]
         if f.status is not None:
             where.append("status = %s")
             params.append(int(f.status))
@@ -83,12 +87,14 @@ class Queries:
         whole, on every list) and ``capped`` names the counts that reached it."""
         cap = COUNT_CAP
         parts = " UNION ALL ".join(
-            f"SELECT {int(s)} AS status, COUNT(*) AS n FROM "
-            f"(SELECT 1 FROM t_compensation WHERE status = {int(s)} LIMIT {cap + 1}) AS s{int(s)}" for s in Status)
-        by_status = {Status(r["status"]).name.lower(): r["n"] for r in await self._all(parts) if r["n"]}
+            f"SELECT {int(s)} AS status, COUNT(*) AS n FROM (SELECT 1 FROM t_compensation WHERE status = {int(s)} "
+            f"AND consumer_group = %s LIMIT {cap + 1}) AS s{int(s)}" for s in Status)
+        by_status = {Status(r["status"]).name.lower(): r["n"]
+                     for r in await self._all(parts, [self.group] * len(Status)) if r["n"]}
         unsettled = ", ".join(str(int(s)) for s in (Status.OPEN, Status.RETRYING, Status.MANUAL))
         rows = await self._all(f"SELECT reason, COUNT(*) AS n FROM (SELECT reason FROM t_compensation "
-                               f"WHERE status IN ({unsettled}) LIMIT {cap + 1}) AS u GROUP BY reason")
+                               f"WHERE status IN ({unsettled}) AND consumer_group = %s LIMIT {cap + 1}) AS u "
+                               "GROUP BY reason", [self.group])
         by_reason = {r["reason"]: r["n"] for r in rows}
         capped = [name for name, n in by_status.items() if n > cap]
         if sum(by_reason.values()) > cap:
@@ -99,7 +105,8 @@ class Queries:
     async def compensation(self, row_id: int) -> dict[str, Any] | None:
         rows = await self._all(f"SELECT {LIST_COLUMNS}, src_timestamp, worker_id, record_key, record_value, "
                                "record_headers, record_key_bytes, record_key_sha256, record_value_bytes, "
-                               "record_value_sha256, owner, lease_until FROM t_compensation WHERE id = %s", [row_id])
+                               "record_value_sha256, owner, lease_until FROM t_compensation WHERE id = %s "
+                               "AND consumer_group = %s", [row_id, self.group])
         if not rows:
             return None
         row = _named(rows[0])
@@ -149,8 +156,8 @@ class Queries:
                                "FROM t_waybill_receipt WHERE order_no = %s", [order_no])
 
     async def dead_letters_of_order(self, order_no: str) -> list[dict[str, Any]]:
-        rows = await self._all(f"SELECT {LIST_COLUMNS} FROM t_compensation WHERE order_no = %s ORDER BY id",
-                               [order_no])
+        rows = await self._all(f"SELECT {LIST_COLUMNS} FROM t_compensation WHERE order_no = %s AND consumer_group = %s "
+                               "ORDER BY id", [order_no, self.group])
         return [_named(row) for row in rows]
 
     async def ping(self) -> None:

@@ -151,6 +151,9 @@ class Settings(BaseSettings):
         300.0, gt=0, description="How often one worker (a database lease) sweeps for stuck rows and overdue "
                                  "dead letters.")
     stuck_sweep_limit: int = Field(1000, ge=1, description="The most stuck rows one sweep reports one by one.")
+    compensation_sweep_limit: int = Field(
+        1000, ge=1, description="The most dead letters one sweep reports one by one, those past their SLA (critical) "
+                                "first; a limit of their own, so stuck rows never crowd them out.")
     idem_max_attempts: int = Field(
         20, ge=2, description="Claims of one step key before it is left to a person: a pending row claimed this "
                               "often is alerted on and never claimed again automatically.")

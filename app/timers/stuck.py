@@ -6,15 +6,17 @@ the database lease ``stuck-sweep:<consumer group>`` (Faust's ``on_leader`` is no
 exclusion, and this app disables the leader topic). A sweeper that dies lets its lease run out, and
 another worker's tick takes over.
 
-A sweep reports, oldest first and in pages (at most ``STUCK_SWEEP_LIMIT`` rows):
+A sweep reports, oldest first and in pages, the critical alerts first:
 
+* each dead letter open (or being retried) for longer than ``COMPENSATION_SLA_SECONDS``:
+  ``CompensationSlaBreached`` (critical); each one waiting for a person that long:
+  ``CompensationManualWaiting``; at most ``COMPENSATION_SWEEP_LIMIT`` of them, those past
+  their SLA first. A mass outage, with thousands of stuck rows, leaves them their room;
 * each pending row untouched for ``STUCK_PENDING_SECONDS``: an ERROR line (key, step,
   attempts, owner, age) and the alert ``IdemPendingStuck``; a row claimed
   ``IDEM_MAX_ATTEMPTS`` times is ``IdemAttemptCapReached`` instead: the pipeline
-  never claims it again, a person retries or resolves it from the console;
-* each dead letter open (or being retried) for longer than ``COMPENSATION_SLA_SECONDS``:
-  ``CompensationSlaBreached``; each one waiting for a person that long:
-  ``CompensationManualWaiting``.
+  never claims it again, a person retries or resolves it from the console; at most
+  ``STUCK_SWEEP_LIMIT`` rows.
 
 Alerts are counted (``order_alerts_total``) and, with ``ALERT_WEBHOOK_URL`` set, POSTed
 in Alertmanager's webhook format. The sweep changes nothing in the database.
@@ -54,21 +56,23 @@ class SweepReport:
 
 class Sweep:
     def __init__(self, watch: Watch, *, group: str, stuck_after: float, attempt_cap: int, sla: float, limit: int,
-                 console_url: str, webhook: AlertWebhook | None = None, sweeper: str = "") -> None:
+                 console_url: str, webhook: AlertWebhook | None = None, sweeper: str = "",
+                 letter_limit: int = 1000) -> None:
         self.watch = watch
         self.group = group
         self.stuck_after = stuck_after
         self.attempt_cap = attempt_cap
         self.sla = sla
-        self.limit = limit
+        self.limit = limit                  # stuck t_idem rows reported one by one
+        self.letter_limit = letter_limit    # dead letters reported one by one (those past their SLA first)
         self.console_url = console_url.rstrip("/")
         self.webhook = webhook
         self.sweeper = sweeper          # who swept: every alert says so
 
     async def run(self) -> SweepReport:
         report = SweepReport()
+        await self._late_letters(report)       # critical first: they go out in the first POST
         await self._stuck(report)
-        await self._late_letters(report)
         for alert in report.alerts:
             alert.annotations["sweeper"] = self.sweeper
             metrics.ALERTS.labels(alert.name).inc()
@@ -107,9 +111,10 @@ class Sweep:
             after = (page[-1].gmt_modified, page[-1].biz_key)
 
     async def _late_letters(self, report: SweepReport) -> None:
-        room = max(self.limit - report.stuck - report.over_cap, 0)
+        room = self.letter_limit
         open_ = await self.watch.late_letters(self.group, (Status.OPEN, Status.RETRYING), self.sla, room)
-        manual = await self.watch.late_letters(self.group, (Status.MANUAL,), self.sla, max(room - len(open_), 0))
+        manual = await self.watch.late_letters(self.group, (Status.MANUAL,), self.sla, room - len(open_)) \
+            if room > len(open_) else []
         for letter in open_:
             log.error("dead letter %d (%s, order %s) unsettled for %.0fs, over COMPENSATION_SLA_SECONDS=%g: %s",
                       letter.id, letter.reason, letter.order_no, letter.age_seconds, self.sla,
@@ -140,7 +145,7 @@ def build(rt: Runtime, settings: Settings) -> Sweep:
     return Sweep(rt.watch, group=settings.app_id, stuck_after=settings.stuck_pending_seconds,
                  attempt_cap=settings.idem_max_attempts, sla=settings.compensation_sla_seconds,
                  limit=settings.stuck_sweep_limit, console_url=settings.public_url, webhook=webhook,
-                 sweeper=settings.worker_id)
+                 sweeper=settings.worker_id, letter_limit=settings.compensation_sweep_limit)
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings):

@@ -10,6 +10,7 @@ before the worker joins its group.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Callable
 
@@ -21,6 +22,7 @@ from app.adapters.effects.sms import SmsClient
 from app.adapters.kafka_dlq import KafkaDeadLetterSink
 from app.adapters.kafka_ops import GroupLag
 from app.adapters.mysql import MySqlStore
+from app.adapters.mysql.clock import DatabaseClock
 from app.adapters.mysql.compensations import MySqlLedger
 from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.partitions import Partitions
@@ -40,6 +42,8 @@ from app.pipeline.plan import keys_per_event
 from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
 from app.settings import Settings
 from app.topics import DLQ_RETENTION_MS
+
+log = logging.getLogger(__name__)
 
 # The most events one worker processes per second (the benchmark's ceiling for Faust alone is
 # about 21,700/s on the reference machine): what a worker working off a backlog may reach.
@@ -80,6 +84,13 @@ class Runtime:
             self.store = MySqlStore(self.engine, lock_retries=s.db_lock_retries,
                                     statement_timeout=s.db_statement_timeout_seconds,
                                     transaction_timeout=s.db_transaction_timeout_seconds)
+            # "Today" is the database's: see app.adapters.mysql.clock.
+            self.clock = DatabaseClock()
+            try:
+                await asyncio.wait_for(self.clock.sync(self.store), 5)
+            except Exception as exc:       # the database may come later: this process's clock until then
+                log.warning("the database's clock could not be read yet (%r)", exc)
+            self.retention = Retention(s.idem_retention_days, today=self.clock.today, ahead=s.partitions_ahead)
             self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=s.effect_concurrency))
             self.effects = EffectClients({name: make(self.http, s) for name, make in self.client_factories.items()})
             self.processor = self._processor(self.owner)
@@ -115,7 +126,7 @@ class Runtime:
         return Processor(self.store, self.effects, owner=owner, lease_seconds=s.lease_seconds,
                          effect_concurrency=s.effect_concurrency, effect_timeout=s.effect_timeout_seconds,
                          lease_margin=s.lease_margin_seconds, on_cut=cut_hook(s.chaos_kill_at),
-                         attempt_cap=s.idem_max_attempts, retention=Retention(s.idem_retention_days),
+                         attempt_cap=s.idem_max_attempts, retention=self.retention,
                          observer=PipelineMetrics())
 
     def redrive_seconds(self) -> float:

@@ -108,6 +108,8 @@ class BatchHandler:
 
         items: list[_Item] = []
         runs: dict[tuple[str, int, int], list[SourceRecord]] = defaultdict(list)
+        retention = getattr(self.processor, "retention", None)
+        latest = retention.latest() if retention is not None else None
         for index, record in enumerate(records):
             if record.unreadable is not None:
                 runs[record.topic, record.partition, record.unreadable.first].append(record)
@@ -115,7 +117,7 @@ class BatchHandler:
             try:
                 if record.headers:
                     check_headers(record.headers)
-                event = decode(record.key, record.value, max_bytes=self.max_event_bytes)
+                event = decode(record.key, record.value, max_bytes=self.max_event_bytes, latest=latest)
             except MalformedEvent as exc:
                 report.dead_letters.append(self._letter(record, exc))
                 continue

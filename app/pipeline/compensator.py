@@ -183,6 +183,8 @@ class Compensator:
         """Run the rows' events through the pipeline at once (in ledger order: an order's letters
         in the order they were written); a row whose event cannot run is decided without."""
         decided: dict[int, Settlement] = {}
+        retention = getattr(self.processor, "retention", None)
+        latest = retention.latest() if retention is not None else None
         runs: dict[tuple[str, str], list[tuple[LedgerRow, OrderEvent]]] = defaultdict(list)
         for row in sorted(rows, key=lambda r: r.id):
             if not row.retriable and row.reason != UNKNOWN and not by_person:
@@ -190,7 +192,7 @@ class Compensator:
                                                              f"not retriable: {row.reason}: {row.message or ''}"))
                 continue
             try:
-                event = decode(row.key, row.value, max_bytes=self.max_event_bytes)
+                event = decode(row.key, row.value, max_bytes=self.max_event_bytes, latest=latest)
             except MalformedEvent as exc:
                 decided[row.id] = Settlement(row.id, Verdict(Status.MANUAL, row.redrives, None,
                                                              f"not an event: {exc.reason}: {exc}"))

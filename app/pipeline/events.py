@@ -88,8 +88,9 @@ def payload_hash(order_no: str, type_: EventType, data: Mapping[str, Any]) -> st
     return hashlib.sha256(canonical).hexdigest()
 
 
-def decode(key: bytes | None, value: bytes | None, *, max_bytes: int) -> OrderEvent:
-    """Decode one record or raise :class:`MalformedEvent` with a precise reason."""
+def decode(key: bytes | None, value: bytes | None, *, max_bytes: int, latest: date | None = None) -> OrderEvent:
+    """Decode one record or raise :class:`MalformedEvent` with a precise reason. An order
+    dated after ``latest`` (the last month ``t_idem`` keeps ready) is malformed."""
     if value is None:
         raise MalformedEvent("record has no value (tombstone)", reason="empty_value")
     if len(value) > max_bytes:
@@ -118,6 +119,10 @@ def decode(key: bytes | None, value: bytes | None, *, max_bytes: int) -> OrderEv
             for name, (kind, bound) in DATA_FIELDS[type_].items()}
 
     part = part_date_of(order_no)
+    if latest is not None and part > latest:
+        raise MalformedEvent(f"order_no {order_no!r} is dated {part.isoformat()}, after {latest.isoformat()}, the last "
+                             "day of the months the dedup store keeps ready (today plus PARTITIONS_AHEAD months): "
+                             "not a real order date", reason="bad_order_no")
     if key is None:
         raise MalformedEvent("record has no key; the key must be the order_no", reason="missing_key")
     if key != order_no.encode():

@@ -5,7 +5,8 @@ ranges over unfinished work, InnoDB's row estimate, the partition list) and one 
 the broker: stuck and over-cap pending rows, unsettled dead letters and their ages,
 ``t_idem``'s size against its budget, the months ready ahead, and the group's lag.
 Every worker exports the same values, so an alert rule reads them with ``max``, and a
-worker that hangs does not take the numbers with it.
+worker that hangs does not take the numbers with it. Each refresh also reads the
+database's clock (``app.adapters.mysql.clock``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import faust
 from app import metrics
 from app.adapters.mysql.partitions import CATCH_ALL, month_start
 from app.bootstrap import Runtime
-from app.pipeline.retention import utc_today
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ async def refresh(rt: Runtime, settings: Settings, *, today: date | None = None)
     budget = rt.budget_rows()
     metrics.IDEM_BUDGET.set(budget)
     try:
+        await rt.clock.sync(rt.store)
         g = await rt.watch.gauges(group=settings.app_id, stuck_after_seconds=settings.stuck_pending_seconds,
                                   attempt_cap=settings.idem_max_attempts)
         parts = await rt.partitions.list()
@@ -49,7 +50,7 @@ async def refresh(rt: Runtime, settings: Settings, *, today: date | None = None)
         metrics.COMPENSATION_OLDEST_MANUAL.set(g.oldest_manual_seconds)
         metrics.IDEM_ROWS.set(g.idem_rows)
         metrics.IDEM_WATERMARK.set(g.idem_rows / budget)
-        next_month = month_start(today or utc_today(), 1)
+        next_month = month_start(today or rt.clock.today(), 1)
         metrics.IDEM_PARTITIONS_AHEAD.set(sum(1 for p in parts if p.name != CATCH_ALL and p.below is not None
                                               and p.below > next_month))
     try:

@@ -39,7 +39,7 @@ async def maintain(partitions: Partitions, *, retention: Retention, ahead: int,
                    today: date | None = None) -> MaintenanceReport:
     report = MaintenanceReport()
     if today is not None:               # one date for both: what to add and what may go
-        retention = Retention(retention.days, today=lambda: today)
+        retention = Retention(retention.days, today=lambda: today, ahead=retention.ahead)
     today = retention.today()
     parts = await partitions.list()
     changes = plan(parts, today=today, ahead=ahead, drop_before=retention.drop_before())
@@ -72,14 +72,12 @@ async def maintain(partitions: Partitions, *, retention: Retention, ahead: int,
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings):
-    retention = Retention(settings.idem_retention_days)
-
     async def tick() -> None:
         try:
             rt = await runtime.start()
             if not await rt.leases.acquire(LEASE, rt.owner, 2 * settings.partition_timer_seconds):
                 return
-            await maintain(rt.partitions, retention=retention, ahead=settings.partitions_ahead)
+            await maintain(rt.partitions, retention=rt.retention, ahead=settings.partitions_ahead)
         except Exception:
             log.exception("t_idem partition maintenance could not run this tick")
 

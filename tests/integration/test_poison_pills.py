@@ -29,6 +29,7 @@ from app.adapters import kafka_ops
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
+from app.pipeline.retention import Retention
 from app.pipeline.states import IdemStatus, OrderStatus
 from tests.support import services
 from tests.support.events import event, order_no, record
@@ -193,6 +194,8 @@ CASES: list[Case] = [
     bad("order_no_suffix_41_chars", "bad_order_no", _with(_created, "order_no", "ORD-20261129-" + "A" * 41)),
     bad("order_no_suffix_punctuation", "bad_order_no", _with(_created, "order_no", "ORD-20261129-A_1")),
     bad("order_no_trailing_newline", "bad_order_no", _with(_created, "order_no", "ORD-20261129-A1\n")),
+    # a date past the months t_idem keeps ready: it would sit in p_future, copied by every split
+    bad("order_no_far_future", "bad_order_no", _with(_created, "order_no", "ORD-20991231-A1")),
     bad("order_no_fullwidth_digits", "bad_order_no", _with(_created, "order_no", "ORD-\uff12\uff10\uff12\uff16\uff11\uff11\uff12\uff19-X1")),
     # -- occurred_at ---------------------------------------------------------------
     bad("occurred_at_words", "bad_field:occurred_at", _with(_created, "occurred_at", "yesterday")),
@@ -246,7 +249,8 @@ def _edge_orders() -> dict[str, list[dict]]:
                          occurred_at="2026-11-29T02:00:00.123456Z", schema_version=3)
     for doc in edges[o]:
         doc["event_id"] = longest_id()
-    o = "ORD-20280229-" + "Z" * 31 + uuid.uuid4().hex[:9]          # leap day, 40-character suffix
+    # the last day kept ready (today + PARTITIONS_AHEAD months: a later date is refused), 40-character suffix
+    o = f"ORD-{Retention(90).latest():%Y%m%d}-" + "Z" * 31 + uuid.uuid4().hex[:9]
     edges[o] = lifecycle(o)
     o = order_no(prefix="PPREPUB")                                     # re-published CREATED: a duplicate
     edges[o] = lifecycle(o)
@@ -329,7 +333,7 @@ def test_corpus_is_large_and_distinct():
 def test_decoder_classifies_case(case: Case):
     """The contract alone (no Kafka): the decoder gives the case its reason, or accepts it."""
     try:
-        decode(case.key, case.value, max_bytes=MAX_EVENT_BYTES)
+        decode(case.key, case.value, max_bytes=MAX_EVENT_BYTES, latest=Retention(90).latest())
     except MalformedEvent as exc:
         assert not case.decodes, f"{case.id}: the pipeline should see this record, decode said {exc.reason}"
         assert exc.reason == case.reason, f"{case.id}: expected {case.reason}, decode said {exc.reason}: {exc}"

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import EventType, decode, part_date_of, payload_hash
+from tests.support.events import event, record
 
 MAX = 1024 * 1024
 ORDER = "ORD-20260915-88231"
@@ -107,3 +108,26 @@ def test_arbitrary_bytes_decode_or_raise_malformed_never_anything_else(value):
         decode(ORDER.encode(), value, max_bytes=MAX)
     except MalformedEvent as exc:
         assert exc.reason
+
+
+def test_an_order_dated_past_the_months_kept_ready_is_malformed():
+    """ORD-20991231-...: it would land in t_idem's catch-all partition, which every monthly split
+    copies while writes wait. Refused with the reason; the last day of the last month kept is not."""
+    from datetime import date
+
+    from app.pipeline.retention import Retention
+
+    retention = Retention(90, today=lambda: date(2026, 12, 1), ahead=3)
+    assert retention.latest() == date(2027, 3, 31)
+    ok = event("ORD-20270331-A1", "ORDER_CREATED")
+    assert decode(*record(ok), max_bytes=1 << 20, latest=retention.latest()).part_date == date(2027, 3, 31)
+    for day in ("20270401", "20991231"):
+        far = event(f"ORD-{day}-A1", "ORDER_CREATED")
+        with pytest.raises(MalformedEvent) as refused:
+            decode(*record(far), max_bytes=1 << 20, latest=retention.latest())
+        assert refused.value.reason == "bad_order_no" and "after 2027-03-31" in str(refused.value)
+    assert Retention(90, today=lambda: date(2026, 11, 30), ahead=1).latest() == date(2026, 12, 31)
+
+
+def test_a_leap_day_is_a_date():
+    assert part_date_of("ORD-20280229-A1") == date(2028, 2, 29)

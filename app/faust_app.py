@@ -10,6 +10,7 @@ import faust
 from app.adapters import kafka_consumer, kafka_records
 from app.monitor import BatchLevelMonitor
 from app.settings import Settings
+from app.web.http import access
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -47,6 +48,8 @@ def create_app(settings: Settings) -> faust.App:
         web_bind=settings.web_bind,
         web_host=settings.web_bind,
         web_port=settings.web_port,
+        # Every path needs a token but the probes and /metrics, and a Host of ours (app.web.http).
+        web_application_options={"middlewares": [access(settings)]},
         logging_config=None,
         loghandlers=[],
     )

@@ -196,7 +196,14 @@ class Settings(BaseSettings):
     web_bind: str = "127.0.0.1"
     web_port: int = Field(6066, ge=1, le=65535)
     web_token: SecretStr | None = Field(
-        None, description="Bearer token every POST must carry; without it, actions answer 403.")
+        None, description="Bearer token every POST must carry (it also reads every view); without it, actions "
+                          "answer 403.")
+    web_read_token: SecretStr | None = Field(
+        None, description="Bearer token that reads the data views (the queue, orders, t_idem rows); WEB_TOKEN "
+                          "reads them too. Without either, they answer 403.")
+    web_allowed_hosts: str = Field(
+        "", description="Host names the web views answer to besides 127.0.0.1, localhost, ::1, WEB_BIND and the "
+                        "host of WEB_PUBLIC_URL (comma-separated); other Host headers answer 421 (DNS rebinding).")
     web_max_body_bytes: int = Field(16 * 1024, ge=256, description="The largest request body a view reads.")
     web_public_url: str | None = Field(
         None, description="How people reach this worker's web views, for links in alerts (unset: "
@@ -221,6 +228,19 @@ class Settings(BaseSettings):
         return (self.web_public_url or f"http://{self.web_bind}:{self.web_port}").rstrip("/")
 
     @property
+    def allowed_hosts(self) -> frozenset[str]:
+        """The Host names the web views answer to (lower case, no port)."""
+        names = {"127.0.0.1", "localhost", "::1"}
+        if self.web_bind not in ("0.0.0.0", "::", ""):
+            names.add(self.web_bind.strip("[]"))
+        if self.web_public_url:
+            public = urlsplit(self.web_public_url).hostname
+            if public:
+                names.add(public)
+        names.update(name.strip().strip("[]") for name in self.web_allowed_hosts.split(",") if name.strip())
+        return frozenset(name.lower() for name in names)
+
+    @property
     def kafka_bootstrap(self) -> str:
         """The broker list as aiokafka wants it (no ``kafka://`` scheme)."""
         return ",".join(url.split("://", 1)[-1] for url in self.kafka_broker.split(";"))
@@ -236,8 +256,13 @@ class Settings(BaseSettings):
         self._check_lease()
         self._check_timeouts()
         self._check_mysql_url()
-        if self.web_token is not None and not self.web_token.get_secret_value().strip():
-            self.web_token = None          # WEB_TOKEN="" is no token
+        # Surrounding spaces (a copy and paste, a YAML value) are no part of a token: a request's
+        # token is compared stripped, so the configured one is too. WEB_TOKEN="" is no token.
+        for name in ("web_token", "web_read_token"):
+            token = getattr(self, name)
+            if token is not None:
+                value = token.get_secret_value().strip()
+                setattr(self, name, SecretStr(value) if value else None)
         return self
 
     def _check_lease(self) -> None:

@@ -45,7 +45,7 @@ wait_http "http://$WEB_BIND:$WEB_PORT/health" "the worker" "$LOGS/worker.log"
 cat <<MSG
 
 [run] worker up.
-      console:               http://$WEB_BIND:$WEB_PORT/console/   (token for actions: $WEB_TOKEN)
+      console:               http://$WEB_BIND:$WEB_PORT/console/   (token, to read and to act: $WEB_TOKEN)
       compensation queue:    http://$WEB_BIND:$WEB_PORT/compensation/
       health, readiness:     http://$WEB_BIND:$WEB_PORT/healthz  http://$WEB_BIND:$WEB_PORT/readyz
       metrics:               http://$WEB_BIND:$WEB_PORT/metrics

@@ -26,9 +26,16 @@ function rows(tbody, items, columns) {
   }
 }
 
+// Every call carries the token (the data views need one to read, actions to act).
 async function api(path, options = {}) {
-  const response = await fetch(path, options);
+  const headers = { ...(options.headers || {}) };
+  const token = $("token").value.trim();
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const response = await fetch(path, { ...options, headers });
   const body = await response.json().catch(() => ({ error: `answer ${response.status} is not JSON` }));
+  if (response.status === 401 || response.status === 403) {
+    throw new Error(`${body.error || `answer ${response.status}`}: enter the token above`);
+  }
   if (!response.ok) throw new Error(body.error || `answer ${response.status}`);
   return body;
 }
@@ -111,7 +118,7 @@ async function act(action) {
   try {
     const result = await api(`/compensation/${id}/${action}`, {
       method: "POST",
-      headers: { "Content-Type": "application/json", Authorization: `Bearer ${$("token").value}` },
+      headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ note: $("note").value || null, actor: $("actor").value || "console" }),
     });
     say("notice", `#${id} ${action}: ${result.status}${result.changed ? "" : " (no change)"}`);
@@ -131,7 +138,7 @@ async function lookup(orderNo) {
 }
 
 $("token").value = sessionStorage.getItem("token") || "";
-$("token").addEventListener("change", () => sessionStorage.setItem("token", $("token").value));
+$("token").addEventListener("change", () => { sessionStorage.setItem("token", $("token").value); load(false); });
 $("filters").addEventListener("submit", (event) => { event.preventDefault(); load(false); });
 $("more").addEventListener("click", () => load(true));
 for (const action of ["retry", "resolve", "discard"]) $(action).addEventListener("click", () => act(action));

@@ -1,5 +1,6 @@
 """The compensation console: ``GET /console/``, a static page over the JSON API (no
-build step). It renders every value as text; the page forbids inline scripts (CSP)."""
+build step). It renders every value as text; the page forbids inline scripts and being
+framed (CSP). The page holds no data: it asks for the token and sends it with every call."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from faust.web import View
 from app.settings import Settings
 
 HERE = Path(__file__).parent
-HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'",
-           "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                                      "frame-ancestors 'none'",
+           "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
+           "Referrer-Policy": "no-referrer"}
 
 
 def register(app: faust.App, settings: Settings) -> None:

@@ -3,11 +3,14 @@
     GET /health, /healthz   the process answers (200)
     GET /readyz             MySQL and Kafka answer and the agents run (200), or what does not (503)
     GET /metrics            Prometheus
+
+Open to anyone who reaches the port (probes, scrapers): they show no data and no internals.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import faust
 from aiohttp import web
@@ -18,11 +21,13 @@ from app.bootstrap import Runtime
 from app.settings import Settings
 from app.web.http import json_response
 
+log = logging.getLogger(__name__)
+
 
 def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     @app.page("/health")
     async def health(self: View, request: web.Request) -> web.Response:
-        return json_response({"ok": True, "app_id": settings.app_id, "worker_id": settings.worker_id})
+        return json_response({"ok": True})
 
     @app.page("/healthz")
     async def healthz(self: View, request: web.Request) -> web.Response:
@@ -30,18 +35,21 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
 
     @app.page("/readyz")
     async def readyz(self: View, request: web.Request) -> web.Response:
+        # Open to any prober: it says what is down, never why (that is in the log).
         checks: dict[str, str] = {}
         try:
             rt = await asyncio.wait_for(runtime.start(), 10)
             await asyncio.wait_for(rt.queries.ping(), 10)
             checks["mysql"] = "ok"
         except Exception as exc:
-            checks["mysql"] = f"unreachable: {exc!r}"[:300]
+            log.warning("readiness: MySQL unreachable: %r", exc)
+            checks["mysql"] = "unreachable"
         try:
             await asyncio.wait_for(runtime.kafka_ping(), 10)
             checks["kafka"] = "ok"
         except Exception as exc:
-            checks["kafka"] = f"unreachable: {exc!r}"[:300]
+            log.warning("readiness: Kafka unreachable: %r", exc)
+            checks["kafka"] = "unreachable"
         for name, agent in app.agents.items():
             checks[f"agent {name}"] = "crashed" if agent.crashed else "running" if agent.started else "not started"
         ready = all(value in ("ok", "running") for value in checks.values())

@@ -1,7 +1,13 @@
-"""What every view needs: JSON in and out, validated input, the token on actions.
+"""What every view needs: who may ask, JSON in and out, validated input.
 
-* Every POST carries ``Authorization: Bearer <WEB_TOKEN>``, compared in constant time.
-  Without a configured token, actions answer 403 and say how to set one.
+* :func:`access` guards every path of the web server, Faust's own included, before any
+  view runs: only ``/health``, ``/healthz``, ``/readyz``, ``/metrics`` and the console's
+  static page and script answer without a token. Everything else needs ``Authorization:
+  Bearer <token>``: ``WEB_READ_TOKEN`` or ``WEB_TOKEN`` to read, ``WEB_TOKEN`` for any
+  other method; compared in constant time. Without a configured token, 403 says which to
+  set. A ``Host`` header that is not one of ``Settings.allowed_hosts`` answers 421, so a
+  page on another site cannot reach the views through a name that resolves here (DNS
+  rebinding).
 * Inputs are checked before they reach a query (400 with the reason); every query
   binds its values as parameters.
 * A body larger than ``WEB_MAX_BODY_BYTES`` is refused (413) before it is read.
@@ -13,14 +19,15 @@ import hmac
 import json
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from app.render import ACTOR, json_default, readable
 from app.settings import Settings
 
-__all__ = ["ACTOR", "Refused", "authorize", "body", "integer", "json_response", "note_and_actor", "readable",
-           "refused", "text"]
+__all__ = ["ACTOR", "Refused", "access", "authorize", "body", "integer", "json_response", "note_and_actor",
+           "readable", "refused", "text"]
 
 
 class Refused(Exception):
@@ -32,9 +39,60 @@ class Refused(Exception):
         self.reason = reason
 
 
+OPEN_PATHS = frozenset({"/health", "/healthz", "/readyz", "/metrics"})     # probes and scrapers, any Host
+PAGES = frozenset({"/console/", "/console/console.js"})                    # no data: the token is asked for there
+READS = frozenset({"GET", "HEAD"})
+NO_FRAMES = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
+
+
 def json_response(data: Any, status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(data, default=json_default), status=status, content_type="application/json",
-                        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
+                        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", **NO_FRAMES})
+
+
+def access(settings: Settings):
+    """The aiohttp middleware that guards every path (see the module docstring)."""
+    allowed = settings.allowed_hosts
+
+    @web.middleware
+    async def guard(request: web.Request, handler):
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        host = _hostname(request.host)
+        if host not in allowed:
+            return json_response({"error": f"this server does not answer to the Host {host or request.host!r}; set "
+                                           "WEB_ALLOWED_HOSTS if people reach it by that name"}, status=421)
+        if request.path in PAGES and request.method in READS:
+            return await handler(request)
+        try:
+            _token(request, settings, read=request.method in READS)
+        except Refused as exc:
+            return refused(exc)
+        return await handler(request)
+
+    return guard
+
+
+def _hostname(host: str | None) -> str | None:
+    try:
+        return urlsplit(f"//{host}").hostname if host else None
+    except ValueError:
+        return None
+
+
+def _token(request: web.Request, settings: Settings, *, read: bool) -> None:
+    tokens = [t for t in (settings.web_token, settings.web_read_token if read else None) if t is not None]
+    if not tokens:
+        raise Refused(403, "reading the data views needs a token: set WEB_READ_TOKEN (or WEB_TOKEN) in the worker's "
+                           "environment, then send 'Authorization: Bearer <token>'" if read else
+                      "actions are disabled: set WEB_TOKEN in the worker's environment, then send "
+                      "'Authorization: Bearer <token>'")
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    given_bytes = given.strip().encode()
+    # Every configured token is compared, whichever matches: the time taken says nothing.
+    matches = [hmac.compare_digest(given_bytes, t.get_secret_value().encode()) for t in tokens]
+    if scheme.lower() != "bearer" or not any(matches):
+        raise Refused(401, "missing or wrong bearer token")
 
 
 def refused(exc: Refused) -> web.Response:
@@ -42,14 +100,8 @@ def refused(exc: Refused) -> web.Response:
 
 
 def authorize(request: web.Request, settings: Settings) -> None:
-    if settings.web_token is None:
-        raise Refused(403, "actions are disabled: set WEB_TOKEN in the worker's environment, then send "
-                           "'Authorization: Bearer <token>'")
-    given = request.headers.get("Authorization", "")
-    scheme, _, token = given.partition(" ")
-    expected = settings.web_token.get_secret_value().encode()
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
-        raise Refused(401, "missing or wrong bearer token")
+    """An action's token (:func:`access` has checked it already; a view checks it again)."""
+    _token(request, settings, read=False)
 
 
 async def body(request: web.Request, settings: Settings) -> dict[str, Any]:

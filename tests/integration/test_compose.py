@@ -53,3 +53,14 @@ def test_prometheus_scrapes_the_workers_with_the_rules():
     assert job["metrics_path"] == "/metrics"
     assert job["dns_sd_configs"] == [{"names": ["worker"], "type": "A", "port": 6066}]
     assert config["rule_files"] == ["rules.yml"] and (source / "rules.yml").is_file()
+
+
+def test_published_ports_are_on_this_machine_only():
+    """The web views show phone numbers and addresses: compose publishes them on 127.0.0.1, not on
+    every interface; the views' tokens come from the environment (empty: they answer 403)."""
+    services = rendered()["services"]
+    published = {name: [str(port) for port in service.get("ports", [])] for name, service in services.items()}
+    assert published["worker"] and published["prometheus"]
+    for name, ports in published.items():
+        assert all(port.startswith("127.0.0.1:") for port in ports), (name, ports)
+    assert {"WEB_TOKEN", "WEB_READ_TOKEN"} <= set(services["worker"]["environment"])

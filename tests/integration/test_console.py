@@ -29,6 +29,8 @@ from tests.support.services import LOGS, ROOT, Worker, create_topics, delete_top
 
 pytestmark = pytest.mark.integration
 TOKEN = "s3cret-token-for-tests"
+READ_TOKEN = "a-token-that-only-reads"
+READER = object()          # call()'s default: a GET carries TOKEN, anything else no token
 XSS = '<img src=x onerror="window.__xss=1">'
 
 
@@ -48,8 +50,10 @@ class Desk:
         return {row["reason"]: row for row in rows}
 
 
-def call(method: str, url: str, *, token: str | None = None, body: bytes | None = None,
+def call(method: str, url: str, *, token: str | None | object = READER, body: bytes | None = None,
          headers: dict | None = None) -> tuple[int, dict]:
+    if token is READER:
+        token = TOKEN if method == "GET" else None
     request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
@@ -78,6 +82,7 @@ def desk(settings, scratch_db):
     records = [record(d) for d in docs] + [(b"ORD-XSS", json.dumps(hostile).encode())]
     asyncio.run(produce(settings, pair.events, records))
     env = worker_env(**{"MYSQL_URL": scratch_db.url, "WORKER_ID": "console-w", **pair.env(), "WEB_TOKEN": TOKEN,
+                        "WEB_READ_TOKEN": READ_TOKEN,
                         "LOGISTICS_URL": fakes.url, "SMS_URL": fakes.url, "RETRY_BACKOFF_MS": "20,20,20",
                         "DLQ_RETRY_AFTER_SECONDS": "0", "COMPENSATION_BACKOFF_SECONDS": "3600",
                         "WEB_MAX_BODY_BYTES": "2048"})
@@ -175,6 +180,48 @@ def test_without_a_configured_token_actions_are_refused_with_the_way_to_set_one(
     wait_for(up, timeout=60, what="the web server", workers=[worker])
     status, answer = call("POST", f"{base}/compensation/1/retry", body=b"{}", token="anything")
     assert status == 403 and "set WEB_TOKEN" in answer["error"]
+    status, answer = call("GET", f"{base}/compensation/", token="anything")
+    assert status == 403 and "set WEB_READ_TOKEN" in answer["error"]
+
+
+def test_the_data_views_need_a_token_and_a_host_of_ours(desk):
+    """Phone numbers, addresses and whole records were served to anyone who reached the port."""
+    row = desk.rows()["payload_mismatch"]
+    data = [f"/compensation/", f"/compensation/{row['id']}", f"/orders/{desk.failing}", "/idem/stuck/",
+            f"/idem/{desk.failing}:ORDER_CONFIRM:issue_waybill", "/", "/router/", "/stats/"]   # Faust's own too
+    for path in data:
+        assert call("GET", desk.base + path, token=None)[0] == 401, path
+        assert call("GET", desk.base + path, token="wrong")[0] == 401, path
+    for token in (TOKEN, READ_TOKEN):
+        assert call("GET", f"{desk.base}/compensation/", token=token)[0] == 200
+    url = f"{desk.base}/compensation/{row['id']}/resolve"
+    assert call("POST", url, body=b"{}", token=READ_TOKEN)[0] == 401                # reading is not acting
+    assert desk.rows()["payload_mismatch"]["status"] == row["status"]
+    for path in ("/healthz", "/health", "/readyz", "/metrics", "/console/", "/console/console.js"):
+        assert _status(desk.base + path) == 200, path                              # open, no data in them
+    # A page on another site that resolves its name to this machine (DNS rebinding) gets nothing.
+    evil = {"Host": "attacker.example:6066"}
+    assert call("GET", f"{desk.base}/compensation/", headers=evil)[0] == 421
+    assert call("GET", f"{desk.base}/console/", headers=evil)[0] == 421
+    assert _status(f"{desk.base}/metrics", headers=evil) == 200                   # scrapers use any name
+    assert call("GET", f"{desk.base}/compensation/", headers={"Host": f"localhost:{desk.worker.web_port}"})[0] == 200
+
+
+def _status(url: str, headers: dict | None = None) -> int:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_readiness_says_what_is_down_never_why_and_the_console_cannot_be_framed(desk):
+    status, ready = call("GET", f"{desk.base}/readyz", token=None)
+    assert set(ready["checks"].values()) <= {"ok", "unreachable", "running", "crashed", "not started"}, ready
+    response = urllib.request.urlopen(f"{desk.base}/console/", timeout=30)
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
 
 
 def test_health_readiness_orders_and_steps(desk):

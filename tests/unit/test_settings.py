@@ -77,3 +77,17 @@ def test_a_partition_change_holds_the_pipeline_up_at_least_two_seconds_since_mar
 def test_alert_links_point_at_the_public_url_when_there_is_one():
     assert Settings().public_url == "http://127.0.0.1:6066"
     assert Settings(web_public_url="https://desk.example/").public_url == "https://desk.example"
+
+
+def test_tokens_with_surrounding_spaces_match_what_a_client_sends():
+    """A request's token is compared stripped; a configured one with a trailing newline or spaces
+    (a copy and paste, a YAML value) never matched."""
+    s = Settings(web_token="  s3cret \n", web_read_token="\treader ")
+    assert s.web_token.get_secret_value() == "s3cret" and s.web_read_token.get_secret_value() == "reader"
+    assert Settings(web_token="   ").web_token is None
+
+
+def test_the_web_views_answer_to_our_host_names_only():
+    s = Settings(web_bind="0.0.0.0", web_public_url="https://desk.example.com:8443/", web_allowed_hosts="worker,[fe80::1]")
+    assert s.allowed_hosts == {"127.0.0.1", "localhost", "::1", "desk.example.com", "worker", "fe80::1"}
+    assert "10.0.0.5" in Settings(web_bind="10.0.0.5").allowed_hosts

@@ -169,7 +169,7 @@ class GuardedBatch:
         if codec:
             name = CODECS.get(codec, f"codec {codec}")
             try:
-                body = decompress(codec, raw[RECORDS_OFFSET:], self._limit)
+                body = decompress(codec, raw[RECORDS_OFFSET:], self._limit, room=RECORDS_OFFSET)
             except TooLarge:
                 message = (f"a {name} record batch of {len(raw)} bytes (offsets {batch.base_offset}.."
                            f"{batch.next_offset - 1}) decompresses to more than {self._limit} bytes "
@@ -181,7 +181,7 @@ class GuardedBatch:
                            f"cannot be decompressed: {exc!r}. The value is the raw record batch.")
                 yield from self._placeholders(batch.base_offset, "unreadable_record", message)
                 return
-            raw = memoryview(_uncompressed(raw, body))
+            raw = _uncompressed(raw, body)
             batch = DefaultRecordBatch(raw)
         last = batch.base_offset - 1
         try:
@@ -233,29 +233,40 @@ class Record(Placeholder):
 
 # -- decompression, bounded ------------------------------------------------------
 
-def decompress(codec: int, data: memoryview, limit: int) -> bytes:
-    """The decompressed ``data``, or :class:`TooLarge` without ever holding more than ``limit`` bytes."""
+def decompress(codec: int, data: memoryview, limit: int, *, room: int = 0) -> memoryview:
+    """The decompressed ``data``, after ``room`` free bytes at the start of the one buffer it is
+    decompressed into (the batch's header goes there: no second copy of the records); or
+    :class:`TooLarge`, without ever holding more than ``limit`` bytes.
+
+    cramjam says a buffer was too small with a ``DecompressionError`` whose message says so
+    ("failed to write whole buffer"); ``tests/unit/test_kafka_records.py`` checks, for every
+    codec, that a bomb is told from corrupt data this way."""
     if codec == 2:
-        return _snappy(bytes(data), limit)
+        return _snappy(bytes(data), limit, room)
     module = {1: cramjam.gzip, 3: cramjam.lz4, 4: cramjam.zstd}.get(codec)
     if module is None:
         raise ValueError(f"unknown compression codec {codec}")
     # A buffer sized for ordinary compression ratios first, then the bound (plus one
     # byte: a buffer filled to the brim says nothing about what comes after).
     for size in sorted({min(limit + 1, max(64 * 1024, 8 * len(data))), limit + 1}):
-        out = bytearray(size)
+        out = None                                # the smaller try is freed before the larger one is made
+        out = bytearray(room + size)
         try:
-            written = module.decompress_into(data, out)
+            written = module.decompress_into(data, memoryview(out)[room:])
         except cramjam.DecompressionError as exc:
-            if "whole buffer" not in str(exc):
+            if OVERFLOW not in str(exc):
                 raise
             continue
         if written < size:
-            return bytes(memoryview(out)[:written])
+            del out[room + written:]              # in place
+            return memoryview(out)
     raise TooLarge()
 
 
-def _snappy(data: bytes, limit: int) -> bytes:
+OVERFLOW = "whole buffer"
+
+
+def _snappy(data: bytes, limit: int, room: int) -> memoryview:
     """Snappy as Kafka writes it: xerial-framed raw blocks (Java), or one raw block."""
     if data[:8] != _XERIAL:
         blocks = [data]
@@ -263,21 +274,31 @@ def _snappy(data: bytes, limit: int) -> bytes:
         blocks, pos = [], 16
         while pos < len(data):
             (size,) = struct.unpack_from(">i", data, pos)
+            if size <= 0 or pos + 4 + size > len(data):
+                raise ValueError(f"a snappy block of {size} bytes at {pos} does not fit the {len(data)} of its batch")
             blocks.append(data[pos + 4:pos + 4 + size])
             pos += 4 + size
     # Every raw block starts with its uncompressed length: the bound is checked before inflating.
-    if sum(cramjam.snappy.decompress_raw_len(block) for block in blocks) > limit:
+    sizes = [cramjam.snappy.decompress_raw_len(block) for block in blocks]
+    if sum(sizes) > limit:
         raise TooLarge()
-    return b"".join(bytes(cramjam.snappy.decompress_raw(block)) for block in blocks)
+    out = bytearray(room + sum(sizes))
+    view, at = memoryview(out), room
+    for block, size in zip(blocks, sizes):
+        at += cramjam.snappy.decompress_raw_into(block, view[at:at + size])
+    del view
+    del out[at:]
+    return memoryview(out)
 
 
-def _uncompressed(raw: memoryview, body: bytes) -> bytes:
-    """The batch rebuilt with its records uncompressed (its CRC, already checked, no longer matches)."""
-    header = bytearray(raw[:RECORDS_OFFSET])
-    struct.pack_into(">i", header, 8, RECORDS_OFFSET - LOG_OVERHEAD + len(body))
-    (attributes,) = struct.unpack_from(">h", header, ATTRIBUTES_OFFSET)
-    struct.pack_into(">h", header, ATTRIBUTES_OFFSET, attributes & ~CODEC_MASK)
-    return bytes(header) + body
+def _uncompressed(raw: memoryview, buffer: memoryview) -> memoryview:
+    """The batch rebuilt with its records uncompressed, in ``buffer``, whose first bytes were left
+    free for the header (its CRC, already checked, no longer matches)."""
+    buffer[:RECORDS_OFFSET] = raw[:RECORDS_OFFSET]
+    struct.pack_into(">i", buffer, 8, len(buffer) - LOG_OVERHEAD)
+    (attributes,) = struct.unpack_from(">h", buffer, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", buffer, ATTRIBUTES_OFFSET, attributes & ~CODEC_MASK)
+    return buffer
 
 
 # -- the tolerant parser -----------------------------------------------------------

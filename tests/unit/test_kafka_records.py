@@ -149,3 +149,40 @@ def test_the_raw_batch_is_kept_once_for_a_run_of_placeholders():
     assert got[0].value == bomb and {r.value for r in got[1:]} == {b""}
     runs = {(p.reason, p.first, p.last) for p in (unreadable(r.headers) for r in got)}
     assert runs == {("oversized", 100, 2099)}
+
+
+@pytest.mark.parametrize("size", [0, -4, -100, 1 << 30])
+def test_a_snappy_frame_whose_block_size_lies_is_unreadable_not_a_hang(size):
+    """The xerial framing's block size comes from the record: 0 or less looped for ever."""
+    import signal
+
+    frame = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", size) + b"\x00" * 16
+    raw = bytearray(batch(ROWS, CODECS["snappy"])[:61] + frame)      # a snappy batch's header, this body
+    struct.pack_into(">i", raw, 8, len(raw) - 12)
+    class Looped(BaseException):          # the guard turns any Exception into a placeholder
+        pass
+
+    def looped(*_):
+        raise Looped("the snappy reader looped")
+
+    previous = signal.signal(signal.SIGALRM, looped)
+    signal.alarm(5)
+    try:
+        got = read(with_crc(bytes(raw)))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert {unreadable(r.headers).reason for r in got} == {"unreadable_record"}
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+def test_corrupt_data_is_told_from_a_bomb_in_every_codec(codec):
+    """Overflow is told from cramjam's message; a change of it would make every bomb 'corrupt'
+    (or every corrupt batch 'oversized'): checked for each codec."""
+    raw = bytearray(batch(ROWS * 50, CODECS[codec]))
+    raw[61:71] = b"\xff" * 10                                # the compressed stream's first bytes
+    got = read(with_crc(bytes(raw)))
+    assert {unreadable(r.headers).reason for r in got} == {"unreadable_record"}
+    assert "cannot be decompressed" in unreadable(got[0].headers).message
+    bomb = batch([(b"k", bytes(4 << 20), [])], CODECS[codec])
+    assert unreadable(read(bomb, limit=LIMIT)[0].headers).reason == "oversized"

@@ -123,7 +123,7 @@ class Compensator:
         if row.status in SETTLED or row.status is Status.MANUAL:
             return row.status.name.lower()
         if row.retriable and not row.due:
-            return "not_due"         # the timer runs it when it is due; nothing loops through Kafka
+            return "not_due"         # the drain runs it when it is due; nothing loops through Kafka
         status = await self.work(row, guard, actor="compensator")
         return "busy" if status is None else status.name.lower()
 

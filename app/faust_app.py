@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
+from typing import Sequence
 
 import faust
 
 from app.adapters import kafka_consumer, kafka_records
 from app.monitor import BatchLevelMonitor
 from app.settings import Settings
-from app.web.http import access
 
 
-def create_app(settings: Settings) -> faust.App:
+def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> faust.App:
+    """The app; ``web_middlewares`` run before every view of its web server (``app.main`` hands
+    it the one that decides who may ask, ``app.web.views.middlewares``)."""
     if settings.event_loop == "uvloop":
         # Same as `faust -L uvloop`: the CLI imports the app before it creates the loop.
         import mode.loop
@@ -48,8 +50,7 @@ def create_app(settings: Settings) -> faust.App:
         web_bind=settings.web_bind,
         web_host=settings.web_bind,
         web_port=settings.web_port,
-        # Every path needs a token but the probes and /metrics, and a Host of ours (app.web.http).
-        web_application_options={"middlewares": [access(settings)]},
+        web_application_options={"middlewares": list(web_middlewares)},
         logging_config=None,
         loghandlers=[],
     )

@@ -23,7 +23,7 @@ from app.timers import stuck as stuck_timer
 from app.web import views
 
 settings = get_settings()
-app = create_app(settings)
+app = create_app(settings, web_middlewares=views.middlewares(settings))
 logging.getLogger("app").setLevel(settings.log_level.upper())
 
 order_events = order_event_topic(app, settings)

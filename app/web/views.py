@@ -6,7 +6,12 @@ import faust
 
 from app.bootstrap import Runtime
 from app.settings import Settings
-from app.web import compensation, console, health, orders
+from app.web import compensation, console, health, http, orders
+
+
+def middlewares(settings: Settings) -> list:
+    """What runs before every view: who may ask (a token, a Host of ours; ``app.web.http``)."""
+    return [http.access(settings)]
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:

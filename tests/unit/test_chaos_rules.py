@@ -71,3 +71,12 @@ def test_rows_of_one_transaction_are_ordered_by_their_records_offsets():
 ])
 def test_a_malformed_record_needs_a_reason_that_fits_its_kind(kind, reason, fits):
     assert rules.reason_fits(kind, reason) is fits
+
+
+def test_the_chaos_brokers_get_cluster_ids_the_storage_tool_accepts():
+    # One base64url id in 64 starts with a dash, which kafka-storage reads as an option.
+    from tests.chaos.cluster import Kafka
+
+    ids = [Kafka.new_cluster_id() for _ in range(5000)]
+    assert not [i for i in ids if i.startswith("-")]
+    assert len(set(ids)) == len(ids)

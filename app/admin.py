@@ -12,7 +12,9 @@ import asyncio
 import sys
 
 from app.adapters import kafka_ops
-from app.settings import get_settings
+from app.adapters.kafka_connection import KafkaConfigError, KafkaStartupError, preflight
+from app.exits import EXIT_CONFIG, EXIT_UNAVAILABLE
+from app.settings import get_settings_or_exit
 from app.topics import topic_specs
 
 
@@ -22,8 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("create-topics", help="create order-event and order-event-dlq if missing")
     args = parser.parse_args(argv)
     if args.command == "create-topics":
-        settings = get_settings()
-        for line in asyncio.run(kafka_ops.create_topics(settings.kafka_bootstrap, topic_specs(settings))):
+        settings = get_settings_or_exit()
+        try:
+            asyncio.run(preflight(settings.kafka, wait_seconds=settings.kafka_startup_wait_seconds))
+        except (KafkaStartupError, KafkaConfigError) as exc:
+            print(f"python -m app.admin: cannot reach Kafka: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE if getattr(exc, "retriable", False) else EXIT_CONFIG
+        for line in asyncio.run(kafka_ops.create_topics(settings.kafka, topic_specs(settings))):
             print(line)
     return 0
 

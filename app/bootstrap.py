@@ -104,9 +104,9 @@ class Runtime:
             self.queries = Queries(self.store, group=s.app_id)
             self.watch = Watch(self.store)
             self.partitions = Partitions(self.store, hold_seconds=s.partition_lock_wait_seconds)
-            self.lag = GroupLag(s.kafka_bootstrap, s.app_id, s.order_event_topic,
+            self.lag = GroupLag(s.kafka, s.app_id, s.order_event_topic,
                                 isolation_level=s.kafka_isolation_level)
-            self.dead_letters = KafkaDeadLetterSink(s.kafka_bootstrap, s.dlq_topic, s.app_id,
+            self.dead_letters = KafkaDeadLetterSink(s.kafka, s.dlq_topic, s.app_id,
                                                     timeout_seconds=s.dlq_send_timeout_seconds,
                                                     truncate_bytes=s.dlq_truncate_bytes)
             self._kafka = kafka

@@ -15,7 +15,7 @@ import uuid
 from datetime import datetime, timezone
 
 from app.adapters import kafka_ops
-from app.settings import get_settings
+from app.settings import get_settings_or_exit
 
 
 def lifecycle(order_no: str, cancel: bool) -> list[dict]:
@@ -34,7 +34,7 @@ def lifecycle(order_no: str, cancel: bool) -> list[dict]:
 
 
 async def produce(orders: int) -> int:
-    settings = get_settings()
+    settings = get_settings_or_exit()
     day = datetime.now(timezone.utc).strftime("%Y%m%d")
     run = uuid.uuid4().hex[:6].upper()
     records: list[tuple[bytes, bytes]] = []
@@ -44,7 +44,7 @@ async def produce(orders: int) -> int:
             records.append((order_no.encode(), json.dumps(doc).encode()))
     records += random.sample(records, k=max(1, len(records) // 20))       # duplicates
     records += [(b"ORD-BROKEN", b"\xff not utf-8"), (b"ORD-BROKEN", b'{"type": "ORDER_PAID"}')]
-    await kafka_ops.produce(settings.kafka_bootstrap, settings.order_event_topic, records)
+    await kafka_ops.produce(settings.kafka, settings.order_event_topic, records)
     return len(records)
 
 
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=100)
     args = parser.parse_args()
     sent = asyncio.run(produce(args.orders))
-    print(f"demo: sent {sent} records for {args.orders} orders to {get_settings().order_event_topic}")
+    print(f"demo: sent {sent} records for {args.orders} orders to {get_settings_or_exit().order_event_topic}")
 
 
 if __name__ == "__main__":

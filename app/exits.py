@@ -26,3 +26,16 @@ def stop_without_ack(exc: BaseException) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(EXIT_NOT_ACKED)
+
+
+EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: a service we need did not answer within its bound
+EXIT_CONFIG = 78       # EX_CONFIG: the settings cannot work (a wrong password, an unknown CA, ...)
+
+
+def stop_at_startup(code: int, message: str) -> None:
+    """End a process that has not begun to work: one log line that says why, then exit ``code``."""
+    log.critical("%s (exit %d)", message, code)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    os._exit(code)

@@ -2,18 +2,73 @@
 
 from __future__ import annotations
 
+import functools
 import gc
+import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Awaitable, Callable, Sequence
 
 import faust
 
-from app.adapters import kafka_consumer, kafka_records
+from app import exits
+from app.adapters import kafka_consumer, kafka_ops, kafka_records
+from app.adapters.kafka_connection import KafkaConfigError, KafkaStartupError, preflight
 from app.monitor import BatchLevelMonitor
 from app.settings import Settings
 
+log = logging.getLogger(__name__)
 
-def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> faust.App:
+
+class ProcessorApp(faust.App):
+    """Faust's app, with checks that run when a worker starts, before any Kafka client of Faust's."""
+
+    startup_checks: list[Callable[["ProcessorApp"], Awaitable[None]]]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.startup_checks = []
+
+    async def on_first_start(self) -> None:
+        await super().on_first_start()
+        for check in self.startup_checks:
+            await check(self)
+
+
+async def check_kafka(app: faust.App, settings: Settings) -> None:
+    """Before Faust's consumer and producer: can we connect, and will what we write survive a broker?
+
+    A refusal (wrong password, unknown CA, a TLS listener spoken to in PLAINTEXT) stops the worker at
+    once with exit 78 and a line that says which; no broker answering is waited out for
+    KAFKA_STARTUP_WAIT_SECONDS, then exit 69."""
+    conn = settings.kafka
+    log.info("Kafka: %s", conn.describe())
+    try:
+        await preflight(conn, wait_seconds=settings.kafka_startup_wait_seconds, stopping=lambda: app.should_stop)
+        found = await kafka_ops.durability(conn, [settings.order_event_topic, settings.dlq_topic])
+    except KafkaStartupError as exc:
+        exits.stop_at_startup(exits.EXIT_UNAVAILABLE if exc.retriable else exits.EXIT_CONFIG,
+                              f"cannot start: {exc}")
+        return
+    except KafkaConfigError as exc:
+        exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {exc}")
+        return
+    for topic, durability in found.items():
+        if durability is None:
+            log.error("topic %s does not exist: create it (python -m app.admin create-topics)", topic)
+            continue
+        risks = durability.risks()
+        if not risks:
+            continue
+        message = (f"topic {topic} has {', '.join(risks)}: an acknowledged event or dead letter may not survive "
+                   "the loss of a broker (production wants replication 3, min.insync.replicas=2, "
+                   "unclean leader election off)")
+        if settings.kafka_require_replication:
+            exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {message} (KAFKA_REQUIRE_REPLICATION=true)")
+            return
+        log.warning("%s; KAFKA_REQUIRE_REPLICATION=true refuses to start like this", message)
+
+
+def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> "ProcessorApp":
     """The app; ``web_middlewares`` run before every view of its web server (``app.main`` hands
     it the one that decides who may ask, ``app.web.views.middlewares``)."""
     if settings.event_loop == "uvloop":
@@ -28,9 +83,13 @@ def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> faust.A
     # Records of aborted transactions are never read; commits go past transaction markers
     # (see app.adapters.kafka_consumer).
     kafka_consumer.install(settings.kafka_isolation_level)
-    return faust.App(
+    _make_faust_producer_idempotent()
+    app = ProcessorApp(
         settings.app_id,
-        broker=settings.kafka_broker,
+        broker=settings.kafka_faust_broker,
+        # SASL and/or TLS for Faust's consumer and producer, from the one place that builds them.
+        broker_credentials=settings.kafka.faust_credentials(),
+        producer_acks=-1,
         # No Faust tables: the idempotency memory is MySQL's t_idem.
         store="memory://",
         datadir=f"{settings.data_dir}/{{conf.name}}",
@@ -54,6 +113,25 @@ def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> faust.A
         logging_config=None,
         loghandlers=[],
     )
+    app.startup_checks.append(functools.partial(check_kafka, settings=settings))
+    return app
+
+
+def _make_faust_producer_idempotent() -> None:
+    """Every producer of the project is idempotent with acks=all; Faust's is so only in its own
+    exactly-once mode (``Producer._settings_extra``). It sends nothing of ours today (no tables,
+    no topic written through it), but a retry through a leader change must never write twice."""
+    from faust.transport.drivers import aiokafka as driver
+
+    original = driver.Producer._settings_extra
+    if getattr(original, "idempotent", False):
+        return
+
+    def settings_extra(self):
+        return {**original(self), "acks": "all", "enable_idempotence": True}
+
+    settings_extra.idempotent = True
+    driver.Producer._settings_extra = settings_extra
 
 
 def order_event_topic(app: faust.App, settings: Settings) -> faust.TopicT:

@@ -8,22 +8,28 @@ each other.
 from __future__ import annotations
 
 import logging
+import sys
 
 from agents import compensator as compensator_agent
 from agents import order_events as order_events_agent
+from app.adapters.kafka_connection import KafkaConfigError
 from app.bootstrap import Runtime
 from app.commands import budget as budget_command
 from app.commands import dlq as dlq_command
 from app.faust_app import create_app, dead_letter_topic, order_event_topic
-from app.settings import get_settings
+from app.settings import EXIT_CONFIG, get_settings_or_exit
 from app.timers import compensation as compensation_timer
 from app.timers import gauges as gauges_timer
 from app.timers import partitions as partitions_timer
 from app.timers import stuck as stuck_timer
 from app.web import views
 
-settings = get_settings()
-app = create_app(settings, web_middlewares=views.middlewares(settings))
+settings = get_settings_or_exit()
+try:
+    app = create_app(settings, web_middlewares=views.middlewares(settings))
+except KafkaConfigError as exc:         # e.g. a KAFKA_SSL_* file that is no PEM certificate
+    print(f"order-event-processor: the settings cannot work: {exc}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_CONFIG) from None
 logging.getLogger("app").setLevel(settings.log_level.upper())
 
 order_events = order_event_topic(app, settings)

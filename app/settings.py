@@ -10,12 +10,16 @@ from __future__ import annotations
 import math
 import os
 import socket
+import sys
 from functools import lru_cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from app.adapters.kafka_connection import KafkaConnection
 
 
 # Bytes per t_idem row, primary key and idx_status_modified included, as MariaDB reports them
@@ -39,7 +43,23 @@ class Settings(BaseSettings):
                            description="Names this process in t_idem.owner and dead-letter headers.")
 
     # -- Kafka --------------------------------------------------------------
-    kafka_broker: str = "kafka://127.0.0.1:9092"
+    kafka_broker: str = Field("kafka://127.0.0.1:9092", min_length=1,
+                              description="The brokers: kafka://host:port, several joined by ';' or ','.")
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: str | None = Field(None, description="PEM file of the CA(s) that signed the brokers' "
+                                                           "certificates; unset: the system's CAs.")
+    kafka_ssl_certfile: str | None = Field(None, description="mTLS: PEM file of this client's certificate.")
+    kafka_ssl_keyfile: str | None = Field(None, description="mTLS: PEM file of its private key.")
+    kafka_ssl_check_hostname: bool = True
+    kafka_startup_wait_seconds: float = Field(
+        300.0, ge=0, description="How long a process waits for a broker to answer at start-up before it gives up "
+                                 "(a broker that answers and refuses, e.g. a wrong password, stops it at once).")
+    kafka_require_replication: bool = Field(
+        False, description="Refuse to start when order-event or the dead-letter topic has a replication factor "
+                           "under 3 or min.insync.replicas under 2 (otherwise: a warning).")
     kafka_isolation_level: Literal["read_committed", "read_uncommitted"] = Field(
         "read_committed", description="How the worker reads order-event and the dead-letter topic: "
                                       "read_committed never delivers records of aborted (or still open) "
@@ -243,7 +263,25 @@ class Settings(BaseSettings):
     @property
     def kafka_bootstrap(self) -> str:
         """The broker list as aiokafka wants it (no ``kafka://`` scheme)."""
-        return ",".join(url.split("://", 1)[-1] for url in self.kafka_broker.split(";"))
+        urls = [url.strip() for part in self.kafka_broker.split(";") for url in part.split(",") if url.strip()]
+        return ",".join(url.split("://", 1)[-1] for url in urls)
+
+    @property
+    def kafka_faust_broker(self) -> str:
+        """The broker list as Faust wants it (``kafka://a:1;kafka://b:2``)."""
+        return ";".join(f"kafka://{hostport}" for hostport in self.kafka_bootstrap.split(","))
+
+    @property
+    def kafka(self) -> "KafkaConnection":
+        """How every Kafka client connects (the only reader of the KAFKA_SASL_*/KAFKA_SSL_* settings)."""
+        from app.adapters.kafka_connection import KafkaConnection
+
+        return KafkaConnection(
+            bootstrap=self.kafka_bootstrap, security_protocol=self.kafka_security_protocol,
+            sasl_mechanism=self.kafka_sasl_mechanism, sasl_username=self.kafka_sasl_username,
+            sasl_password=self.kafka_sasl_password, ssl_cafile=self.kafka_ssl_cafile,
+            ssl_certfile=self.kafka_ssl_certfile, ssl_keyfile=self.kafka_ssl_keyfile,
+            ssl_check_hostname=self.kafka_ssl_check_hostname)
 
     @model_validator(mode="after")
     def _check(self) -> "Settings":
@@ -256,6 +294,7 @@ class Settings(BaseSettings):
         self._check_lease()
         self._check_timeouts()
         self._check_mysql_url()
+        self.kafka          # contradictory security settings are refused here, with their names
         # Surrounding spaces (a copy and paste, a YAML value) are no part of a token: a request's
         # token is compared stripped, so the configured one is too. WEB_TOKEN="" is no token.
         for name in ("web_token", "web_read_token"):
@@ -335,7 +374,38 @@ class Settings(BaseSettings):
                 "parameter or set it to utf8mb4.")
 
 
+EXIT_CONFIG = 78     # EX_CONFIG: the settings cannot work; changing them, not a restart, helps
+
+
+class SettingsError(ValueError):
+    """Settings that cannot work, said without the values (a password must not reach a log)."""
+
+
+def explain(exc: ValidationError) -> str:
+    """One line per problem, naming the environment variable; never the values given."""
+    lines = []
+    for error in exc.errors(include_input=False, include_url=False, include_context=False):
+        where = ".".join(str(part) for part in error["loc"]).upper()
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{where}: {message}" if where else message)
+    return "; ".join(lines)
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process-wide settings, read from the environment on first use."""
-    return Settings()
+    """The process-wide settings, read from the environment on first use.
+
+    Raises :class:`SettingsError` with the problems and none of the values."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SettingsError(f"the settings cannot work: {explain(exc)}") from None
+
+
+def get_settings_or_exit() -> Settings:
+    """For entry points: the settings, or one line on stderr and exit 78 (EX_CONFIG)."""
+    try:
+        return get_settings()
+    except SettingsError as exc:
+        print(f"order-event-processor: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_CONFIG) from None

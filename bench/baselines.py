@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from app.adapters.kafka_connection import KafkaConnection, connection_of
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db import create_engine
@@ -53,12 +55,12 @@ class Measurement:
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
-def _consumer(bootstrap: str, topic: str, group: str) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
-                            auto_offset_reset="earliest")
+def _consumer(kafka: KafkaConnection | str, topic: str, group: str) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(topic, group_id=group, enable_auto_commit=False, auto_offset_reset="earliest",
+                            **connection_of(kafka).client_options())
 
 
-async def raw_ceiling(bootstrap: str, topic: str, total: int, group: str, *, timeout: float) -> Measurement:
+async def raw_ceiling(bootstrap: KafkaConnection | str, topic: str, total: int, group: str, *, timeout: float) -> Measurement:
     consumer = _consumer(bootstrap, topic, group)
     await consumer.start()
     started, first, seen = time.perf_counter(), None, 0
@@ -77,7 +79,7 @@ async def raw_ceiling(bootstrap: str, topic: str, total: int, group: str, *, tim
     return Measurement("a", seen, end - (first or end), end - started)
 
 
-async def naive(bootstrap: str, topic: str, count: int, group: str, *, mysql_url: str, logistics_url: str,
+async def naive(bootstrap: KafkaConnection | str, topic: str, count: int, group: str, *, mysql_url: str, logistics_url: str,
                 timeout: float) -> Measurement:
     """Run the first ``count`` records of ``topic`` through the one-transaction-per-event design."""
     engine = create_engine(Settings(mysql_url=mysql_url, db_pool_size=1), url=mysql_url)

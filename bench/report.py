@@ -145,7 +145,7 @@ def environment_text(env: dict, args: argparse.Namespace, settings: Settings) ->
         "Environment:",
         f"- CPUs: {env['cpu_count']} ({env['cpus_usable']} usable), {env['cpu_model'] or 'model unknown'}",
         f"- Python {env['python']} on {env['platform']}",
-        f"- Kafka {env['kafka']} at {settings.kafka_bootstrap}; MariaDB {env['mariadb']}",
+        f"- Kafka {env['kafka']} at {settings.kafka.describe()}; MariaDB {env['mariadb']}",
         f"- {packages}",
         f"- load average before the run: {env.get('loadavg', 'n/a')}",
         f"- workload: {args.events} events per topic, naive prefix {args.naive_events}, "

@@ -67,6 +67,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from app.adapters import kafka_ops
+from app.adapters.kafka_connection import KafkaConnection
 from app.settings import Settings
 from app.topics import topic_specs
 from bench import environment, growth, report
@@ -131,8 +132,9 @@ class Context:
     groups: list[str] = field(default_factory=list)
 
     @property
-    def bootstrap(self) -> str:
-        return self.settings.kafka_bootstrap
+    def bootstrap(self) -> KafkaConnection:
+        """The brokers, with the settings' security (KAFKA_SECURITY_PROTOCOL, ...)."""
+        return self.settings.kafka
 
     def group(self, row: str) -> str:
         name = f"bench-{row}-{self.tag}"

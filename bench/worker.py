@@ -22,6 +22,7 @@ from pathlib import Path
 
 import aiohttp
 
+from app.adapters.kafka_connection import KafkaConnection
 from app.adapters.kafka_ops import CommittedOffsets, admin
 from bench.metrics import scrape
 
@@ -55,7 +56,7 @@ def worker_command(profile_to: Path | None, app_module: str = "app") -> list[str
             "--show-regex", r".*/(faust|mode|aiokafka)/.*", "-m", "faust", *command]
 
 
-async def run_worker(env: dict[str, str], *, root: Path, log_path: Path, bootstrap: str, group: str, topic: str,
+async def run_worker(env: dict[str, str], *, root: Path, log_path: Path, bootstrap: KafkaConnection | str, group: str, topic: str,
                      ends: dict[int, int], timeout: float, stall: float,
                      profile_to: Path | None = None, app_module: str = "app") -> WorkerRun:
     run = WorkerRun(events=sum(ends.values()), log=str(log_path.relative_to(root)))
@@ -78,7 +79,7 @@ async def run_worker(env: dict[str, str], *, root: Path, log_path: Path, bootstr
 
 
 async def _measure(run: WorkerRun, proc: subprocess.Popen, http: aiohttp.ClientSession, base: str,
-                   spawned: float, bootstrap: str, group: str, topic: str, ends: dict[int, int],
+                   spawned: float, bootstrap: KafkaConnection | str, group: str, topic: str, ends: dict[int, int],
                    timeout: float, stall: float) -> None:
     healthy = await _wait_health(proc, http, f"{base}/health", spawned, timeout)
     run.startup_seconds = healthy - spawned

@@ -31,6 +31,7 @@ from typing import Sequence
 from aiokafka import AIOKafkaProducer
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from app.adapters.kafka_connection import KafkaConnection, connection_of
 from app.topics import DLQ_MAX_MESSAGE_BYTES
 from app.pipeline.ports import DeadLetter
 
@@ -161,14 +162,16 @@ def _our_headers(letter: DeadLetter, group: str, notes: dict[str, str]) -> list[
 
 
 class KafkaDeadLetterSink:
-    def __init__(self, bootstrap: str, topic: str, group: str, *, timeout_seconds: float = 30.0,
+    def __init__(self, kafka: KafkaConnection | str, topic: str, group: str, *, timeout_seconds: float = 30.0,
                  truncate_bytes: int = 64 * 1024) -> None:
         self.topic = topic
         self.group = group
         self.truncate_bytes = truncate_bytes
+        # Idempotent with acks=all: a send retried through a leader change is written once, and
+        # acknowledged only when every in-sync replica has it (min.insync.replicas).
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-            request_timeout_ms=int(timeout_seconds * 1000), max_request_size=DLQ_MAX_MESSAGE_BYTES)
+            acks="all", enable_idempotence=True, request_timeout_ms=int(timeout_seconds * 1000),
+            max_request_size=DLQ_MAX_MESSAGE_BYTES, **connection_of(kafka).client_options())
         self._timeout = timeout_seconds
 
     async def start(self) -> None:

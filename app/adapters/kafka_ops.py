@@ -7,23 +7,30 @@ producer, the tests and the benchmark.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Iterable, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.protocol.admin import DeleteGroupsRequest
 
+from app.adapters.kafka_connection import KafkaConnection, connection_of
 from app.topics import EVENT_MAX_MESSAGE_BYTES, TopicSpec
+
+# Where a function takes ``kafka``: a KafkaConnection (``Settings.kafka``), or a bare
+# "host:port,..." list for a PLAINTEXT broker.
+Kafka = KafkaConnection | str
 
 # (key, value), or (key, value, headers) for headers of its own
 Record = tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]
 
 
 @asynccontextmanager
-async def admin(bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
-    client = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+async def admin(kafka: Kafka) -> AsyncIterator[AIOKafkaAdminClient]:
+    client = AIOKafkaAdminClient(request_timeout_ms=30_000, **connection_of(kafka).client_options())
     await client.start()
     try:
         yield client
@@ -31,11 +38,11 @@ async def admin(bootstrap: str) -> AsyncIterator[AIOKafkaAdminClient]:
         await client.close()
 
 
-async def create_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]:
+async def create_topics(kafka: Kafka, specs: Sequence[TopicSpec]) -> list[str]:
     """Create the missing topics; an existing one is left as it is, and a partition count that
     differs from its spec is reported. One line per topic saying what happened."""
     report = []
-    async with admin(bootstrap) as client:
+    async with admin(kafka) as client:
         existing = set(await client.list_topics())
         for spec in specs:
             if spec.name not in existing:
@@ -53,24 +60,70 @@ async def create_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]
     return report
 
 
-async def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
+async def delete_topics(kafka: Kafka, names: Iterable[str]) -> None:
     """Best effort: a topic already gone is no error."""
-    async with admin(bootstrap) as client:
+    async with admin(kafka) as client:
         try:
             await client.delete_topics(list(names))
         except Exception:
             pass
 
 
-async def delete_groups(bootstrap: str, groups: Iterable[str]) -> None:
+async def delete_groups(kafka: Kafka, groups: Iterable[str]) -> None:
     """Best effort (aiokafka's admin client has no public call for DeleteGroups, API 42)."""
-    async with admin(bootstrap) as client:
+    async with admin(kafka) as client:
         for group in groups:
             try:
                 node = await client.find_coordinator(group)
                 await client._send_request(DeleteGroupsRequest([group]), node_id=node)
             except Exception:
                 pass
+
+
+@dataclass(frozen=True)
+class Durability:
+    """How many brokers hold a topic, and how many must have a record before it is acknowledged."""
+
+    topic: str
+    partitions: int
+    replication: int          # the smallest replica count of its partitions
+    min_insync: int
+    unclean_election: bool
+
+    def risks(self, *, replication: int = 3, min_insync: int = 2) -> list[str]:
+        found = []
+        if self.replication < replication:
+            found.append(f"replication factor {self.replication} (< {replication})")
+        if self.min_insync < min_insync:
+            found.append(f"min.insync.replicas={self.min_insync} (< {min_insync})")
+        if self.unclean_election:
+            found.append("unclean.leader.election.enable=true")
+        return found
+
+
+async def durability(kafka: Kafka, topics: Sequence[str]) -> dict[str, Durability | None]:
+    """Each topic's replication as the brokers have it (None: the topic does not exist)."""
+    found: dict[str, Durability | None] = {}
+    async with admin(kafka) as client:
+        existing = set(await client.list_topics())
+        present = [topic for topic in topics if topic in existing]
+        found.update({topic: None for topic in topics if topic not in existing})
+        if not present:
+            return found
+        described = {entry["topic"]: entry for entry in await client.describe_topics(present)}
+        responses = await client.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t) for t in present])
+        configs: dict[str, dict[str, str]] = {}
+        for response in responses:
+            for _code, _message, _type, name, entries, *_ in response.resources:
+                configs[name] = {entry[0]: entry[1] for entry in entries}
+        for topic in present:
+            partitions = described[topic]["partitions"]
+            config = configs.get(topic, {})
+            found[topic] = Durability(
+                topic, len(partitions), min((len(p["replicas"]) for p in partitions), default=0),
+                int(config.get("min.insync.replicas") or 1),
+                (config.get("unclean.leader.election.enable") or "false").lower() == "true")
+    return found
 
 
 class CommittedOffsets:
@@ -87,18 +140,18 @@ class CommittedOffsets:
         return {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == self.topic and meta.offset >= 0}
 
 
-async def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+async def committed_offsets(kafka: Kafka, group: str, topic: str, partitions: int) -> dict[int, int]:
     """Every partition's committed offset, 0 where nothing is committed."""
-    async with admin(bootstrap) as client:
+    async with admin(kafka) as client:
         found = await CommittedOffsets(client, group, topic).read()
     return {p: found.get(p, 0) for p in range(partitions)}
 
 
-async def end_offsets(bootstrap: str, topic: str, partitions: int, *,
+async def end_offsets(kafka: Kafka, topic: str, partitions: int, *,
                       isolation_level: str = "read_uncommitted") -> dict[int, int]:
     """Each partition's end: the high watermark, or with ``read_committed`` the last stable offset
     (the first offset of a transaction still open, if there is one)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level)
+    consumer = AIOKafkaConsumer(isolation_level=isolation_level, **connection_of(kafka).client_options())
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -107,15 +160,15 @@ async def end_offsets(bootstrap: str, topic: str, partitions: int, *,
         await consumer.stop()
 
 
-async def produce(bootstrap: str, topic: str, records: Iterable[Record], *,
+async def produce(kafka: Kafka, topic: str, records: Iterable[Record], *,
                   headers: list[tuple[str, bytes]] | None = None, timestamps: Sequence[int] | None = None,
                   linger_ms: int = 5, max_batch_size: int = 16 * 1024) -> list[tuple[int, int]]:
     """Send ``records`` in order with acks=all and an idempotent producer (so per-partition
     order holds); wait for every acknowledgement; return each record's (partition, offset).
     ``headers`` go on every record that brings none of its own."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-                                linger_ms=linger_ms, max_batch_size=max_batch_size,
-                                max_request_size=EVENT_MAX_MESSAGE_BYTES)
+    producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=linger_ms,
+                                max_batch_size=max_batch_size, max_request_size=EVENT_MAX_MESSAGE_BYTES,
+                                **connection_of(kafka).client_options())
     await producer.start()
     try:
         pending = []
@@ -136,17 +189,17 @@ class GroupLag:
     cannot be read yet, so they are not lag. (Transaction markers and aborted records after the
     last record are not lag either: the workers commit past them, ``app.adapters.kafka_consumer``.)"""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, *, isolation_level: str = "read_committed") -> None:
-        self.bootstrap, self.group, self.topic = bootstrap, group, topic
+    def __init__(self, kafka: Kafka, group: str, topic: str, *, isolation_level: str = "read_committed") -> None:
+        self.kafka, self.group, self.topic = connection_of(kafka), group, topic
         self.isolation_level = isolation_level
         self._admin: AIOKafkaAdminClient | None = None
         self._consumer: AIOKafkaConsumer | None = None
 
     async def read(self) -> dict[int, int]:
         if self._admin is None:
-            admin_client = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000)
-            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000,
-                                        isolation_level=self.isolation_level)
+            admin_client = AIOKafkaAdminClient(request_timeout_ms=10_000, **self.kafka.client_options())
+            consumer = AIOKafkaConsumer(request_timeout_ms=10_000, isolation_level=self.isolation_level,
+                                        **self.kafka.client_options())
             await admin_client.start()
             try:
                 await consumer.start()

@@ -1,0 +1,317 @@
+"""How every Kafka client of the project connects: brokers, security protocol, credentials, certificates.
+
+One :class:`KafkaConnection` is built from the settings (``Settings.kafka``); every client (Faust's
+consumer and producer, the dead-letter producer, the admin client, the lag reader, the demo
+producer, the benchmark, the chaos suite) takes its options from :meth:`KafkaConnection.client_options`
+or :meth:`KafkaConnection.faust_credentials`, and nothing else reads the ``KAFKA_SASL_*`` and
+``KAFKA_SSL_*`` settings.
+
+The password is a :class:`pydantic.SecretStr` until the moment a client is made: it is in no
+``repr``, no :meth:`describe`, no error message of this module.
+
+:func:`preflight` is what a process does before its first real client: it connects once, with a
+bound, and turns what went wrong into a sentence that names the cause (a wrong password, a
+certificate no configured CA signed, PLAINTEXT against a TLS listener, ...). A broker that does
+not answer yet is waited for, up to ``KAFKA_STARTUP_WAIT_SECONDS``; a broker that answers and
+refuses is not: retrying a wrong password only locks the account.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Literal
+
+from pydantic import SecretStr
+
+log = logging.getLogger(__name__)
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+SECURITY_PROTOCOLS: tuple[str, ...] = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class KafkaConfigError(ValueError):
+    """The security settings contradict each other (found before any connection)."""
+
+
+class KafkaStartupError(RuntimeError):
+    """Kafka cannot be used with these settings; the message says why, in the user's terms.
+
+    ``retriable`` is true when the cause may go away by itself (no broker answers yet)."""
+
+    def __init__(self, message: str, *, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+@dataclass(frozen=True)
+class KafkaConnection:
+    bootstrap: str                                  # "host:port,host:port" (aiokafka's form)
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_check_hostname: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sasl_password, str):
+            object.__setattr__(self, "sasl_password", SecretStr(self.sasl_password))
+        self.check()
+
+    # -- what the settings say --------------------------------------------------------------
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    @property
+    def brokers(self) -> list[tuple[str, int]]:
+        found = []
+        for item in self.bootstrap.split(","):
+            host, _, port = item.strip().rpartition(":")
+            found.append((host.strip("[]") or "127.0.0.1", int(port or 9092)))
+        return found
+
+    def check(self) -> None:
+        """Refuse settings that cannot work, naming the settings to change."""
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise KafkaConfigError(f"KAFKA_SECURITY_PROTOCOL={self.security_protocol!r}: expected one of "
+                                   f"{', '.join(SECURITY_PROTOCOLS)}")
+        if self.uses_sasl:
+            if self.sasl_mechanism not in SASL_MECHANISMS:
+                raise KafkaConfigError(f"KAFKA_SASL_MECHANISM={self.sasl_mechanism!r}: expected one of "
+                                       f"{', '.join(SASL_MECHANISMS)}")
+            if not self.sasl_username or self.sasl_password is None or not self.sasl_password.get_secret_value():
+                raise KafkaConfigError(f"KAFKA_SECURITY_PROTOCOL={self.security_protocol} needs "
+                                       "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise KafkaConfigError("KAFKA_SSL_CERTFILE and KAFKA_SSL_KEYFILE go together (a client certificate "
+                                   "and its private key, for mTLS): set both or neither")
+        if not self.uses_tls and (self.ssl_cafile or self.ssl_certfile):
+            raise KafkaConfigError(f"KAFKA_SSL_* is set but KAFKA_SECURITY_PROTOCOL={self.security_protocol} does "
+                                   "not use TLS: set it to SSL or SASL_SSL, or unset the certificate settings")
+        for name, path in (("KAFKA_SSL_CAFILE", self.ssl_cafile), ("KAFKA_SSL_CERTFILE", self.ssl_certfile),
+                           ("KAFKA_SSL_KEYFILE", self.ssl_keyfile)):
+            if path and not os.path.isfile(path):
+                raise KafkaConfigError(f"{name}={path}: no such file")
+        try:
+            self.brokers
+        except ValueError:
+            raise KafkaConfigError(f"KAFKA_BROKER must list host:port pairs, got {self.bootstrap!r}") from None
+
+    def describe(self) -> str:
+        """For log lines and the start-up banner: everything but the password."""
+        parts = [self.bootstrap, self.security_protocol]
+        if self.uses_sasl:
+            parts.append(f"{self.sasl_mechanism} as {self.sasl_username!r}")
+        if self.uses_tls:
+            parts.append(f"CA {self.ssl_cafile}" if self.ssl_cafile else "system CAs")
+            if self.ssl_certfile:
+                parts.append(f"client certificate {self.ssl_certfile}")
+            if not self.ssl_check_hostname:
+                parts.append("host names NOT checked")
+        return ", ".join(parts)
+
+    def with_bootstrap(self, bootstrap: str) -> "KafkaConnection":
+        return replace(self, bootstrap=bootstrap)
+
+    # -- what clients get --------------------------------------------------------------------
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.uses_tls:
+            return None
+        from aiokafka.helpers import create_ssl_context
+
+        try:
+            context = create_ssl_context(cafile=self.ssl_cafile, certfile=self.ssl_certfile,
+                                         keyfile=self.ssl_keyfile)
+        except ssl.SSLError as exc:
+            raise KafkaConfigError(f"KAFKA_SSL_CAFILE/CERTFILE/KEYFILE could not be loaded ({exc.reason or exc}): "
+                                   "they must be PEM files, the key matching the certificate") from None
+        context.check_hostname = self.ssl_check_hostname
+        return context
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments for AIOKafkaConsumer, AIOKafkaProducer and AIOKafkaAdminClient."""
+        options: dict[str, Any] = {"bootstrap_servers": self.bootstrap,
+                                   "security_protocol": self.security_protocol}
+        if self.uses_tls:
+            options["ssl_context"] = self.ssl_context()
+        if self.uses_sasl:
+            options.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
+                           sasl_plain_password=self.sasl_password.get_secret_value())
+        return options
+
+    def faust_credentials(self) -> Any:
+        """Faust's ``broker_credentials``: None for PLAINTEXT."""
+        import faust
+
+        if self.uses_sasl:
+            return faust.SASLCredentials(username=self.sasl_username, password=self.sasl_password.get_secret_value(),
+                                         mechanism=self.sasl_mechanism, ssl_context=self.ssl_context())
+        if self.uses_tls:
+            return faust.SSLCredentials(self.ssl_context())
+        return None
+
+
+def connection_of(kafka: "KafkaConnection | str") -> KafkaConnection:
+    """A connection, or a bare "host:port,..." list (PLAINTEXT: local tools and tests)."""
+    return kafka if isinstance(kafka, KafkaConnection) else KafkaConnection(bootstrap=kafka)
+
+
+# -- the first connection -------------------------------------------------------------------------
+
+def _tls_error(conn: KafkaConnection, exc: ssl.SSLError) -> KafkaStartupError:
+    text = f"{getattr(exc, 'reason', '') or ''} {exc}"
+    where = conn.bootstrap
+    if isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
+        if "hostname" in text.lower() or "IP address mismatch" in text:
+            return KafkaStartupError(
+                f"the broker's TLS certificate at {where} does not name the host it was reached at ({exc.verify_message if isinstance(exc, ssl.SSLCertVerificationError) else text.strip()}): "
+                "connect by a name the certificate lists, or (tests only) KAFKA_SSL_CHECK_HOSTNAME=false")
+        ca = f"KAFKA_SSL_CAFILE={conn.ssl_cafile}" if conn.ssl_cafile else "the system's CAs (KAFKA_SSL_CAFILE unset)"
+        return KafkaStartupError(f"the broker's TLS certificate at {where} is not signed by a CA we trust: "
+                                 f"{ca} does not vouch for it. Set KAFKA_SSL_CAFILE to the CA that signed "
+                                 "the brokers' certificates")
+    if "WRONG_VERSION_NUMBER" in text or "record layer failure" in text or "UNEXPECTED_RECORD" in text:
+        return KafkaStartupError(f"{where} does not speak TLS: KAFKA_SECURITY_PROTOCOL={conn.security_protocol} "
+                                 "needs a TLS listener; is this the PLAINTEXT or SASL_PLAINTEXT port?")
+    if any(alert in text for alert in ("CERTIFICATE_REQUIRED", "HANDSHAKE_FAILURE", "BAD_CERTIFICATE",
+                                       "UNKNOWN_CA", "CERTIFICATE_UNKNOWN")):
+        mine = f"KAFKA_SSL_CERTFILE={conn.ssl_certfile}" if conn.ssl_certfile else "none (KAFKA_SSL_CERTFILE unset)"
+        return KafkaStartupError(f"the broker at {where} refused our TLS client certificate ({text.strip()}): it "
+                                 f"requires a client certificate it trusts (mTLS); ours: {mine}")
+    return KafkaStartupError(f"TLS with the broker at {where} failed: {text.strip()}")
+
+
+async def _tls_probe(host: str, port: int, timeout: float) -> bool:
+    """Does the listener at host:port answer a TLS ClientHello with a TLS handshake?"""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=context), timeout)
+    except ssl.SSLError as exc:
+        # A TLS server that wanted a client certificate still spoke TLS.
+        return "WRONG_VERSION_NUMBER" not in str(exc) and "record layer" not in str(exc)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return True
+
+
+async def _reachable(brokers: list[tuple[str, int]], timeout: float) -> tuple[bool, str]:
+    last = ""
+    for host, port in brokers:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+            writer.close()
+            return True, ""
+        except asyncio.TimeoutError:
+            last = f"{host}:{port} did not answer within {timeout:g} s"
+        except OSError as exc:
+            last = f"{host}:{port}: {exc.strerror or exc}"
+    return False, last
+
+
+async def _connect_once(conn: KafkaConnection, timeout: float) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaConnectionError, KafkaError, UnsupportedSaslMechanismError
+
+    reachable, why = await _reachable(conn.brokers, min(timeout, 5.0))
+    if not reachable:
+        raise KafkaStartupError(f"no broker of KAFKA_BROKER={conn.bootstrap} answers: {why}", retriable=True)
+    # A TLS handshake of our own first: ssl errors are clear here; inside aiokafka they become
+    # "Unable to bootstrap from ..." after its retries.
+    if conn.uses_tls:
+        host, port = conn.brokers[0]
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(
+                host, port, ssl=conn.ssl_context(), server_hostname=host), timeout)
+            writer.close()
+        except ssl.SSLError as exc:
+            raise _tls_error(conn, exc) from None
+        except ConnectionResetError:
+            raise KafkaStartupError(f"{host}:{port} closed the connection during the TLS handshake: is it a TLS "
+                                    f"listener (KAFKA_SECURITY_PROTOCOL={conn.security_protocol})?") from None
+        except asyncio.TimeoutError:
+            raise KafkaStartupError(f"{host}:{port} accepted the connection but did not complete a TLS handshake "
+                                    f"within {timeout:g} s: is it a TLS listener (KAFKA_SECURITY_PROTOCOL="
+                                    f"{conn.security_protocol})?") from None
+    client = AIOKafkaAdminClient(request_timeout_ms=int(timeout * 1000), **conn.client_options())
+    try:
+        await asyncio.wait_for(client.start(), timeout)
+        await asyncio.wait_for(client.list_topics(), timeout)
+    except UnsupportedSaslMechanismError as exc:
+        raise KafkaStartupError(f"the brokers at {conn.bootstrap} do not offer KAFKA_SASL_MECHANISM="
+                                f"{conn.sasl_mechanism} on this listener: {exc}") from None
+    except (KafkaConnectionError, asyncio.TimeoutError, KafkaError, OSError) as exc:
+        raise await _explain(conn, exc) from None
+    finally:
+        try:
+            await asyncio.wait_for(client.close(), 5)
+        except Exception:
+            pass
+
+
+async def _explain(conn: KafkaConnection, exc: BaseException) -> KafkaStartupError:
+    text = str(exc)
+    lowered = text.lower()
+    if "authentication failed" in lowered or "sasl" in lowered and "fail" in lowered:
+        return KafkaStartupError(f"the brokers at {conn.bootstrap} refused our SASL login: user "
+                                 f"{conn.sasl_username!r}, mechanism {conn.sasl_mechanism}: a wrong "
+                                 "KAFKA_SASL_PASSWORD, an unknown user, or a mechanism this user has no "
+                                 "credentials for")
+    if not conn.uses_tls:
+        host, port = conn.brokers[0]
+        if await _tls_probe(host, port, 5.0):
+            return KafkaStartupError(f"{host}:{port} is a TLS listener but KAFKA_SECURITY_PROTOCOL="
+                                     f"{conn.security_protocol}: set it to SSL or SASL_SSL (with "
+                                     "KAFKA_SSL_CAFILE)")
+    if not conn.uses_sasl:
+        return KafkaStartupError(f"the brokers at {conn.bootstrap} accepted the connection but did not answer "
+                                 f"Kafka's protocol with KAFKA_SECURITY_PROTOCOL={conn.security_protocol} "
+                                 f"({type(exc).__name__}): does this listener require SASL "
+                                 "(SASL_PLAINTEXT / SASL_SSL)?", retriable=isinstance(exc, asyncio.TimeoutError))
+    return KafkaStartupError(f"Kafka at {conn.bootstrap} did not answer ({type(exc).__name__}: {text or 'no detail'})",
+                             retriable=True)
+
+
+async def preflight(conn: KafkaConnection, *, wait_seconds: float, attempt_timeout: float = 10.0,
+                    stopping: Callable[[], bool] = lambda: False) -> None:
+    """Connect once before anything else does. Waits, with a log line per attempt, while no broker
+    answers (up to ``wait_seconds``); raises :class:`KafkaStartupError` at once when a broker
+    answers and refuses, and when the wait is over."""
+    deadline = time.monotonic() + wait_seconds
+    delay = 1.0
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            await _connect_once(conn, attempt_timeout)
+            if attempt > 1:
+                log.warning("Kafka answers at %s (attempt %d)", conn.bootstrap, attempt)
+            return
+        except KafkaStartupError as exc:
+            left = deadline - time.monotonic()
+            if not exc.retriable or left <= 0 or stopping():
+                if exc.retriable:
+                    raise KafkaStartupError(f"{exc} (waited {wait_seconds:g} s: KAFKA_STARTUP_WAIT_SECONDS)",
+                                            retriable=True) from None
+                raise
+            log.warning("waiting for Kafka (%s): %s; next attempt in %.0f s, giving up in %.0f s",
+                        conn.describe(), exc, min(delay, left), left)
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 10.0)
+

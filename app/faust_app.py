@@ -44,13 +44,21 @@ async def check_kafka(app: faust.App, settings: Settings) -> None:
     log.info("Kafka: %s", conn.describe())
     try:
         await preflight(conn, wait_seconds=settings.kafka_startup_wait_seconds, stopping=lambda: app.should_stop)
-        found = await kafka_ops.durability(conn, [settings.order_event_topic, settings.dlq_topic])
     except KafkaStartupError as exc:
         exits.stop_at_startup(exits.EXIT_UNAVAILABLE if exc.retriable else exits.EXIT_CONFIG,
                               f"cannot start: {exc}")
         return
     except KafkaConfigError as exc:
         exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {exc}")
+        return
+    try:
+        found = await kafka_ops.durability(conn, [settings.order_event_topic, settings.dlq_topic])
+    except Exception as exc:            # e.g. no DescribeConfigs permission
+        message = f"the topics' replication could not be read ({exc!r})"
+        if settings.kafka_require_replication:
+            exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {message} (KAFKA_REQUIRE_REPLICATION=true)")
+            return
+        log.warning("%s: not checked", message)
         return
     for topic, durability in found.items():
         if durability is None:

@@ -38,7 +38,7 @@ test-tools: ## from Debian: docker-compose (v1, validates docker-compose.yml), k
 	    $$sudo apt-get update -qq >/dev/null && \
 	    $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
-services: ## start Kafka and MariaDB unless they already answer
+services: ## start Kafka and MariaDB unless they already answer (KAFKA_NODES=3: three nodes; KAFKA_SECURE=1: SASL_SSL and mTLS listeners too)
 	ops/services.sh up
 
 services-down: ## stop what `make services` started
@@ -50,8 +50,8 @@ services-status:
 migrate: venv services ## alembic upgrade head
 	$(BIN)/alembic upgrade head
 
-topics: venv services ## create order-event and order-event-dlq
-	$(PY) -m app.admin create-topics
+topics: venv services ## create order-event and order-event-dlq (at TOPIC_REPLICATION; with KAFKA_NODES=3 it defaults to 3)
+	TOPIC_REPLICATION=$${TOPIC_REPLICATION:-$${KAFKA_NODES:-1}} $(PY) -m app.admin create-topics
 
 bench: setup ## the throughput benchmark (minutes; see README)
 	$(PY) -m bench.run

@@ -24,11 +24,19 @@ class TopicSpec:
     config: dict[str, str]
 
 
+def durability(replication: int) -> dict[str, str]:
+    """With three replicas or more, an ``acks=all`` write waits for two of them: one broker may be
+    lost without losing an acknowledged record, and a partition down to one replica refuses writes
+    instead of acknowledging what one disk holds."""
+    return {"min.insync.replicas": "2"} if replication >= 3 else {}
+
+
 def topic_specs(settings: Settings, *, events: str | None = None, dlq: str | None = None) -> list[TopicSpec]:
     """``order-event`` and ``order-event-dlq`` as the settings want them (other names for tests)."""
+    extra = durability(settings.topic_replication)
     return [
         TopicSpec(events or settings.order_event_topic, settings.order_event_partitions, settings.topic_replication,
-                  {"max.message.bytes": str(EVENT_MAX_MESSAGE_BYTES)}),
+                  {"max.message.bytes": str(EVENT_MAX_MESSAGE_BYTES), **extra}),
         TopicSpec(dlq or settings.dlq_topic, settings.dlq_partitions, settings.topic_replication,
-                  {"retention.ms": str(DLQ_RETENTION_MS), "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)}),
+                  {"retention.ms": str(DLQ_RETENTION_MS), "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES), **extra}),
     ]

@@ -10,16 +10,43 @@
 #
 # A service already listening on its port is reused as it is. State lives in
 # .cache/ (ignored by git): the broker jars, its data and log, pid files.
+#
+# Kafka layouts (environment variables; the default is one PLAINTEXT node on 9092):
+#   KAFKA_NODES=3    three combined KRaft nodes (broker+controller) on 127.0.0.1:
+#                    PLAINTEXT 9092, 9094, 9096 and controllers 9093, 9095, 9097;
+#                    internal topics at replication 3, min.insync.replicas=2,
+#                    unclean leader election off
+#   KAFKA_SECURE=1   every node also has a SASL_SSL listener (SCRAM-SHA-512, SCRAM-SHA-256,
+#                    PLAIN; user `app`) on 9192 (+2 per node) and an mTLS listener
+#                    (ssl.client.auth=required) on 9193 (+2 per node); certificates from a
+#                    throwaway CA in .cache/kafka/certs (made if absent); the SCRAM user is
+#                    created when the storage is formatted, with KAFKA_SASL_PASSWORD or a
+#                    random password kept in the layout's folder. `up` writes the worker's
+#                    settings for each listener to .cache/kafka/<layout>/{sasl,mtls}.env.
+# Each layout other than the default keeps its nodes in .cache/kafka/<layout>/node-<n>/.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="$ROOT/.cache"
 KAFKA_VERSION="${KAFKA_VERSION:-4.4.0}"
 KAFKA_HOME="$CACHE/kafka/$KAFKA_VERSION"
-KAFKA_DATA="$CACHE/kafka/data"
-KAFKA_LOG="$CACHE/kafka/kafka.log"
-KAFKA_PID="$CACHE/kafka/kafka.pid"
-KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}"
+KAFKA_NODES="${KAFKA_NODES:-1}"
+KAFKA_SECURE="${KAFKA_SECURE:-0}"
+case "$KAFKA_NODES" in 1|3) ;; *) printf '[services] ERROR: KAFKA_NODES must be 1 or 3\n' >&2; exit 2 ;; esac
+case "$KAFKA_SECURE" in 0|1) ;; *) printf '[services] ERROR: KAFKA_SECURE must be 0 or 1\n' >&2; exit 2 ;; esac
+if [ "$KAFKA_NODES" -gt 1 ]; then   # three JVMs on a small machine
+  KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms128m -Xmx384m}"
+else
+  KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}"
+fi
+KAFKA_SASL_PORT="${KAFKA_SASL_PORT:-9192}"
+KAFKA_MTLS_PORT="${KAFKA_MTLS_PORT:-9193}"
+KAFKA_SASL_USERNAME="${KAFKA_SASL_USERNAME:-app}"
+KAFKA_CERTS="$CACHE/kafka/certs"
+# The layout's folder: the default layout keeps today's paths (.cache/kafka/data, ...).
+KAFKA_LAYOUT=""
+if [ "$KAFKA_NODES" -gt 1 ]; then KAFKA_LAYOUT="nodes$KAFKA_NODES"; fi
+if [ "$KAFKA_SECURE" = 1 ]; then KAFKA_LAYOUT="${KAFKA_LAYOUT:+$KAFKA_LAYOUT-}secure"; fi
 MARIADB_PID="$CACHE/mariadb/mariadb.pid"
 # The error log must be in a folder the mysql user can write, or mariadbd runs
 # and silently logs nothing; the project folder may not be reachable for it.
@@ -36,12 +63,15 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 log() { printf '[services] %s\n' "$*" >&2; }
 die() { printf '[services] ERROR: %s\n' "$*" >&2; exit 1; }
 
-# host port of the first broker in KAFKA_BROKER
-read -r KAFKA_HOST KAFKA_PORT < <(python3 - "$KAFKA_BROKER" <<'EOF'
+# host port of the first broker in KAFKA_BROKER; a KAFKA_BROKER of a secure listener
+# (KAFKA_SECURITY_PROTOCOL other than PLAINTEXT) names no PLAINTEXT port: 9092 then
+read -r KAFKA_HOST KAFKA_PORT < <(python3 - "$KAFKA_BROKER" "${KAFKA_SECURITY_PROTOCOL:-PLAINTEXT}" <<'EOF'
 import sys
 first = sys.argv[1].split(";")[0].split(",")[0]
 hostport = first.split("://", 1)[-1]
 host, _, port = hostport.rpartition(":")
+if sys.argv[2].upper() != "PLAINTEXT":
+    port = "9092"
 print(host or "127.0.0.1", port or "9092")
 EOF
 )
@@ -142,15 +172,107 @@ kafka_jars() {
   touch "$KAFKA_HOME/.complete"
 }
 
-kafka_config() {
-  mkdir -p "$KAFKA_DATA"
-  sed -e "s#@PORT@#$KAFKA_PORT#g" -e "s#@CONTROLLER_PORT@#$KAFKA_CONTROLLER_PORT#g" \
-      -e "s#@DATA_DIR@#$KAFKA_DATA#g" "$ROOT/ops/kafka/server.properties.in" > "$CACHE/kafka/server.properties"
+# Node n (1-based) of the layout: its folder and ports.
+node_home() { if [ -z "$KAFKA_LAYOUT" ]; then echo "$CACHE/kafka"; else echo "$CACHE/kafka/$KAFKA_LAYOUT/node-$1"; fi; }
+node_port() { echo $((KAFKA_PORT + 2 * ($1 - 1))); }
+node_controller_port() {
+  if [ "$KAFKA_NODES" -eq 1 ]; then echo "$KAFKA_CONTROLLER_PORT"; else echo $((KAFKA_PORT + 1 + 2 * ($1 - 1))); fi
+}
+node_sasl_port() { echo $((KAFKA_SASL_PORT + 2 * ($1 - 1))); }
+node_mtls_port() { echo $((KAFKA_MTLS_PORT + 2 * ($1 - 1))); }
+layout_home() { if [ -z "$KAFKA_LAYOUT" ]; then echo "$CACHE/kafka"; else echo "$CACHE/kafka/$KAFKA_LAYOUT"; fi; }
+
+kafka_config() {  # kafka_config <n>: render node n's server.properties
+  local n="$1" home port cport voters="" i
+  home="$(node_home "$n")"; port="$(node_port "$n")"; cport="$(node_controller_port "$n")"
+  mkdir -p "$home/data"
+  sed -e "s#@PORT@#$port#g" -e "s#@CONTROLLER_PORT@#$cport#g" \
+      -e "s#@DATA_DIR@#$home/data#g" "$ROOT/ops/kafka/server.properties.in" > "$home/server.properties"
+  if [ -z "$KAFKA_LAYOUT" ]; then return; fi
+  # java.util.Properties keeps the last value of a key: these lines win over the template's.
+  {
+    echo ""
+    echo "# ops/services.sh: layout $KAFKA_LAYOUT, node $n"
+    echo "node.id=$n"
+    if [ "$KAFKA_NODES" -gt 1 ]; then
+      for i in $(seq 1 "$KAFKA_NODES"); do voters="${voters:+$voters,}$i@127.0.0.1:$(node_controller_port "$i")"; done
+      echo "controller.quorum.voters=$voters"
+      echo "offsets.topic.replication.factor=3"
+      echo "transaction.state.log.replication.factor=3"
+      echo "transaction.state.log.min.isr=2"
+      echo "share.coordinator.state.topic.replication.factor=3"
+      echo "share.coordinator.state.topic.min.isr=2"
+      echo "default.replication.factor=3"
+      echo "min.insync.replicas=2"
+      echo "unclean.leader.election.enable=false"
+    fi
+    if [ "$KAFKA_SECURE" = 1 ]; then
+      local sport mport password
+      sport="$(node_sasl_port "$n")"; mport="$(node_mtls_port "$n")"; password="$(sasl_password)"
+      echo "listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,MTLS://127.0.0.1:$mport,CONTROLLER://127.0.0.1:$cport"
+      echo "advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,MTLS://127.0.0.1:$mport"
+      echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,MTLS:SSL,CONTROLLER:PLAINTEXT"
+      echo "ssl.keystore.type=PEM"
+      echo "ssl.keystore.location=$KAFKA_CERTS/broker-keystore.pem"
+      echo "ssl.truststore.type=PEM"
+      echo "ssl.truststore.location=$KAFKA_CERTS/ca.pem"
+      echo "sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN"
+      echo "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
+      echo "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
+      echo "listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$KAFKA_SASL_USERNAME=\"$password\";"
+      echo "listener.name.mtls.ssl.client.auth=required"
+    fi
+  } >>"$home/server.properties"
+  chmod 600 "$home/server.properties"   # it holds the PLAIN password
+}
+
+# The SCRAM/PLAIN password of the secure layout: fixed when its storage is first formatted.
+sasl_password() {
+  local f; f="$(layout_home)/sasl-password"
+  if [ ! -f "$f" ]; then
+    mkdir -p "$(layout_home)"
+    (umask 077; printf '%s' "${KAFKA_SASL_PASSWORD:-$(openssl rand -hex 16)}" >"$f")
+  elif [ -n "${KAFKA_SASL_PASSWORD:-}" ] && [ "$KAFKA_SASL_PASSWORD" != "$(cat "$f")" ]; then
+    die "KAFKA_SASL_PASSWORD differs from the password user '$KAFKA_SASL_USERNAME' was created with ($f); to change it: ops/services.sh down, then remove $(layout_home)"
+  fi
+  cat "$f"
 }
 
 kafka_java() { java $KAFKA_HEAP_OPTS -Dlog4j2.configurationFile="$ROOT/ops/kafka/log4j2.properties" -cp "$KAFKA_HOME/libs/*" "$@"; }
 
-kafka_started() { grep -q "Kafka Server started" "$KAFKA_LOG" 2>/dev/null && port_open 127.0.0.1 "$KAFKA_PORT"; }
+kafka_started() {  # kafka_started <n>
+  grep -q "Kafka Server started" "$(node_home "$1")/kafka.log" 2>/dev/null && port_open 127.0.0.1 "$(node_port "$1")"
+}
+
+kafka_format() {  # kafka_format <n> <cluster id>
+  local home; home="$(node_home "$1")"
+  local scram=()
+  if [ "$KAFKA_SECURE" = 1 ]; then
+    local password; password="$(sasl_password)"
+    scram=(--add-scram "SCRAM-SHA-512=[name=$KAFKA_SASL_USERNAME,password=$password]"
+           --add-scram "SCRAM-SHA-256=[name=$KAFKA_SASL_USERNAME,password=$password]")
+  fi
+  log "formatting Kafka storage in $home/data"
+  kafka_java kafka.tools.StorageTool format -t "$2" -c "$home/server.properties" "${scram[@]}" \
+    >"$home/format.log" 2>&1 || die "formatting Kafka storage failed; read $home/format.log"
+}
+
+new_cluster_id() {  # one in 64 random ids starts with '-', which the storage tool takes for an option
+  local id
+  while :; do
+    id="$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
+    case "$id" in -*) ;; *) echo "$id"; return ;; esac
+  done
+}
+
+kafka_spawn() {  # kafka_spawn <n>
+  local home; home="$(node_home "$1")"
+  log "starting Kafka $KAFKA_VERSION (KRaft) node $1 on 127.0.0.1:$(node_port "$1") (log: $home/kafka.log)"
+  : >"$home/kafka.log"
+  nohup java $KAFKA_HEAP_OPTS -Dlog4j2.configurationFile="$ROOT/ops/kafka/log4j2.properties" \
+    -cp "$KAFKA_HOME/libs/*" kafka.Kafka "$home/server.properties" >>"$home/kafka.log" 2>&1 &
+  echo $! >"$home/kafka.pid"
+}
 
 kafka_up() {
   if ! is_local "$KAFKA_HOST"; then
@@ -158,43 +280,139 @@ kafka_up() {
     wait_until "Kafka at $KAFKA_HOST:$KAFKA_PORT" "that broker's own log" port_open "$KAFKA_HOST" "$KAFKA_PORT"
     return
   fi
-  if port_open 127.0.0.1 "$KAFKA_PORT"; then
-    log "Kafka already listening on 127.0.0.1:$KAFKA_PORT: reusing it"
+  local n open=() closed=()
+  for n in $(seq 1 "$KAFKA_NODES"); do
+    if port_open 127.0.0.1 "$(node_port "$n")"; then open+=("$n"); else closed+=("$n"); fi
+  done
+  local other; other="$(other_layout_running)"
+  if [ "${#open[@]}" -gt 0 ] && [ -n "$other" ]; then
+    die "the ${other} layout of this script runs on these ports, not ${KAFKA_LAYOUT:-the default one}; ops/services.sh down first"
+  fi
+  if [ "${#closed[@]}" -eq 0 ]; then
+    if [ "$KAFKA_SECURE" = 1 ] && ! port_open 127.0.0.1 "$(node_sasl_port 1)"; then
+      die "a Kafka without a SASL_SSL listener already listens on 127.0.0.1:$(node_port 1); stop it first (ops/services.sh down stops the ones this script started)"
+    fi
+    log "Kafka already listening on 127.0.0.1:$(node_port 1)${KAFKA_LAYOUT:+ ($KAFKA_LAYOUT)}: reusing it"
+    if pid_alive "$(node_home 1)/kafka.pid"; then kafka_env_files; fi   # a broker of somebody else: its password is theirs
     return
   fi
-  kafka_jars
-  kafka_config
-  if [ ! -f "$KAFKA_DATA/meta.properties" ]; then
-    log "formatting Kafka storage in $KAFKA_DATA"
-    local cluster_id
-    cluster_id="$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
-    kafka_java kafka.tools.StorageTool format -t "$cluster_id" -c "$CACHE/kafka/server.properties" \
-      >"$CACHE/kafka/format.log" 2>&1 || die "formatting Kafka storage failed; read $CACHE/kafka/format.log"
+  if [ "${#open[@]}" -gt 0 ]; then
+    local busy="" own=1
+    for n in "${open[@]}"; do
+      busy="$busy 127.0.0.1:$(node_port "$n")"
+      pid_alive "$(node_home "$n")/kafka.pid" || own=0
+    done
+    if [ "$own" = 0 ]; then
+      die "ports of the $KAFKA_NODES-node layout are taken by something else:$busy (a single-node Kafka on $(node_port 1)? stop it first: ops/services.sh down)"
+    fi
   fi
-  log "starting Kafka $KAFKA_VERSION (KRaft) on 127.0.0.1:$KAFKA_PORT (log: $KAFKA_LOG)"
-  : >"$KAFKA_LOG"
-  nohup java $KAFKA_HEAP_OPTS -Dlog4j2.configurationFile="$ROOT/ops/kafka/log4j2.properties" \
-    -cp "$KAFKA_HOME/libs/*" kafka.Kafka "$CACHE/kafka/server.properties" >>"$KAFKA_LOG" 2>&1 &
-  echo $! >"$KAFKA_PID"
-  wait_until "Kafka" "$KAFKA_LOG" kafka_started
-  log "Kafka ready"
+  kafka_jars
+  if [ "$KAFKA_SECURE" = 1 ]; then
+    bash "$ROOT/ops/kafka/certs.sh" "$KAFKA_CERTS" || die "making certificates in $KAFKA_CERTS failed"
+  fi
+  local cluster_id=""
+  for n in "${closed[@]}"; do
+    kafka_config "$n"
+    if [ ! -f "$(node_home "$n")/data/meta.properties" ]; then
+      # Every node of a layout shares one cluster id; a node formatted before keeps its own.
+      if [ -z "$cluster_id" ]; then
+        cluster_id="$(sed -n 's/^cluster.id=//p' "$(node_home 1)/data/meta.properties" 2>/dev/null || true)"
+        [ -n "$cluster_id" ] || cluster_id="$(new_cluster_id)"
+      fi
+      kafka_format "$n" "$cluster_id"
+    fi
+  done
+  # A quorum of three elects no controller until two run: start every node, then wait.
+  for n in "${closed[@]}"; do kafka_spawn "$n"; done
+  for n in "${closed[@]}"; do
+    wait_until "Kafka node $n" "$(node_home "$n")/kafka.log" kafka_started "$n"
+  done
+  kafka_env_files
+  log "Kafka ready${KAFKA_LAYOUT:+ ($KAFKA_LAYOUT: $KAFKA_NODES node(s))}"
+}
+
+# The worker's settings for the secure listeners, ready to `set -a; . <file>; set +a`.
+kafka_env_files() {
+  [ "$KAFKA_SECURE" = 1 ] || return 0
+  local n sasl="" mtls="" home; home="$(layout_home)"
+  for n in $(seq 1 "$KAFKA_NODES"); do
+    sasl="${sasl:+$sasl;}kafka://127.0.0.1:$(node_sasl_port "$n")"
+    mtls="${mtls:+$mtls;}kafka://127.0.0.1:$(node_mtls_port "$n")"
+  done
+  (umask 077
+   printf '%s\n' "KAFKA_BROKER='$sasl'" "KAFKA_SECURITY_PROTOCOL=SASL_SSL" "KAFKA_SASL_MECHANISM=SCRAM-SHA-512" \
+     "KAFKA_SASL_USERNAME='$KAFKA_SASL_USERNAME'" "KAFKA_SASL_PASSWORD='$(sasl_password)'" \
+     "KAFKA_SSL_CAFILE='$KAFKA_CERTS/ca.pem'" >"$home/sasl.env"
+   printf '%s\n' "KAFKA_BROKER='$mtls'" "KAFKA_SECURITY_PROTOCOL=SSL" "KAFKA_SSL_CAFILE='$KAFKA_CERTS/ca.pem'" \
+     "KAFKA_SSL_CERTFILE='$KAFKA_CERTS/client.pem'" "KAFKA_SSL_KEYFILE='$KAFKA_CERTS/client.key'" >"$home/mtls.env")
+  log "worker settings: $home/sasl.env (SCRAM-SHA-512 over TLS), $home/mtls.env (mTLS)"
+}
+
+# The layout (or "default") whose node this script started runs, if not the one asked for.
+other_layout_running() {
+  local f name
+  while read -r f; do
+    [ -n "$f" ] && pid_alive "$f" || continue
+    if [ "$f" = "$CACHE/kafka/kafka.pid" ]; then name=""; else name="${f#"$CACHE/kafka/"}"; name="${name%%/*}"; fi
+    if [ "$name" != "$KAFKA_LAYOUT" ]; then echo "${name:-default}"; return; fi
+  done < <(kafka_pid_files)
+}
+
+# Every node any layout of this script started: the default one and .cache/kafka/*/node-*.
+kafka_pid_files() {
+  local f
+  for f in "$CACHE/kafka/kafka.pid" "$CACHE"/kafka/*/node-*/kafka.pid; do
+    [ -f "$f" ] && echo "$f"
+  done
+  return 0
 }
 
 kafka_down() {
-  if pid_alive "$KAFKA_PID"; then
-    local pid; pid="$(cat "$KAFKA_PID")"
-    log "stopping Kafka (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
+  local f pid pids=() stopped=0
+  while read -r f; do
+    [ -n "$f" ] || continue
+    if pid_alive "$f"; then
+      pid="$(cat "$f")"
+      log "stopping Kafka (pid $pid, $(dirname "$f"))"
+      kill -TERM "$pid" 2>/dev/null || true
+      pids+=("$pid"); stopped=1
+    fi
+    rm -f "$f"
+  done < <(kafka_pid_files)
+  for pid in "${pids[@]}"; do
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -KILL "$pid" 2>/dev/null || true
-    rm -f "$KAFKA_PID"
+  done
+  [ "$stopped" = 1 ] || log "Kafka: nothing started by this script is running"
+}
+
+kafka_status() {
+  local n line
+  if [ -z "$KAFKA_LAYOUT" ]; then
+    if port_open "$KAFKA_HOST" "$KAFKA_PORT"; then echo "kafka:   up ($KAFKA_HOST:$KAFKA_PORT)"; else echo "kafka:   down"; fi
   else
-    log "Kafka: nothing started by this script is running"
+    for n in $(seq 1 "$KAFKA_NODES"); do
+      line="kafka:   node $n ($KAFKA_LAYOUT):"
+      if port_open 127.0.0.1 "$(node_port "$n")"; then line="$line PLAINTEXT up (127.0.0.1:$(node_port "$n"))"
+      else line="$line PLAINTEXT down (127.0.0.1:$(node_port "$n"))"; fi
+      if [ "$KAFKA_SECURE" = 1 ]; then
+        if port_open 127.0.0.1 "$(node_sasl_port "$n")"; then line="$line, SASL_SSL up (:$(node_sasl_port "$n"))"
+        else line="$line, SASL_SSL down (:$(node_sasl_port "$n"))"; fi
+        if port_open 127.0.0.1 "$(node_mtls_port "$n")"; then line="$line, mTLS up (:$(node_mtls_port "$n"))"
+        else line="$line, mTLS down (:$(node_mtls_port "$n"))"; fi
+      fi
+      echo "$line"
+    done
   fi
+  local f
+  while read -r f; do
+    [ -n "$f" ] || continue
+    if pid_alive "$f"; then echo "kafka:   started by this script: pid $(cat "$f") (${f#"$CACHE/kafka/"})"; fi
+  done < <(kafka_pid_files)
 }
 
 status() {
-  if port_open "$KAFKA_HOST" "$KAFKA_PORT"; then echo "kafka:   up ($KAFKA_HOST:$KAFKA_PORT)"; else echo "kafka:   down"; fi
+  kafka_status
   if port_open "$DB_HOST" "$DB_PORT"; then echo "mariadb: up ($DB_HOST:$DB_PORT)"; else echo "mariadb: down"; fi
 }
 

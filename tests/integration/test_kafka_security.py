@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -38,11 +39,14 @@ FAST = {"BATCH_WITHIN_SECONDS": "0.3", "COMPENSATOR_WITHIN_SECONDS": "0.3", "RET
 
 
 @pytest.fixture(scope="module")
-def broker():
+def broker(request):
     cluster = KafkaCluster(ROOT / ".cache" / "kafka-security" / uuid.uuid4().hex[:8], nodes=1, secure=True)
+    failed = request.session.testsfailed
     cluster.start()
     yield cluster
     cluster.stop()
+    if request.session.testsfailed == failed:      # the broker's log is kept only when it may explain something
+        shutil.rmtree(cluster.home, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,9 @@ violations, each with its record or order:
 
 ====================  =====================================================================
 lost                  a record neither dead-lettered nor finished in ``t_idem``
+acked_not_consumed    a record the producer had acknowledged that is not on the log at its
+                      offset with the bytes sent, or that the group did not read past, or
+                      that was read and not accounted for (``acked``)
 double_accounted      a record with more than one ledger row
 misaccounted          a dead letter that says the wrong thing: a malformed record with a
                       reason that does not fit, a valid event as malformed, compensated or
@@ -43,21 +46,23 @@ import pymysql
 
 from tests.chaos import evidence
 from tests.chaos.accounting import Accountant, Findings
+from tests.chaos.acked import check_acked
 from tests.chaos.orders import OrderCheck
 from tests.chaos.rules import step_keys
 
-VIOLATIONS = ("lost", "double_accounted", "misaccounted", "duplicate_effects", "missing_effects", "regressions",
+VIOLATIONS = ("lost", "acked_not_consumed", "double_accounted", "misaccounted", "duplicate_effects", "missing_effects", "regressions",
               "pending_left", "offsets_behind", "unexpected_exits", "unsettled", "manifest_mismatches",
               "unreadable")
 # Paired faults: the first switches a fault on, the second off; their seconds add up.
-SPANS = {"cut_seconds": ("db_cut", "db_restore"), "api_503_seconds": ("api_503_on", "api_503_off"),
-         "api_fault_seconds": ("api_faults_on", "api_faults_off")}
+SPANS = {"cut_seconds": ("db_cut", "db_restore"), "broker_cut_seconds": ("broker_cut", "broker_restore"),
+         "api_503_seconds": ("api_503_on", "api_503_off"), "api_fault_seconds": ("api_faults_on", "api_faults_off")}
 
 
 @dataclass
 class CheckReport:
     seed: int | None = None
     mode: str | None = None
+    cluster: dict = field(default_factory=dict)      # brokers and how they were reached (no password)
     # what was produced
     events: int = 0
     originals: int = 0
@@ -72,6 +77,7 @@ class CheckReport:
     late_outcomes: dict = field(default_factory=dict)
     # violations: each must be 0
     lost: int = 0
+    acked_not_consumed: int = 0
     double_accounted: int = 0
     misaccounted: int = 0
     duplicate_effects: int = 0
@@ -83,11 +89,14 @@ class CheckReport:
     unsettled: int = 0
     manifest_mismatches: int = 0
     unreadable: int = 0
+    # every acknowledged record: on the log with its bytes, read past, accounted
+    acked: dict = field(default_factory=dict)
     # the run's figures
     kills: int = 0
     rebalances: int = 0
     restarts: dict = field(default_factory=dict)
     cut_seconds: float = 0.0
+    broker_cut_seconds: float = 0.0
     api_503_seconds: float = 0.0
     api_fault_seconds: float = 0.0
     replayed: int | None = None
@@ -131,8 +140,14 @@ def check(manifest_path) -> CheckReport:
     path = Path(manifest_path)
     manifest = json.loads(path.read_text())
     findings = Findings()
-    events, dlq = evidence.read_topics(manifest["bootstrap"], manifest["events_topic"], manifest["dlq_topic"],
-                                       manifest["group"])
+    try:
+        kafka = evidence.client_options(manifest)
+    except (OSError, KeyError, ValueError) as exc:       # a CA file gone, a manifest without the user
+        kafka = None
+        findings.flag("unreadable", f"the brokers' connection settings: {exc!r}")
+    events, dlq = (evidence.read_topics(kafka, manifest["events_topic"], manifest["dlq_topic"], manifest["group"])
+                   if kafka is not None else (evidence.TopicRead(error="no connection"),
+                                              evidence.TopicRead(error="no connection")))
     for read in (events, dlq):
         if read.error:
             findings.flag("unreadable", read.error)
@@ -147,9 +162,11 @@ def check(manifest_path) -> CheckReport:
     except OSError as exc:
         findings.flag("unreadable", f"the fake services' ledger at {manifest['fakes_url']}: {exc!r}")
         fakes = None
-    report = CheckReport(seed=manifest.get("seed"), mode=manifest.get("mode"))
+    report = CheckReport(seed=manifest.get("seed"), mode=manifest.get("mode"), cluster=_cluster(manifest))
+    books = None
     if tables is not None:      # without the tables nothing can be accounted for: the figures alone
-        _account(report, manifest, events, dlq, tables, fakes, findings)
+        books = _account(report, manifest, events, dlq, tables, fakes, findings)
+    report.acked = check_acked(manifest, events, books.category if books else None, findings)
     _produced(report, manifest)
     _offsets(report, manifest, events, dlq, findings)
     _workers(report, manifest, findings)
@@ -163,7 +180,7 @@ def check(manifest_path) -> CheckReport:
 
 
 def _account(report: CheckReport, manifest: dict, events, dlq, tables, fakes: dict | None,
-             findings: Findings) -> None:
+             findings: Findings) -> Accountant:
     books = Accountant(manifest, events, dlq, tables, fakes, findings)
     accounts = books.run()
     accounts.duplicates_stopped = books.duplicates_stopped(OrderCheck(books).run())
@@ -183,6 +200,14 @@ def _account(report: CheckReport, manifest: dict, events, dlq, tables, fakes: di
     report.dead_letter_topic = dict(accounts.dlq)
     report.duplicates_stopped = accounts.duplicates_stopped
     report.pending_in_database = tables.pending_anywhere
+    return books
+
+
+def _cluster(manifest: dict) -> dict:
+    """How the run's brokers were reached, for the report: never the password."""
+    kafka = manifest.get("kafka") or {}
+    return {"nodes": kafka.get("nodes", 1), "security_protocol": kafka.get("security_protocol", "PLAINTEXT"),
+            "sasl_mechanism": kafka.get("sasl_mechanism"), "proxied": bool(kafka.get("proxied"))}
 
 
 def _orders(manifest: dict) -> set[str]:
@@ -249,7 +274,8 @@ def _faults(report: CheckReport, manifest: dict) -> None:
     kinds = Counter(f["kind"] for f in faults)
     report.kills = kinds["kill_worker"]
     report.rebalances = kinds["add_worker"] + kinds["remove_worker"]
-    report.restarts = {"mariadb": kinds["mariadb_kill"], "kafka": kinds["kafka_kill"]}
+    report.restarts = {"mariadb": kinds["mariadb_kill"], "kafka": kinds["kafka_kill"],
+                       "leader": kinds["leader_kill"], "controller": kinds["controller_kill"]}
     until = manifest.get("storm_ended_at") or manifest.get("drained_at") or 0.0
     for name, (on, off) in SPANS.items():
         seconds, since = 0.0, None

@@ -62,11 +62,11 @@ class Backlog:
         return "; ".join(parts) or "nothing"
 
 
-def read_backlog(bootstrap: str, group: str, topics: dict[str, int], mysql: dict) -> Backlog:
+def read_backlog(kafka: kafka_ops.Kafka, group: str, topics: dict[str, int], mysql: dict) -> Backlog:
     backlog = Backlog()
     for topic, partitions in topics.items():
-        ends = asyncio.run(kafka_ops.end_offsets(bootstrap, topic, partitions))
-        committed = asyncio.run(kafka_ops.committed_offsets(bootstrap, group, topic, partitions))
+        ends = asyncio.run(kafka_ops.end_offsets(kafka, topic, partitions))
+        committed = asyncio.run(kafka_ops.committed_offsets(kafka, group, topic, partitions))
         backlog.behind[topic] = {p: (committed[p], ends[p]) for p in ends if committed[p] < ends[p]}
     conn = pymysql.connect(host=mysql["host"], port=mysql["port"], user=mysql["user"], password=mysql["password"],
                            database=mysql["database"], autocommit=True, connect_timeout=5, read_timeout=30)

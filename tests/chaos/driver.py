@@ -4,6 +4,11 @@ and the checker's verdict.
 
     .venv/bin/python -m tests.chaos.driver --mode long --seed 7      # make chaos
     .venv/bin/python -m tests.chaos.driver --mode short              # what make test runs
+    .venv/bin/python -m tests.chaos.driver --mode long --cluster     # make chaos CLUSTER=1
+
+``--cluster`` runs the storm on three KRaft nodes over SASL_SSL, each behind a proxy of the
+test (``tests.chaos.brokers``), with the cluster's faults on top: the busiest partition's
+leader SIGKILLed twice, the active controller once, the workers cut from the brokers.
 
 Everything lands in ``.cache/chaos/runs/<UTC time>-<mode>-seed<N>/``: ``driver.log`` (what
 happened when), ``manifest.json`` (what the checker reads), ``report.json`` (its verdict
@@ -37,11 +42,12 @@ from app.adapters import kafka_ops
 from app.settings import Settings
 from app.topics import topic_specs
 from tests.chaos import manifest as manifests
-from tests.chaos.cluster import CHAOS, Kafka, MariaDB
+from tests.chaos.brokers import SecureCluster, SingleBroker
+from tests.chaos.cluster import CHAOS, MariaDB
 from tests.chaos.drain import DrainTimeout, read_backlog, wait_settled
 from tests.chaos.fleet import Fleet
 from tests.chaos.producer import SteadyProducer
-from tests.chaos.storm import PROFILES, SLOTS, Storm
+from tests.chaos.storm import CLUSTER_PROFILES, PROFILES, SLOTS, Storm
 from tests.chaos.workload import Shares, plan
 from tests.support.fakes import FakesProcess
 from tests.support.proxy import BlackholeProxy
@@ -68,6 +74,10 @@ WORKER_SETTINGS = {
     "DLQ_RETRY_AFTER_SECONDS": "1", "COMPENSATION_TIMER_SECONDS": "0.5", "COMPENSATION_BACKOFF_SECONDS": "1",
     "COMPENSATION_BACKOFF_MAX_SECONDS": "8", "COMPENSATION_MAX_ATTEMPTS": "12", "COMPENSATOR_WITHIN_SECONDS": "0.3",
     "METRICS_REFRESH_SECONDS": "5",
+    # The watchdog keeps the bounds a user with the default 30 s session timeout has (it takes
+    # the session timeout's by default): with the 6 s above, it would give up on a worker 12 s
+    # into a cut of the brokers that a user's worker rides out.
+    "WATCHDOG_STALL_SECONDS": "30", "WATCHDOG_REJOIN_GRACE_SECONDS": "30",
 }
 FAKE_HANG_MS = 2500          # a "timeout" of the fake APIs: past the client's 1.5 s
 FAKE_LATENCY_MS = 5
@@ -90,19 +100,21 @@ class Outcome:
 
 class ChaosRun:
     def __init__(self, mode: str, seed: int | None = None, *, sabotage: str | None = None,
-                 drain_timeout: float | None = None) -> None:
-        self.mode, self.profile = mode, PROFILES[mode]
+                 drain_timeout: float | None = None, cluster: bool = False) -> None:
+        self.mode, self.cluster = mode, cluster
+        self.profile = (CLUSTER_PROFILES if cluster else PROFILES)[mode]
         self.seed = secrets.randbelow(10**6) if seed is None else seed
         self.sabotage = sabotage
         self.drain_timeout = drain_timeout or self.profile.drain_timeout
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         _prune(CHAOS / "runs", KEEP_RUNS - 1)
-        self.folder = CHAOS / "runs" / f"{stamp}-{mode}-seed{self.seed}"
+        self.folder = CHAOS / "runs" / f"{stamp}-{mode}{'-cluster' if cluster else ''}-seed{self.seed}"
         (self.folder / "workers").mkdir(parents=True)
         self.started_at = time.time()
         self.at: dict[str, float] = {}          # storm_started_at, storm_ended_at, drained_at
         self.timings: dict = {}
-        self.mariadb, self.kafka = MariaDB(self.folder / "mariadb"), Kafka(self.folder / "kafka")
+        self.mariadb = MariaDB(self.folder / "mariadb")
+        self.brokers = (SecureCluster if cluster else SingleBroker)(self.folder / "kafka")
         self.password = secrets.token_hex(8)
         self.proxy: BlackholeProxy | None = None
         self.fakes: FakesProcess | None = None
@@ -127,7 +139,8 @@ class ChaosRun:
 
     # -- the run ------------------------------------------------------------------------
     def execute(self) -> Outcome:
-        self.say(f"{self.mode} run, seed {self.seed}: everything goes to {self.rel(self.folder)}")
+        where = "three Kafka nodes over SASL_SSL" if self.cluster else "one Kafka broker"
+        self.say(f"{self.mode} run on {where}, seed {self.seed}: everything goes to {self.rel(self.folder)}")
         try:
             self.bring_up()
             workload = plan(self.seed, min_events=self.profile.min_events, min_orders=self.profile.min_orders,
@@ -142,15 +155,14 @@ class ChaosRun:
 
     def bring_up(self) -> None:
         clock = time.monotonic()
-        for server in (self.mariadb, self.kafka):
-            server.reap_leftover()
-            server.install()
+        self.mariadb.reap_leftover()
+        self.mariadb.install()
         self.timings["mariadb_first_start_seconds"] = round(self.mariadb.start(), 3)
         direct = self.mariadb.create(DATABASE, USER, self.password)
-        self.timings["kafka_first_start_seconds"] = round(self.kafka.start(), 3)
-        settings = Settings(kafka_broker=f"kafka://{self.kafka.bootstrap}", order_event_partitions=PARTITIONS,
-                            dlq_partitions=DLQ_PARTITIONS, mysql_url=direct)
-        asyncio.run(kafka_ops.create_topics(self.kafka.bootstrap, topic_specs(settings, events=EVENTS, dlq=DLQ)))
+        self.timings["kafka_first_start_seconds"] = round(self.brokers.bring_up(), 3)
+        settings = Settings(order_event_partitions=PARTITIONS, dlq_partitions=DLQ_PARTITIONS, mysql_url=direct,
+                            topic_replication=self.brokers.nodes)
+        asyncio.run(kafka_ops.create_topics(self.brokers.connection(), topic_specs(settings, events=EVENTS, dlq=DLQ)))
         self.proxy = BlackholeProxy("127.0.0.1", self.mariadb.port).start()
         # Its connections still hung at the end are cancelled when it stops: not worth a traceback.
         self.proxy._loop.call_soon_threadsafe(self.proxy._loop.set_exception_handler, lambda loop, context: None)
@@ -158,11 +170,12 @@ class ChaosRun:
                                              "seed": self.seed + i} for i, service in enumerate(("waybill", "sms"))})
         self.timings["cluster_seconds"] = round(time.monotonic() - clock, 1)
         self.say(f"MariaDB on 127.0.0.1:{self.mariadb.port} (the workers' way: the proxy on {self.proxy.port}), "
-                 f"Kafka on {self.kafka.bootstrap}, fake APIs on {self.fakes.url}: up in "
+                 f"Kafka on {self.brokers.bootstrap}, fake APIs on {self.fakes.url}: up in "
                  f"{self.timings['cluster_seconds']}s")
 
     def start_workers(self) -> None:
-        env = worker_env(**WORKER_SETTINGS, APP_ID=GROUP, KAFKA_BROKER=f"kafka://{self.kafka.bootstrap}",
+        env = worker_env(**WORKER_SETTINGS, **self.brokers.worker_env(), APP_ID=GROUP,
+                         TOPIC_REPLICATION=str(self.brokers.nodes),
                          MYSQL_URL=self.mariadb.url(DATABASE, USER, self.password, port=self.proxy.port),
                          ORDER_EVENT_TOPIC=EVENTS, DLQ_TOPIC=DLQ, ORDER_EVENT_PARTITIONS=str(PARTITIONS),
                          DLQ_PARTITIONS=str(DLQ_PARTITIONS), LOGISTICS_URL=self.fakes.url, SMS_URL=self.fakes.url,
@@ -180,9 +193,10 @@ class ChaosRun:
         self.say(f"{len(self.fleet.live)} workers ready in {self.timings['workers_ready_seconds']}s; producing "
                  f"{len(workload.records)} records ({workload.count('original')} events of {len(workload.orders)} "
                  f"orders) at {self.profile.rate:g}/s")
-        producer = SteadyProducer(self.kafka.bootstrap, EVENTS, workload.records, self.profile.rate)
-        self.storm = Storm(self.profile, self.seed, fleet=self.fleet, mariadb=self.mariadb, kafka=self.kafka,
-                           proxy=self.proxy, fakes=self.fakes, producer=producer, say=self.say)
+        producer = SteadyProducer(self.brokers.producer_options(), EVENTS, workload.records, self.profile.rate,
+                                  java=self.brokers.java_producer())
+        self.storm = Storm(self.profile, self.seed, fleet=self.fleet, mariadb=self.mariadb, brokers=self.brokers,
+                           proxy=self.proxy, fakes=self.fakes, producer=producer, events_topic=EVENTS, say=self.say)
         self.storm.sabotage = "crash" if self.sabotage == "crash" else None
         self.at["storm_started_at"] = time.time()
         produced = asyncio.run(self.storm.run())
@@ -197,7 +211,7 @@ class ChaosRun:
             self.fleet.stop_all()
 
         def read():
-            return read_backlog(self.kafka.bootstrap, GROUP, {EVENTS: PARTITIONS, DLQ: DLQ_PARTITIONS}, self.mysql)
+            return read_backlog(self.brokers.connection(), GROUP, {EVENTS: PARTITIONS, DLQ: DLQ_PARTITIONS}, self.mysql)
 
         drain_error = None
         try:
@@ -217,11 +231,12 @@ class ChaosRun:
         return backlog, drain_error
 
     def conclude(self, workload, produced, backlog, drain_error) -> Outcome:
-        self.timings["kafka_ready_seconds"] = self.kafka.ready_seconds
+        self.timings.update({f"{name}_ready_seconds": seconds for name, seconds in self.brokers.ready_seconds().items()})
         self.timings["mariadb_ready_seconds"] = self.mariadb.ready_seconds
         content = {
-            "seed": self.seed, "mode": self.mode, "started_at": self.started_at, **self.at,
-            "bootstrap": self.kafka.bootstrap, "mysql": self.mysql, "events_topic": EVENTS, "dlq_topic": DLQ,
+            "seed": self.seed, "mode": self.mode, "cluster": self.cluster, "started_at": self.started_at, **self.at,
+            "bootstrap": self.brokers.bootstrap, "kafka": self.brokers.manifest(), "mysql": self.mysql,
+            "events_topic": EVENTS, "dlq_topic": DLQ,
             "group": GROUP, "partitions": PARTITIONS, "dlq_partitions": DLQ_PARTITIONS, "fakes_url": self.fakes.url,
             "sms_lookup": WORKER_SETTINGS["SMS_LOOKUP"] == "true", "produced": produced,
             "orders": {order_no: {"lifecycle": lifecycle} for order_no, lifecycle in workload.orders.items()},
@@ -262,20 +277,20 @@ class ChaosRun:
         if self.fleet is not None:
             self.fleet.stop_scraping()
             self.fleet.kill_all()
-        for stop in (self.proxy and self.proxy.stop, self.fakes and self.fakes.stop, self.kafka.stop,
+        for stop in (self.proxy and self.proxy.stop, self.fakes and self.fakes.stop, self.brokers.stop,
                      self.mariadb.stop):
             try:
                 if stop:
                     stop()
             except Exception as exc:          # stop the others anyway
                 self.say(f"while stopping: {exc!r}")
-        for server in (self.kafka, self.mariadb):
-            shutil.rmtree(server.datadir, ignore_errors=True)
+        self.brokers.remove_data()
+        shutil.rmtree(self.mariadb.datadir, ignore_errors=True)
 
 
 def run(mode: str, seed: int | None = None, *, sabotage: str | None = None,
-        drain_timeout: float | None = None) -> Outcome:
-    return ChaosRun(mode, seed, sabotage=sabotage, drain_timeout=drain_timeout).execute()
+        drain_timeout: float | None = None, cluster: bool = False) -> Outcome:
+    return ChaosRun(mode, seed, sabotage=sabotage, drain_timeout=drain_timeout, cluster=cluster).execute()
 
 
 def _prune(runs: Path, keep: int) -> None:
@@ -311,8 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sabotage", choices=["crash", "no-drain"], default=None,
                         help="make the run fail on purpose, to see that it can")
     parser.add_argument("--drain-timeout", type=float, default=None, help="seconds (default: the mode's)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="three Kafka nodes over SASL_SSL, with leader and controller kills and a broker cut")
     args = parser.parse_args(argv)
-    outcome = run(args.mode, args.seed, sabotage=args.sabotage, drain_timeout=args.drain_timeout)
+    outcome = run(args.mode, args.seed, sabotage=args.sabotage, drain_timeout=args.drain_timeout,
+                  cluster=args.cluster)
     if outcome.unexpected_exits:
         print(f"FAILED: workers exited without the test's doing: {json.dumps(outcome.unexpected_exits)}")
     if outcome.drain_error:

@@ -4,11 +4,16 @@ and the group's offsets (aiokafka), the tables (PyMySQL), the fake services' led
 Nothing here imports the pipeline. Every read is in bulk and bounded: the topics are read
 once from the beginning to the end offsets seen at the start, the tables by chunks of keys
 (primary keys and ``uk_source``'s prefix), the ledger in one GET.
+
+The brokers are reached the way the manifest's ``kafka`` says (PLAINTEXT when it says nothing;
+SASL_SSL with the run's CA and user on the three-node cluster): the checker builds its own
+TLS context and SASL options, from aiokafka alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import time
@@ -20,10 +25,36 @@ from typing import Iterable, Sequence
 import pymysql
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.helpers import create_ssl_context
 
 CHUNK = 2000                 # keys per IN list
 READ_TIMEOUT = 180.0         # seconds to read one topic to its end
 ORDER_DATE = re.compile(r"ORD-([0-9]{4})([0-9]{2})([0-9]{2})-")
+
+
+def client_options(manifest: dict) -> dict:
+    """aiokafka's connection keyword arguments for the run's brokers, from the manifest."""
+    kafka = manifest.get("kafka") or {}
+    options = {"bootstrap_servers": kafka.get("bootstrap") or manifest["bootstrap"],
+               "security_protocol": kafka.get("security_protocol", "PLAINTEXT")}
+    if options["security_protocol"] in ("SSL", "SASL_SSL"):
+        context = create_ssl_context(cafile=kafka.get("ssl_cafile"), certfile=kafka.get("ssl_certfile"),
+                                     keyfile=kafka.get("ssl_keyfile"))
+        context.check_hostname = bool(kafka.get("ssl_check_hostname", True))
+        options["ssl_context"] = context
+    if options["security_protocol"] in ("SASL_PLAINTEXT", "SASL_SSL"):
+        options.update(sasl_mechanism=kafka["sasl_mechanism"], sasl_plain_username=kafka["sasl_username"],
+                       sasl_plain_password=kafka["sasl_password"])
+    return options
+
+
+def record_digest(key: bytes | None, value: bytes | None) -> str:
+    """What the producer sent, in 16 hex digits: the checker finds the same bytes at the record's
+    acknowledged offset, or the log lost or replaced it. A missing key or value is not an empty one."""
+    digest = hashlib.sha256()
+    for part in (key, value):
+        digest.update(b"\xff" if part is None else len(part).to_bytes(8, "big") + part)
+    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +83,16 @@ class TopicRead:
     error: str | None = None
 
 
-async def read_topic(bootstrap: str, topic: str, group: str, *, timeout: float = READ_TIMEOUT) -> TopicRead:
-    """Every record of ``topic`` and ``group``'s committed offsets on it, without joining the group."""
+async def read_topic(kafka: dict, topic: str, group: str, *, timeout: float = READ_TIMEOUT) -> TopicRead:
+    """Every record of ``topic`` and ``group``'s committed offsets on it, without joining the group.
+    ``kafka``: :func:`client_options`."""
     read = TopicRead()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(**kafka, group_id=None, enable_auto_commit=False,
                                 auto_offset_reset="earliest", fetch_max_bytes=32 * 1024 * 1024,
                                 max_partition_fetch_bytes=16 * 1024 * 1024, request_timeout_ms=30_000)
     try:
         await consumer.start()
-        partitions, read.committed = await group_view(bootstrap, group, topic)
+        partitions, read.committed = await group_view(kafka, group, topic)
         if not partitions:
             read.error = f"topic {topic} not found"
             return read
@@ -89,10 +121,10 @@ async def read_topic(bootstrap: str, topic: str, group: str, *, timeout: float =
     return read
 
 
-async def group_view(bootstrap: str, group: str, topic: str) -> tuple[list[int], dict[int, int]]:
+async def group_view(kafka: dict, group: str, topic: str) -> tuple[list[int], dict[int, int]]:
     """The topic's partitions, and the group's committed offsets on them (an OffsetFetch: the
     group is not joined, so the run's consumers are not disturbed)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+    admin = AIOKafkaAdminClient(**kafka, request_timeout_ms=30_000)
     await admin.start()
     try:
         [described] = await admin.describe_topics([topic])
@@ -105,9 +137,9 @@ async def group_view(bootstrap: str, group: str, topic: str) -> tuple[list[int],
                         if tp.topic == topic and meta.offset >= 0}
 
 
-def read_topics(bootstrap: str, events: str, dlq: str, group: str) -> tuple[TopicRead, TopicRead]:
+def read_topics(kafka: dict, events: str, dlq: str, group: str) -> tuple[TopicRead, TopicRead]:
     async def both():
-        return await asyncio.gather(read_topic(bootstrap, events, group), read_topic(bootstrap, dlq, group))
+        return await asyncio.gather(read_topic(kafka, events, group), read_topic(kafka, dlq, group))
     return tuple(asyncio.run(both()))
 
 

@@ -1,21 +1,25 @@
 """Writes the planned records to ``order-event`` at a steady rate while the storm runs.
 
-One idempotent acks=all producer for the whole run: the broker's SIGKILL and restart
-must not lose, reorder or double a record (records wait in the producer and are sent
-again with the same sequence numbers), so its delivery timeout outlasts a restart by
-far. Records aiokafka refuses (neither key nor value) go through Kafka's Java client.
-The manifest's partition and offset of each record come from the acknowledgements.
+One idempotent acks=all producer for the whole run: the broker's SIGKILL and restart, a
+leader's SIGKILL, must not lose, reorder or double a record (records wait in the producer
+and are sent again with the same sequence numbers), so its delivery timeout outlasts a
+restart by far. Records aiokafka refuses (neither key nor value) go through Kafka's Java
+client. The manifest's partition and offset of each record come from its acknowledgement,
+recorded the moment it arrives with when the record was handed over and a digest of its
+bytes: the checker proves every acknowledged record was kept and consumed (``acked``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from types import SimpleNamespace
 
 from aiokafka import AIOKafkaProducer
 
 from app.topics import EVENT_MAX_MESSAGE_BYTES
+from tests.chaos.evidence import record_digest
 from tests.chaos.workload import Planned
 from tests.support.java import java_produce
 
@@ -28,10 +32,17 @@ class ProducerFailed(AssertionError):
 
 
 class SteadyProducer:
-    def __init__(self, bootstrap: str, topic: str, records: list[Planned], rate: float) -> None:
-        self.bootstrap, self.topic, self.records, self.rate = bootstrap, topic, records, rate
+    def __init__(self, options: dict, topic: str, records: list[Planned], rate: float, *,
+                 java: tuple[str, dict[str, str]] | None = None) -> None:
+        """``options``: aiokafka's connection arguments; ``java``: (bootstrap, settings) of Kafka's
+        Java client for the records aiokafka refuses."""
+        self.options, self.topic, self.records, self.rate = options, topic, records, rate
+        self.java = java or (options["bootstrap_servers"], {})
         self.sent = 0                  # records handed to a producer so far
         self.started_at: float | None = None
+        self.sent_at: list[float | None] = [None] * len(records)
+        self.acked: list[tuple[int, int, float] | None] = [None] * len(records)   # partition, offset, when
+        self.acked_on = Counter()      # partition -> records acknowledged there so far
 
     @property
     def done(self) -> bool:
@@ -39,9 +50,8 @@ class SteadyProducer:
 
     async def run(self) -> list[dict]:
         """Send every record at ``rate`` per second; return the manifest's entries, in order."""
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
-                                    linger_ms=5, request_timeout_ms=DELIVERY_TIMEOUT_MS,
-                                    max_request_size=EVENT_MAX_MESSAGE_BYTES)
+        producer = AIOKafkaProducer(**self.options, acks="all", enable_idempotence=True, linger_ms=5,
+                                    request_timeout_ms=DELIVERY_TIMEOUT_MS, max_request_size=EVENT_MAX_MESSAGE_BYTES)
         await producer.start()
         placed: list[asyncio.Future] = []
         try:
@@ -50,10 +60,13 @@ class SteadyProducer:
                 due = min(len(self.records), int((time.monotonic() - self.started_at) * self.rate) + 1)
                 while self.sent < due:
                     record = self.records[self.sent]
+                    self.sent_at[self.sent] = time.time()
                     if record.java:
-                        placed.append(asyncio.ensure_future(self._java(record)))
+                        future = asyncio.ensure_future(self._java(record))
                     else:
-                        placed.append(await producer.send(self.topic, key=record.key, value=record.value))
+                        future = await producer.send(self.topic, key=record.key, value=record.value)
+                    future.add_done_callback(lambda f, i=self.sent: self._acked(i, f))
+                    placed.append(future)
                     self.sent += 1
                 await asyncio.sleep(TICK)
             try:
@@ -62,12 +75,22 @@ class SteadyProducer:
                 raise ProducerFailed(f"a record of the run was not acknowledged: {exc!r}") from exc
         finally:
             await producer.stop()
-        return [record.entry(*self._where(ack)) for record, ack in zip(self.records, acks)]
+        return [{**record.entry(*self._where(ack)), "digest": record_digest(record.key, record.value),
+                 "sent_at": self.sent_at[i], "acked_at": self.acked[i][2]}
+                for i, (record, ack) in enumerate(zip(self.records, acks))]
+
+    def _acked(self, index: int, future: asyncio.Future) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        partition, offset = self._where(future.result())
+        self.acked[index] = (partition, offset, time.time())
+        self.acked_on[partition] += 1
 
     async def _java(self, record: Planned) -> tuple[int, int]:
         spec = {"partition": record.partition, "key": None, "value": None}
-        broker = SimpleNamespace(kafka_bootstrap=self.bootstrap)
-        [where] = await asyncio.to_thread(java_produce, broker, self.topic, [spec])
+        bootstrap, config = self.java
+        [where] = await asyncio.to_thread(java_produce, SimpleNamespace(kafka_bootstrap=bootstrap), self.topic,
+                                          [spec], config=config or None)
         return where
 
     @staticmethod

@@ -14,10 +14,13 @@ def render(report: CheckReport) -> str:
         ("events", f"{report.events:,}: {_n(report.originals, 'original')}, "
                    f"{_n(report.exact_duplicates, 'exact duplicate')}, {report.republished:,} re-published, "
                    f"{report.malformed:,} malformed ({report.late:,} out of order); {_n(report.orders, 'order')}"),
+        ("brokers", _brokers(report.cluster)),
         ("faults", f"{_n(report.kills, 'kill')}, {_n(report.rebalances, 'rebalance')}, restarts: "
-                   f"{report.restarts.get('mariadb', 0)} MariaDB, {report.restarts.get('kafka', 0)} Kafka; "
-                   f"DB cut {_s(report.cut_seconds)}, API 5xx {_s(report.api_503_seconds)}, "
+                   f"{report.restarts.get('mariadb', 0)} MariaDB, {report.restarts.get('kafka', 0)} Kafka"
+                   + _broker_faults(report) +
+                   f"; DB cut {_s(report.cut_seconds)}, API 5xx {_s(report.api_503_seconds)}, "
                    f"API lost replies/hangs {_s(report.api_fault_seconds)}"),
+        ("acknowledged records", _acked(report.acked)),
         ("events delivered again per kill (W)", _w(report)),
         ("duplicates stopped by t_idem", f"{report.duplicates_stopped:,} of the "
                                          f"{report.exact_duplicates + report.republished:,} produced made no second "
@@ -59,6 +62,32 @@ def _w(report: CheckReport) -> str:
         return "-" if report.replayed is None else f"{report.replayed:,} replayed, no kill"
     return (f"{report.w_per_kill:,.0f} ({report.replayed:,} replayed over {_n(report.kills, 'kill')}; at least "
             f"{report.w_per_kill_lower:,.0f} once every produced duplicate is taken off)")
+
+
+def _brokers(cluster: dict) -> str:
+    nodes = cluster.get("nodes", 1)
+    how = cluster.get("security_protocol", "PLAINTEXT")
+    if cluster.get("sasl_mechanism") and "SASL" in how:
+        how += f" ({cluster['sasl_mechanism']})"
+    return f"{_n(nodes, 'node')}, {how}" + (", the workers through a proxy per node" if cluster.get("proxied") else "")
+
+
+def _broker_faults(report: CheckReport) -> str:
+    leader, controller = report.restarts.get("leader", 0), report.restarts.get("controller", 0)
+    if not (leader or controller or report.broker_cut_seconds):
+        return ""
+    return (f", the busiest partition's leader {leader}x, the active controller {controller}x; "
+            f"brokers cut {_s(report.broker_cut_seconds)}")
+
+
+def _acked(acked: dict) -> str:
+    if not acked:
+        return "-"
+    during = ", ".join(f"{n:,} {kind.replace('_', ' ')}" for kind, n in sorted(acked.get("in_flight_during", {}).items()))
+    return (f"{acked.get('records', 0):,}: {acked.get('on_log', 0):,} on the log at their offsets "
+            f"({acked.get('same_bytes', 0):,} of {acked.get('checked_bytes', 0):,} compared byte for byte), "
+            f"{acked.get('consumed', 0):,} read past and accounted for"
+            + (f"; in flight during a fault: {during}" if during else ""))
 
 
 def _n(count: int, word: str) -> str:

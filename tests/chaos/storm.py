@@ -9,11 +9,25 @@
                    the database's network cut (the proxy blackholes: connections hang)
                    both APIs answer 503 (the SMS gateway's lookup too)
 
-The four big faults take four slots spread over the production time, in an order the
-seed picks; their windows never overlap. The short profile (``make test``) keeps every
-kind of fault, with an 8 s cut and an 8 s 503 window; the long one (``make chaos``) cuts
-the database for 20 s and answers 503 for 30 s. Every fault is logged with its wall-clock time
-for the manifest.
+On the three-node cluster (``--cluster``) the single broker's restart gives way to:
+
+    twice          the leader of the busiest partition of ``order-event`` (the most records
+                   acknowledged so far) SIGKILLed, and started again once another node leads
+                   the partition
+    once           the active controller (the KRaft quorum's leader) SIGKILLed, and started
+                   again once another node is the active controller
+    once           the workers' connections to the brokers cut (a proxy per node blackholes
+                   the workers' listener: connections hang, they are not refused; when the
+                   partition heals what was held goes through); the run's producer, on a
+                   listener of its own, goes on
+
+The big faults take slots spread over the production time, in an order the seed picks; each
+begins when its slot comes and the one before has ended, so their windows never overlap. The
+short profile (``make test``) keeps every kind of fault, with an 8 s cut and an 8 s 503 window;
+the long one (``make chaos``) cuts the database (and, on the cluster, the brokers) for 20 s and
+answers 503 for 30 s; the short cluster profile keeps the broker faults, once each (the
+single-broker short run has the others). Every fault is logged with its wall-clock time (and
+the node it hit) for the manifest.
 """
 
 from __future__ import annotations
@@ -23,7 +37,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from tests.chaos.cluster import Kafka, MariaDB
+from tests.chaos.cluster import MariaDB
 from tests.chaos.fleet import Fleet
 from tests.chaos.producer import SteadyProducer
 from tests.support.fakes import FakesProcess
@@ -32,6 +46,10 @@ from tests.support.proxy import BlackholeProxy
 SLOTS = ("w1", "w2", "w3")
 EXTRA = "w4"
 FOREVER = 10**9
+SINGLE = ("restart_mariadb", "restart_kafka", "cut_database", "apis_503")
+CLUSTER = ("restart_mariadb", "cut_database", "apis_503", "kill_leader", "kill_leader", "kill_controller",
+           "cut_brokers")
+BETWEEN = 3.0                            # seconds between the end of a big fault and the next one
 
 
 @dataclass(frozen=True)
@@ -46,6 +64,7 @@ class Profile:
     drain_timeout: float
     duplicate_within: int                # records between an event and its duplicate, at most
     restart_after: float = 1.0           # a killed worker is started again this long after
+    big: tuple[str, ...] = SINGLE        # the big faults, once each (a name twice: twice)
     api_rates: dict = field(default_factory=lambda: {"fail_rate": 0.02, "reset_rate": 0.02, "timeout_rate": 0.01})
 
 
@@ -55,41 +74,56 @@ PROFILES = {
     "short": Profile("short", min_events=3_400, min_orders=1_000, rate=45, kill_every=(7, 11), cut_seconds=8,
                      api_503_seconds=8, drain_timeout=75, duplicate_within=300),
 }
+# --cluster: three faults more in the long run, so it produces more slowly to give each its slot.
+CLUSTER_PROFILES = {
+    "long": Profile("long", min_events=50_000, min_orders=10_000, rate=200, kill_every=(6, 12), cut_seconds=20,
+                    api_503_seconds=30, drain_timeout=600, duplicate_within=2000, big=CLUSTER),
+    "short": Profile("short", min_events=2_700, min_orders=800, rate=40, kill_every=(7, 11), cut_seconds=8,
+                     api_503_seconds=8, drain_timeout=90, duplicate_within=300,
+                     big=("kill_leader", "kill_controller", "cut_brokers")),
+}
 
 
 class Storm:
-    def __init__(self, profile: Profile, seed: int, *, fleet: Fleet, mariadb: MariaDB, kafka: Kafka,
-                 proxy: BlackholeProxy, fakes: FakesProcess, producer: SteadyProducer, say=print) -> None:
-        self.profile, self.fleet, self.mariadb, self.kafka = profile, fleet, mariadb, kafka
+    def __init__(self, profile: Profile, seed: int, *, fleet: Fleet, mariadb: MariaDB, brokers,
+                 proxy: BlackholeProxy, fakes: FakesProcess, producer: SteadyProducer, events_topic: str,
+                 say=print) -> None:
+        """``brokers``: a ``tests.chaos.brokers`` SingleBroker or SecureCluster."""
+        self.profile, self.fleet, self.mariadb, self.brokers = profile, fleet, mariadb, brokers
+        self.events_topic = events_topic
         self.proxy, self.fakes, self.producer, self.say = proxy, fakes, producer, say
         self.rng = random.Random(seed * 7919 + 1)
         self.faults: list[dict] = []
         self.busy: set[str] = set()          # slots a fault is working on right now
         self.ending = asyncio.Event()
-        # Worker starts and the broker's restart stay apart: a worker started while the broker is
+        # Worker starts and the broker faults stay apart: a worker started while the broker is
         # down, or killed under it while it starts, exits at once (1: aiokafka's producer cannot
-        # bootstrap, and Faust does not retry at start-up). A supervisor would start it again
-        # until the broker answers; the storm waits for the broker instead, and the broker's kill
-        # waits until no worker is starting.
+        # bootstrap, and Faust does not retry at start-up); on the cluster, one started while a
+        # node is down or the brokers are cut may be refused by its first connection check (a
+        # proxy of a dead node closes the TLS handshake). A supervisor would start it again
+        # until the brokers answer; the storm waits for them instead, and a broker fault waits
+        # until no worker is starting.
         self.broker_up = asyncio.Event()
         self.starting = 0
         self.sabotage: str | None = None     # "crash": one worker dies of something the test did not do
 
-    def log(self, kind: str, worker: str | None = None, detail: str | None = None) -> None:
-        self.faults.append({"at": time.time(), "kind": kind, "worker": worker, "detail": detail})
+    def log(self, kind: str, worker: str | None = None, detail: str | None = None, **more) -> None:
+        self.faults.append({"at": time.time(), "kind": kind, "worker": worker, "detail": detail, **more})
         self.say(f"{kind}{' ' + worker if worker else ''}{': ' + detail if detail else ''}")
 
     # -- the run ------------------------------------------------------------------------
     async def run(self) -> list[dict]:
         """Produce every record while the faults happen; return the manifest's ``produced``."""
         seconds = len(self.producer.records) / self.profile.rate
-        big = [self.restart_mariadb, self.restart_kafka, self.cut_database, self.apis_503]
+        big = [getattr(self, name) for name in self.profile.big]
         self.rng.shuffle(big)
         # A cut database keeps the workers busy after it is restored (their hung statements time
         # out after DB_STATEMENT_TIMEOUT_SECONDS, 15 s): the slots are far enough apart for the
         # next fault to meet work in flight, not a backlog.
         plan = [(0.08 * seconds, self.add_worker), (0.92 * seconds, self.remove_worker)]
-        plan += [(f * seconds, fault) for f, fault in zip((0.15, 0.38, 0.61, 0.84), big)]
+        first, last = 0.15, 0.84
+        slots = [first + (last - first) * i / max(len(big) - 1, 1) for i in range(len(big))]
+        plan.append((0.0, lambda: self._one_after_another([(f * seconds, fault) for f, fault in zip(slots, big)])))
         if self.sabotage == "crash":
             plan.append((0.5 * seconds, self.crash_a_worker))
         self.log("api_faults_on", detail=", ".join(f"{k} {v}" for k, v in self.profile.api_rates.items()))
@@ -117,6 +151,14 @@ class Storm:
     async def _at(self, when: float, fault) -> None:
         await asyncio.sleep(max(0.0, when - time.monotonic()))
         await fault()
+
+    async def _one_after_another(self, plan: list[tuple[float, object]]) -> None:
+        """Each big fault at its slot (seconds after the start), or when the one before has ended."""
+        began = time.monotonic()
+        for at, fault in plan:
+            await asyncio.sleep(max(0.0, began + at - time.monotonic()))
+            await fault()
+            await asyncio.sleep(BETWEEN)
 
     async def watch(self) -> None:
         """Supervise: a worker that exited without the test's doing is started again."""
@@ -194,18 +236,69 @@ class Storm:
         await self._restart(self.mariadb, "mariadb")
 
     async def restart_kafka(self) -> None:
-        await self._restart(self.kafka, "kafka")
+        await self._restart(self.brokers, "kafka")
 
     async def _restart(self, server, kind: str) -> None:
         if kind == "kafka":
-            self.broker_up.clear()
-            while self.starting:
-                await asyncio.sleep(0.1)
+            await self._hold_worker_starts()
         await asyncio.to_thread(server.kill)
         self.log(f"{kind}_kill", detail="SIGKILL")
         took = await asyncio.to_thread(server.start)
         self.log(f"{kind}_start", detail=f"answered {took:.2f}s after its start")
         self.broker_up.set()
+
+    async def _hold_worker_starts(self) -> None:
+        self.broker_up.clear()
+        while self.starting:
+            await asyncio.sleep(0.1)
+
+    # -- the cluster's faults -------------------------------------------------------------
+    def busiest_partition(self) -> int:
+        """The partition of the events topic with the most records acknowledged so far."""
+        counts = self.producer.acked_on
+        return min(counts, key=lambda p: (-counts[p], p)) if counts else 0
+
+    async def kill_leader(self) -> None:
+        partition = self.busiest_partition()
+        node = await asyncio.to_thread(self.brokers.leader_of, self.events_topic, partition)
+        await self._kill_node(node, "leader", f"leader of {self.events_topic}[{partition}], the busiest "
+                                               f"({self.producer.acked_on[partition]:,} records acknowledged there)",
+                              lambda: self.brokers.leader_of(self.events_topic, partition) != node,
+                              f"another leader of {self.events_topic}[{partition}]", partition=partition)
+
+    async def kill_controller(self) -> None:
+        node = await asyncio.to_thread(self.brokers.active_controller)
+        await self._kill_node(node, "controller", "the active controller",
+                              lambda: self.brokers.active_controller() != node, "another active controller")
+
+    async def _kill_node(self, node: int, role: str, what: str, moved, moved_what: str, **more) -> None:
+        """SIGKILL ``node``; once ``moved()`` (another node took its role), start it again on its
+        data; it counts as back once it is in the ISR of every partition it holds."""
+        await self._hold_worker_starts()
+        clock = time.monotonic()
+        await asyncio.to_thread(self.brokers.kill_node, node)
+        self.log(f"{role}_kill", detail=f"node {node}, {what}: SIGKILL", node=node, **more)
+        try:
+            await asyncio.to_thread(self.brokers.wait_for, moved, timeout=120, what=moved_what)
+            moved_after = time.monotonic() - clock
+            took = await asyncio.to_thread(self.brokers.start_node, node)
+        finally:
+            self.broker_up.set()
+        self.log(f"{role}_start", detail=f"node {node}: {moved_what} {moved_after:.1f}s after the kill; started "
+                                         f"again, in every ISR {took:.1f}s after its start", node=node, **more)
+
+    async def cut_brokers(self) -> None:
+        await self._hold_worker_starts()
+        try:
+            self.brokers.cut()
+            self.log("broker_cut", detail=f"{self.profile.cut_seconds:g}s: the workers' connections to every "
+                                          "broker hang, new ones hang, until the partition heals (the producer's "
+                                          "listener is not cut)")
+            await asyncio.sleep(self.profile.cut_seconds)
+            self.brokers.restore()
+            self.log("broker_restore")
+        finally:
+            self.broker_up.set()
 
     async def cut_database(self) -> None:
         self.proxy.blackhole()

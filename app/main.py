@@ -22,6 +22,7 @@ from app.timers import compensation as compensation_timer
 from app.timers import gauges as gauges_timer
 from app.timers import partitions as partitions_timer
 from app.timers import stuck as stuck_timer
+from app.timers import watchdog as watchdog_timer
 from app.web import views
 
 settings = get_settings_or_exit()
@@ -42,6 +43,7 @@ if settings.compensator_enabled:
 stuck_sweep = stuck_timer.register(app, runtime, settings)
 maintain_partitions = partitions_timer.register(app, runtime, settings)
 refresh_gauges = gauges_timer.register(app, runtime, settings)
+watchdog = watchdog_timer.register(app, settings)
 views.register(app, runtime, settings)
 dlq_command.register(app, runtime, settings)
 budget_command.register(app, runtime, settings)

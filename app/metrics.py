@@ -72,8 +72,21 @@ CONSUMER_LAG = Gauge("order_kafka_consumer_lag", "Records of order-event not yet
 LAST_COMMIT = Gauge("order_kafka_last_commit_timestamp_seconds", "When this worker last committed offsets "
                                                                  "(Unix time).")
 
+# -- self-healing (app.timers.watchdog) ----------------------------------------------------
+WORKER_HEALTHY = Gauge("order_worker_healthy", "1 while the watchdog sees this worker in its group and moving, "
+                                               "0 while a check fails (then /readyz answers 503).")
+WORKER_UNHEALTHY = Gauge("order_worker_unhealthy", "1 while this check of the watchdog fails (membership, "
+                                                   "heartbeat, fetch).", ["check"])
+WATCHDOG_ACTIONS = Counter("order_watchdog_actions_total", "What the watchdog did about a failing check: rejoin "
+                                                           "(forced a rejoin of the group), exit (exit 70).",
+                           ["check", "action"])
+
 for _result in CLAIM_RESULTS:          # every series exists from the start, at 0 (rate() needs a first sample)
     IDEM_CLAIMS.labels(_result)
+for _check in ("membership", "heartbeat", "fetch"):
+    WORKER_UNHEALTHY.labels(_check)
+    for _action in ("rejoin", "exit"):
+        WATCHDOG_ACTIONS.labels(_check, _action)
 
 
 class PipelineMetrics:

@@ -83,6 +83,26 @@ class Settings(BaseSettings):
     broker_max_poll_records: int = Field(
         500, ge=1, description="Records handed to Faust per fetch; smaller keeps the event loop fair to batches.")
 
+    # -- self-healing ---------------------------------------------------------
+    watchdog_enabled: bool = Field(
+        True, description="Watch this worker's group membership, heartbeats and fetching (app.liveness).")
+    watchdog_interval_seconds: float = Field(1.0, gt=0, description="How often the watchdog looks.")
+    watchdog_stall_seconds: float | None = Field(
+        None, gt=0, description="How long no assignment, no successful heartbeat, or no fetch progress while there "
+                                "is lag, makes the worker unhealthy (/readyz 503, a forced rejoin); unset: "
+                                "BROKER_SESSION_TIMEOUT_SECONDS.")
+    watchdog_rejoin_grace_seconds: float | None = Field(
+        None, gt=0, description="How long after the forced rejoin a worker still unhealthy exits 70; unset: "
+                                "BROKER_SESSION_TIMEOUT_SECONDS.")
+
+    @property
+    def watchdog_stall(self) -> float:
+        return self.watchdog_stall_seconds or self.broker_session_timeout_seconds
+
+    @property
+    def watchdog_rejoin_grace(self) -> float:
+        return self.watchdog_rejoin_grace_seconds or self.broker_session_timeout_seconds
+
     # -- MariaDB / MySQL ----------------------------------------------------
     mysql_url: str = "mysql+aiomysql://idem:idem@127.0.0.1:3306/idem"
     db_pool_size: int = Field(4, ge=1)

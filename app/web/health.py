@@ -1,7 +1,8 @@
 """Liveness, readiness and metrics.
 
     GET /health, /healthz   the process answers (200)
-    GET /readyz             MySQL and Kafka answer and the agents run (200), or what does not (503)
+    GET /readyz             MySQL and Kafka answer, the agents run and the watchdog sees the consumer in its
+                            group and moving (200), or what does not (503)
     GET /metrics            Prometheus
 
 Open to anyone who reaches the port (probes, scrapers): they show no data and no internals.
@@ -17,6 +18,7 @@ from aiohttp import web
 from faust.web import View
 from prometheus_client import generate_latest
 
+from app import liveness
 from app.bootstrap import Runtime
 from app.settings import Settings
 from app.web.http import json_response
@@ -52,6 +54,8 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             checks["kafka"] = "unreachable"
         for name, agent in app.agents.items():
             checks[f"agent {name}"] = "crashed" if agent.crashed else "running" if agent.started else "not started"
+        # The watchdog's verdict (app.liveness): "ok", or which check fails and for how long.
+        checks["consumer"] = liveness.latest().reason
         ready = all(value in ("ok", "running") for value in checks.values())
         return json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)
 

@@ -1,0 +1,70 @@
+"""The watchdog: a worker that has fallen out of its group, or stopped moving, heals itself.
+
+Every ``WATCHDOG_INTERVAL_SECONDS`` it looks at the consumer (``app.adapters.kafka_liveness``)
+and lets ``app.liveness`` decide: healthy; unhealthy for the first time (``/readyz`` answers
+503 with the reason, and a rejoin of the group is forced); still unhealthy a grace later: the
+worker exits 70 through ``app.exits.stop_without_ack``, which commits nothing, so the batch in
+flight, if any, is delivered again to whoever gets its partitions. The bounds and why they
+are what they are: ``app.liveness``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import faust
+from prometheus_client import REGISTRY
+
+from app import liveness, metrics
+from app.adapters.kafka_liveness import ConsumerProbe
+from app.exits import stop_without_ack
+from app.liveness import Action, Bounds, Watch
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class WorkerStuck(RuntimeError):
+    """The watchdog gave up on this worker: out of its group or not moving, and a rejoin did not help."""
+
+
+def _batch_in_flight() -> bool:
+    return bool(REGISTRY.get_sample_value("order_batch_in_flight"))
+
+
+def register(app: faust.App, settings: Settings):
+    """The watchdog's timer on ``app`` (none with ``WATCHDOG_ENABLED=false``)."""
+    if not settings.watchdog_enabled:
+        return None
+    bounds = Bounds(settings.watchdog_stall, settings.watchdog_rejoin_grace)
+    probe = ConsumerProbe(app)
+    state: dict[str, Watch] = {}
+    metrics.WORKER_HEALTHY.set(1)
+
+    @app.timer(interval=settings.watchdog_interval_seconds, name="watchdog")
+    async def watchdog() -> None:
+        now = time.monotonic()
+        observation = probe.read(_batch_in_flight())
+        if observation is None:                 # the consumer has not started yet
+            return
+        watch = state.setdefault("watch", Watch(bounds, now))
+        before = watch.verdict
+        verdict = watch.observe(observation, now)
+        liveness.report(verdict)
+        metrics.WORKER_HEALTHY.set(1 if verdict.healthy else 0)
+        for check in ("membership", "heartbeat", "fetch"):
+            metrics.WORKER_UNHEALTHY.labels(check).set(1 if verdict.check == check else 0)
+        if verdict.healthy and not before.healthy:
+            log.warning("watchdog: healthy again")
+        if verdict.action is Action.REJOIN:
+            log.error("watchdog: %s: forcing a rejoin of the group (exit 70 if that does not help within %.0f s)",
+                      verdict.reason, bounds.rejoin_grace_seconds)
+            metrics.WATCHDOG_ACTIONS.labels(verdict.check, "rejoin").inc()
+            probe.force_rejoin()
+        elif verdict.action is Action.EXIT:
+            log.critical("watchdog: %s: exiting so that the supervisor starts a fresh worker", verdict.reason)
+            metrics.WATCHDOG_ACTIONS.labels(verdict.check, "exit").inc()
+            stop_without_ack(WorkerStuck(verdict.reason))
+
+    return watchdog

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
+import time
 
 log = logging.getLogger(__name__)
 EXIT_NOT_ACKED = 70   # EX_SOFTWARE: stopped on purpose, the batch in flight was not committed
@@ -39,3 +42,42 @@ def stop_at_startup(code: int, message: str) -> None:
         handler.flush()
     sys.stdout.flush()
     os._exit(code)
+
+
+def bound_the_stop(app, seconds: float) -> None:
+    """After SIGTERM, give the worker ``seconds`` to stop; then leave with ``os._exit(70)``.
+
+    A clean stop waits for the batch in flight to finish, then commits and leaves the group;
+    with the broker gone or hung, the commit and the consumer's and producer's stops wait on
+    requests that nobody answers (measured: minutes). Leaving then is safe: Faust commits only
+    acknowledged offsets, and a batch is acknowledged only once it finished (an agent that is
+    cancelled before that stops through :func:`stop_without_ack` first). So whatever was not
+    committed is delivered again, to this worker's successor or another; nothing is skipped.
+
+    The timer is a thread, so it runs even when the event loop is blocked. It is armed from
+    the Python-level SIGTERM handler, which wraps the one the event loop installed (asyncio
+    and uvloop both call it besides reading their wake-up descriptor); the wrap is installed
+    once the worker runs, after the loop has installed its own.
+    """
+    def leave_after_the_bound() -> None:
+        time.sleep(seconds)
+        log.critical("the worker did not stop within %.0f s of SIGTERM (STOP_TIMEOUT_SECONDS): leaving without "
+                     "committing anything more (exit %d)", seconds, EXIT_NOT_ACKED)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(EXIT_NOT_ACKED)
+
+    def arm(previous):
+        armed = []
+
+        def on_sigterm(signum, frame) -> None:
+            if not armed:
+                armed.append(threading.Thread(target=leave_after_the_bound, name="stop-bound", daemon=True))
+                armed[0].start()
+            if callable(previous):
+                previous(signum, frame)
+        return on_sigterm
+
+    @app.task
+    async def bound_the_stop_on_sigterm() -> None:
+        signal.signal(signal.SIGTERM, arm(signal.getsignal(signal.SIGTERM)))

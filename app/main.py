@@ -13,6 +13,7 @@ import sys
 from agents import compensator as compensator_agent
 from agents import order_events as order_events_agent
 from app.adapters.kafka_connection import KafkaConfigError
+from app import exits
 from app.bootstrap import Runtime
 from app.commands import budget as budget_command
 from app.commands import dlq as dlq_command
@@ -44,6 +45,7 @@ stuck_sweep = stuck_timer.register(app, runtime, settings)
 maintain_partitions = partitions_timer.register(app, runtime, settings)
 refresh_gauges = gauges_timer.register(app, runtime, settings)
 watchdog = watchdog_timer.register(app, settings)
+exits.bound_the_stop(app, settings.stop_timeout)
 views.register(app, runtime, settings)
 dlq_command.register(app, runtime, settings)
 budget_command.register(app, runtime, settings)

@@ -95,6 +95,14 @@ class Settings(BaseSettings):
         None, gt=0, description="How long after the forced rejoin a worker still unhealthy exits 70; unset: "
                                 "BROKER_SESSION_TIMEOUT_SECONDS.")
 
+    stop_timeout_seconds: float | None = Field(
+        None, gt=0, description="The longest a worker takes to stop after SIGTERM, broker gone or not; then it "
+                                "exits 70 without committing more (unset: BROKER_SESSION_TIMEOUT_SECONDS).")
+
+    @property
+    def stop_timeout(self) -> float:
+        return self.stop_timeout_seconds or self.broker_session_timeout_seconds
+
     @property
     def watchdog_stall(self) -> float:
         return self.watchdog_stall_seconds or self.broker_session_timeout_seconds

@@ -211,51 +211,57 @@ async def _tls_probe(host: str, port: int, timeout: float) -> bool:
     return True
 
 
-async def _reachable(brokers: list[tuple[str, int]], timeout: float) -> tuple[bool, str]:
+async def _reachable(brokers: list[tuple[str, int]], timeout: float) -> tuple[tuple[str, int] | None, str]:
+    """The first broker that accepts a TCP connection, or None and why none did."""
     last = ""
     for host, port in brokers:
         try:
             _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
             writer.close()
-            return True, ""
+            return (host, port), ""
         except asyncio.TimeoutError:
             last = f"{host}:{port} did not answer within {timeout:g} s"
         except OSError as exc:
             last = f"{host}:{port}: {exc.strerror or exc}"
-    return False, last
+    return None, last
 
 
 async def _connect_once(conn: KafkaConnection, timeout: float) -> None:
     from aiokafka.admin import AIOKafkaAdminClient
-    from aiokafka.errors import KafkaConnectionError, KafkaError, UnsupportedSaslMechanismError
+    from aiokafka.conn import create_conn
+    from aiokafka.errors import (KafkaConnectionError, KafkaError, SaslAuthenticationFailed,
+                                 UnsupportedSaslMechanismError)
 
     reachable, why = await _reachable(conn.brokers, min(timeout, 5.0))
     if not reachable:
         raise KafkaStartupError(f"no broker of KAFKA_BROKER={conn.bootstrap} answers: {why}", retriable=True)
+    host, port = reachable
     # A TLS handshake of our own first: ssl errors are clear here; inside aiokafka they become
     # "Unable to bootstrap from ..." after its retries.
     if conn.uses_tls:
-        host, port = conn.brokers[0]
-        try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(
-                host, port, ssl=conn.ssl_context(), server_hostname=host), timeout)
-            writer.close()
-        except ssl.SSLError as exc:
-            raise _tls_error(conn, exc) from None
-        except ConnectionResetError:
-            raise KafkaStartupError(f"{host}:{port} closed the connection during the TLS handshake: is it a TLS "
-                                    f"listener (KAFKA_SECURITY_PROTOCOL={conn.security_protocol})?") from None
-        except asyncio.TimeoutError:
-            raise KafkaStartupError(f"{host}:{port} accepted the connection but did not complete a TLS handshake "
-                                    f"within {timeout:g} s: is it a TLS listener (KAFKA_SECURITY_PROTOCOL="
-                                    f"{conn.security_protocol})?") from None
+        await _handshake(conn, host, port, timeout)
+    # One connection of aiokafka's own, which raises the broker's SASL answer as it is (its
+    # bootstrap turns a refused login into "Unable to bootstrap", which looks like an outage).
+    options = conn.client_options()
+    del options["bootstrap_servers"]
+    try:
+        probe = await asyncio.wait_for(create_conn(host, port, request_timeout_ms=int(timeout * 1000), **options),
+                                       timeout)
+        probe.close()
+    except SaslAuthenticationFailed:
+        raise KafkaStartupError(f"the brokers at {conn.bootstrap} refused our SASL login: user "
+                                f"{conn.sasl_username!r}, mechanism {conn.sasl_mechanism}: a wrong "
+                                "KAFKA_SASL_PASSWORD, an unknown user, or a mechanism this user has no "
+                                "credentials for") from None
+    except UnsupportedSaslMechanismError as exc:
+        raise KafkaStartupError(f"the brokers at {conn.bootstrap} do not offer KAFKA_SASL_MECHANISM="
+                                f"{conn.sasl_mechanism} on this listener: {exc}") from None
+    except (KafkaConnectionError, asyncio.TimeoutError, KafkaError, OSError) as exc:
+        raise await _explain(conn, exc) from None
     client = AIOKafkaAdminClient(request_timeout_ms=int(timeout * 1000), **conn.client_options())
     try:
         await asyncio.wait_for(client.start(), timeout)
         await asyncio.wait_for(client.list_topics(), timeout)
-    except UnsupportedSaslMechanismError as exc:
-        raise KafkaStartupError(f"the brokers at {conn.bootstrap} do not offer KAFKA_SASL_MECHANISM="
-                                f"{conn.sasl_mechanism} on this listener: {exc}") from None
     except (KafkaConnectionError, asyncio.TimeoutError, KafkaError, OSError) as exc:
         raise await _explain(conn, exc) from None
     finally:
@@ -263,6 +269,43 @@ async def _connect_once(conn: KafkaConnection, timeout: float) -> None:
             await asyncio.wait_for(client.close(), 5)
         except Exception:
             pass
+
+
+def _client_certificate_refused(conn: KafkaConnection, where: str, detail: str) -> KafkaStartupError:
+    mine = f"KAFKA_SSL_CERTFILE={conn.ssl_certfile}" if conn.ssl_certfile else "none (KAFKA_SSL_CERTFILE unset)"
+    return KafkaStartupError(f"the broker at {where} refused our TLS client certificate ({detail}): this listener "
+                             f"requires a client certificate it trusts (mTLS); ours: {mine}")
+
+
+async def _handshake(conn: KafkaConnection, host: str, port: int, timeout: float) -> None:
+    where = f"{host}:{port}"
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            host, port, ssl=conn.ssl_context(), server_hostname=host), timeout)
+    except ssl.SSLError as exc:
+        raise _tls_error(conn, exc) from None
+    except ConnectionResetError:
+        raise KafkaStartupError(f"{where} closed the connection during the TLS handshake: is it a TLS "
+                                f"listener (KAFKA_SECURITY_PROTOCOL={conn.security_protocol})?") from None
+    except asyncio.TimeoutError:
+        raise KafkaStartupError(f"{where} accepted the connection but did not complete a TLS handshake "
+                                f"within {timeout:g} s: is it a TLS listener (KAFKA_SECURITY_PROTOCOL="
+                                f"{conn.security_protocol})?") from None
+    # With TLS 1.3 the client's side of the handshake ends before the server has judged the
+    # client's certificate: a refusal arrives as the first thing read. A broker says nothing
+    # unasked, so silence for a moment means it accepted us.
+    try:
+        data = await asyncio.wait_for(reader.read(1), 0.5)
+        if not data:
+            raise _client_certificate_refused(conn, where, "it closed the connection after the handshake")
+    except ssl.SSLError as exc:
+        raise _client_certificate_refused(conn, where, getattr(exc, "reason", None) or str(exc)) from None
+    except (ConnectionResetError, BrokenPipeError):
+        raise _client_certificate_refused(conn, where, "it reset the connection after the handshake") from None
+    except asyncio.TimeoutError:
+        pass
+    finally:
+        writer.close()
 
 
 async def _explain(conn: KafkaConnection, exc: BaseException) -> KafkaStartupError:
@@ -280,10 +323,13 @@ async def _explain(conn: KafkaConnection, exc: BaseException) -> KafkaStartupErr
                                      f"{conn.security_protocol}: set it to SSL or SASL_SSL (with "
                                      "KAFKA_SSL_CAFILE)")
     if not conn.uses_sasl:
+        maybe = "SASL (SASL_PLAINTEXT / SASL_SSL)"
+        if conn.uses_tls and not conn.ssl_certfile:
+            maybe = "a client certificate (mTLS: KAFKA_SSL_CERTFILE and KAFKA_SSL_KEYFILE) or SASL (SASL_SSL)"
         return KafkaStartupError(f"the brokers at {conn.bootstrap} accepted the connection but did not answer "
                                  f"Kafka's protocol with KAFKA_SECURITY_PROTOCOL={conn.security_protocol} "
-                                 f"({type(exc).__name__}): does this listener require SASL "
-                                 "(SASL_PLAINTEXT / SASL_SSL)?", retriable=isinstance(exc, asyncio.TimeoutError))
+                                 f"({type(exc).__name__}): does this listener require {maybe}?",
+                                 retriable=isinstance(exc, asyncio.TimeoutError))
     return KafkaStartupError(f"Kafka at {conn.bootstrap} did not answer ({type(exc).__name__}: {text or 'no detail'})",
                              retriable=True)
 

@@ -168,17 +168,7 @@ def refusals(broker: KafkaCluster) -> dict[str, tuple[dict[str, str | None], str
     }
 
 
-# Known faults of the start-up check (strict: the marks must go once it is right):
-RETRIED = pytest.mark.xfail(strict=True, reason=(
-    "aiokafka reports the SASL refusal as 'Unable to bootstrap', which the preflight takes for a broker "
-    "that does not answer: the wrong password is retried until KAFKA_STARTUP_WAIT_SECONDS, then exit 69"))
-MISNAMED = pytest.mark.xfail(strict=True, reason=(
-    "under TLS 1.3 the broker's refusal of a missing client certificate arrives after the handshake, as "
-    "a closed connection, which the preflight names 'does this listener require SASL'"))
-
-
-@pytest.mark.parametrize("case", [pytest.param("wrong_password", marks=RETRIED), "unknown_ca", "plaintext_against_tls",
-                                  pytest.param("mtls_without_certificate", marks=MISNAMED)])
+@pytest.mark.parametrize("case", ["wrong_password", "unknown_ca", "plaintext_against_tls", "mtls_without_certificate"])
 def test_a_refused_connection_stops_worker_and_admin_at_start_up_saying_why(broker, scratch_db, case):
     kafka, words = refusals(broker)[case]
     suffix = uuid.uuid4().hex[:8]

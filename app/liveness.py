@@ -12,10 +12,14 @@ What it watches (read from the consumer by ``app.adapters.kafka_liveness`` once 
 Any of them failing for ``stall_seconds`` (default: ``BROKER_SESSION_TIMEOUT_SECONDS``; the
 broker has given the partitions to another member by then anyway) makes the worker unhealthy:
 ``/readyz`` answers 503 with the reason, and the watchdog forces a rejoin of the group. If it
-is still unhealthy ``rejoin_grace_seconds`` later (default: ``BROKER_SESSION_TIMEOUT_SECONDS``
-again), the worker exits 70 without committing and its supervisor starts a fresh one:
+is still unhealthy ``rejoin_grace_seconds`` later (default: a third of the session timeout: a
+rejoin that can reach the coordinator is a join in flight within a second or two), the worker
+exits 70 without committing and its supervisor starts a fresh one:
 
-    t=0 last success ... t=stall: unhealthy, rejoin ... t=stall+grace: exit 70
+    t=0 last success ... t=stall: unhealthy, rejoin ... t=stall+grace: exit 70 (40 s by default)
+
+A join in flight is no failure for up to ``join_seconds`` (the rebalance timeout): the
+coordinator holds it until every member rejoined, which may take another member's longest batch.
 
 aiokafka's own recovery is not enough: ``GroupCoordinator.coordinator_dead()`` only forgets the
 coordinator ("will not force a group rejoin"), and a worker was seen to loop on looking it up
@@ -38,6 +42,7 @@ class Action(str, Enum):
 class Bounds:
     stall_seconds: float            # how long a check may fail before the worker is unhealthy
     rejoin_grace_seconds: float     # how long a forced rejoin may take before the worker exits
+    join_seconds: float             # how long one join may wait for the group (the rebalance timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +54,7 @@ class Observation:
     position: int                    # sum of the fetch positions of our partitions
     lag: int                         # records known to be behind the positions (last fetched end offsets)
     batch_in_flight: bool
+    joining_for: float | None = None  # seconds the join in flight has waited for the group (None: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,15 @@ class Watch:
 
     def _failing(self, obs: Observation, now: float) -> tuple[str, str] | None:
         stall = self.bounds.stall_seconds
+        if obs.joining_for is not None:
+            # The coordinator answered and holds our join until every member has rejoined, which
+            # may take a member's longest batch: legitimate up to the rebalance timeout.
+            # The other clocks keep running: joins that fail at once, over and over (#594), must
+            # not look like progress. Fetching cannot progress during a join, so its clock waits.
+            if obs.joining_for < self.bounds.join_seconds:
+                self.progress_at = now
+                return None
+            return "membership", f"a join has waited {obs.joining_for:.0f} s for the group"
         if not obs.member:
             self.member_since = None
             if self.not_member_since is None:

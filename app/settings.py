@@ -93,7 +93,7 @@ class Settings(BaseSettings):
                                 "BROKER_SESSION_TIMEOUT_SECONDS.")
     watchdog_rejoin_grace_seconds: float | None = Field(
         None, gt=0, description="How long after the forced rejoin a worker still unhealthy exits 70; unset: "
-                                "BROKER_SESSION_TIMEOUT_SECONDS.")
+                                "a third of BROKER_SESSION_TIMEOUT_SECONDS.")
 
     stop_timeout_seconds: float | None = Field(
         None, gt=0, description="The longest a worker takes to stop after SIGTERM, broker gone or not; then it "
@@ -109,7 +109,7 @@ class Settings(BaseSettings):
 
     @property
     def watchdog_rejoin_grace(self) -> float:
-        return self.watchdog_rejoin_grace_seconds or self.broker_session_timeout_seconds
+        return self.watchdog_rejoin_grace_seconds or self.broker_session_timeout_seconds / 3
 
     # -- MariaDB / MySQL ----------------------------------------------------
     mysql_url: str = "mysql+aiomysql://idem:idem@127.0.0.1:3306/idem"

@@ -8,7 +8,7 @@ consumer to the consumer's loop with ``call_soon_threadsafe``.
 aiokafka 0.14 keeps the time of the last successful heartbeat in a local variable of
 ``GroupCoordinator._heartbeat_routine``; :meth:`ConsumerProbe.read` therefore wraps the
 coordinator's ``_do_heartbeat`` and ``_do_rejoin_group`` (on that one instance) to note when
-one succeeded.
+one succeeded, and since when a join has been in flight.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class ConsumerProbe:
         self.app = app
         self._coordinator: Any = None
         self.heartbeat_ok_at: float | None = None
+        self.joining_since: float | None = None
 
     def _consumer(self) -> Any:
         thread = getattr(self.app.consumer, "_thread", None)
@@ -52,9 +53,11 @@ class ConsumerProbe:
                 end = state.lso if state.lso is not None else state.highwater
                 if end is not None:
                     lag += max(0, end - state._position)
+        joining = self.joining_since
         return Observation(member=assignment is not None and assignment.active,
                            heartbeat_ok_at=self.heartbeat_ok_at, position=position, lag=lag,
-                           batch_in_flight=batch_in_flight)
+                           batch_in_flight=batch_in_flight,
+                           joining_for=None if joining is None else time.monotonic() - joining)
 
     def _watch(self, coordinator: Any) -> None:
         """Note every successful heartbeat and join of ``coordinator`` (this instance only)."""
@@ -67,7 +70,11 @@ class ConsumerProbe:
             return ok
 
         async def _do_rejoin_group(subscription: Any) -> bool:
-            ok = await rejoin(subscription)
+            self.joining_since = time.monotonic()
+            try:
+                ok = await rejoin(subscription)
+            finally:
+                self.joining_since = None
             if ok:
                 self.heartbeat_ok_at = time.monotonic()
             return ok

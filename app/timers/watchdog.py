@@ -37,7 +37,7 @@ def register(app: faust.App, settings: Settings):
     """The watchdog's timer on ``app`` (none with ``WATCHDOG_ENABLED=false``)."""
     if not settings.watchdog_enabled:
         return None
-    bounds = Bounds(settings.watchdog_stall, settings.watchdog_rejoin_grace)
+    bounds = Bounds(settings.watchdog_stall, settings.watchdog_rejoin_grace, settings.broker_rebalance_timeout_seconds)
     probe = ConsumerProbe(app)
     state: dict[str, Watch] = {}
     metrics.WORKER_HEALTHY.set(1)

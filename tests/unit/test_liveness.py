@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from app.liveness import Action, Bounds, Observation, Watch
 
-BOUNDS = Bounds(stall_seconds=30, rejoin_grace_seconds=30)
+BOUNDS = Bounds(stall_seconds=30, rejoin_grace_seconds=30, join_seconds=300)
 
 
-def seen(*, member=True, heartbeat_ok_at=0.0, position=100, lag=0, busy=False) -> Observation:
+def seen(*, member=True, heartbeat_ok_at=0.0, position=100, lag=0, busy=False, joining=None) -> Observation:
     return Observation(member=member, heartbeat_ok_at=heartbeat_ok_at, position=position, lag=lag,
-                       batch_in_flight=busy)
+                       batch_in_flight=busy, joining_for=joining)
 
 
 def run(watch: Watch, observations: list[tuple[float, Observation]]):
@@ -75,3 +75,27 @@ def test_a_moving_position_is_progress_even_backwards_after_a_seek():
     watch = Watch(BOUNDS, now=0)
     for t, position in [(0, 100), (25, 90), (50, 91), (75, 92)]:
         assert watch.observe(seen(heartbeat_ok_at=t, position=position, lag=10), t).healthy
+
+
+def test_a_join_the_group_holds_is_no_failure_until_the_rebalance_timeout():
+    watch = Watch(BOUNDS, now=0)
+    assert watch.observe(seen(heartbeat_ok_at=0.0), 0).healthy
+    # Another member finishes a long batch: our join waits, heartbeats stopped, old assignment kept.
+    assert all(watch.observe(seen(heartbeat_ok_at=0.0, joining=t - 10), t).healthy for t in range(10, 300))
+    assert watch.observe(seen(heartbeat_ok_at=300.0), 300).healthy                 # joined at last
+    verdict = watch.observe(seen(member=False, joining=300), 610)
+    assert verdict.check == "membership" and "a join has waited 300 s" in verdict.reason
+
+
+def test_joins_that_fail_at_once_do_not_reset_the_membership_clock():
+    # faust-streaming#594: "(Re-)joining group" then "Marking the coordinator dead", over and over.
+    watch = Watch(BOUNDS, now=0)
+    verdicts = [watch.observe(seen(member=False, joining=0.01 if t % 2 else None), t) for t in range(0, 31)]
+    assert verdicts[-1].check == "membership" and verdicts[-1].action is Action.REJOIN
+
+
+def test_joins_that_fail_at_once_do_not_reset_the_heartbeat_clock_of_a_member():
+    watch = Watch(BOUNDS, now=0)
+    verdicts = [watch.observe(seen(heartbeat_ok_at=0.0, joining=0.01 if t % 3 == 0 else None), t)
+                for t in range(0, 32)]
+    assert any(v.check == "heartbeat" and v.action is Action.REJOIN for v in verdicts)

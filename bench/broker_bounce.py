@@ -1,7 +1,8 @@
 """A worker through broker crashes: SIGKILL the broker, start it again, how long until it consumes?
 
-    python -m bench.broker_bounce --trials 10 [--down 5] [--cap 120] [--session-timeout 30]
+    python -m bench.broker_bounce --trials 10 [--down 5,40] [--rekill 0.5,2] [--move] [--cap 120]
     python -m bench.broker_bounce --sigterm killed|stopped [--trials 3]
+    ... [--env WATCHDOG_ENABLED=false]          (any setting of the worker)
 
 One Kafka node of its own (free ports, a small heap, ``tests.chaos.cluster.Kafka``), a scratch
 database on the shared MariaDB, one ``faust -A app worker`` and a producer that writes an
@@ -12,8 +13,13 @@ the outage. Each trial:
     -> clock starts -> poll t_idem's done rows every 0.2 s -> the first row done after the
     restart stops the clock ("consumes again"); ``--cap`` s without one: stuck.
 
-A stuck worker is SIGKILLed and a fresh one started, so every trial starts from a healthy
-worker. Per trial the report gives the time, and the count of the worker's log lines that
+``--rekill``: the broker is killed again that long after it answered (while the worker looks
+the coordinator up and rejoins). ``--move``: it comes back on its other client port, as a pod
+comes back with a new IP; the clients bootstrap from both ports.
+
+A worker that exits during a trial is started again at once, as ``restart: on-failure`` does,
+and the clock goes on. A worker stuck for the whole cap is SIGKILLed and a fresh one started,
+so every trial starts from a healthy worker. Per trial the report gives the time, and the count of the worker's log lines that
 tell the coordinator loop ("marking coordinator dead", "Heartbeat session expired") and of
 the watchdog's own lines.
 
@@ -45,7 +51,7 @@ from app.settings import Settings
 from app.topics import topic_specs
 from tests.chaos.cluster import Kafka
 from tests.support.events import event, order_no, record
-from tests.support.services import ROOT, ScratchDatabase, Worker, worker_env
+from tests.support.services import ROOT, ScratchDatabase, Worker, free_port, worker_env
 
 HOME = ROOT / ".cache" / "broker-bounce"
 RESULTS = ROOT / "bench" / "results"
@@ -62,6 +68,21 @@ class OwnKafka(Kafka):
     def __init__(self, home: Path) -> None:
         super().__init__(home)
         self.pid_file = home.parent / f"{home.name}.pid"
+        self.other_port = free_port()
+
+    @property
+    def both(self) -> str:
+        """Both client ports the node may listen on (``move``), as a bootstrap list."""
+        return ",".join(f"127.0.0.1:{p}" for p in sorted((self.port, self.other_port)))
+
+    def move(self) -> None:
+        """Listen on (and advertise) the other client port from the next start: a broker that comes
+        back at another address, as a pod does with a new IP."""
+        text = self.properties.read_text()
+        text = text.replace(f"127.0.0.1:{self.port}\n", f"127.0.0.1:{self.other_port}\n")
+        text = text.replace(f"127.0.0.1:{self.port},", f"127.0.0.1:{self.other_port},")
+        self.properties.write_text(text)
+        self.port, self.other_port = self.other_port, self.port
 
     def freeze(self) -> None:
         os.kill(self.proc.pid, signal.SIGSTOP)
@@ -126,6 +147,7 @@ class Rig:
 
     session_timeout: float
     extra_env: dict[str, str] = field(default_factory=dict)
+    move: bool = False               # each restart on the other client port (clients bootstrap from both)
 
     def __post_init__(self) -> None:
         HOME.mkdir(parents=True, exist_ok=True)
@@ -146,7 +168,7 @@ class Rig:
                             events=self.topic, dlq=self.dlq)
         asyncio.run(kafka_ops.create_topics(self.kafka.bootstrap, specs))
         self.db.create()
-        self.producer = Producer(self.kafka.bootstrap, self.topic)
+        self.producer = Producer(self.bootstrap, self.topic)
         self.producer.start()
         self.start_worker()
 
@@ -156,7 +178,7 @@ class Rig:
         self.wait_consuming(self.done(), cap=120, supervise=True)
 
     def spawn_worker(self) -> None:
-        env = worker_env(KAFKA_BROKER=f"kafka://{self.kafka.bootstrap}", MYSQL_URL=self.db.url,
+        env = worker_env(KAFKA_BROKER=";".join(f"kafka://{hp}" for hp in self.bootstrap.split(",")), MYSQL_URL=self.db.url,
                          ORDER_EVENT_TOPIC=self.topic, DLQ_TOPIC=self.dlq, APP_ID=self.group,
                          ORDER_EVENT_PARTITIONS="4", DLQ_PARTITIONS="1", WORKER_ID=f"bounce-{uuid.uuid4().hex[:6]}",
                          BROKER_SESSION_TIMEOUT_SECONDS=str(self.session_timeout),
@@ -164,6 +186,10 @@ class Rig:
                          PYTHONFAULTHANDLER="1", **self.extra_env)
         self.worker = Worker(env, "bounce").start()
         self.logs.append(self.worker.log_path)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.both if self.move else self.kafka.bootstrap
 
     def done(self) -> int:
         return int(self.db.scalar("SELECT COUNT(*) FROM t_idem WHERE status = 2") or 0)
@@ -210,6 +236,8 @@ def bounce(rig: Rig, trials: int, downs: list[float], cap: float, rekills: list[
         rekill = rekills[(n - 1) % len(rekills)] if rekills else None
         first, mark = rig.worker, len(rig.worker.logs())
         rig.kafka.kill()
+        if rig.move:
+            rig.kafka.move()
         time.sleep(down)
         took = rig.kafka.start()
         if rekill is not None:
@@ -267,6 +295,8 @@ def main() -> None:
     parser.add_argument("--down", default="5", help="seconds the broker stays dead; a list (5,20,40) cycles")
     parser.add_argument("--rekill", default="", help="kill the broker again this long after it answered "
                                                      "(a list cycles; empty: no second kill)")
+    parser.add_argument("--move", action="store_true", help="the broker comes back on its other client port "
+                                                             "each time (clients bootstrap from both)")
     parser.add_argument("--cap", type=float, default=120.0, help="seconds before a trial counts as stuck")
     parser.add_argument("--session-timeout", type=float, default=30.0)
     parser.add_argument("--sigterm", choices=("killed", "stopped"))
@@ -275,7 +305,7 @@ def main() -> None:
     os.environ.setdefault("KAFKA_HEAP_OPTS", "-Xms128m -Xmx384m")
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)     # the producer's own outage, every retry
-    rig = Rig(args.session_timeout, dict(item.split("=", 1) for item in args.env))
+    rig = Rig(args.session_timeout, dict(item.split("=", 1) for item in args.env), args.move)
     started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     try:
         rig.start()

@@ -4,7 +4,9 @@ supervisor starts a fresh one), and SIGTERM with the broker gone ends within STO
 
 A single KRaft node of the module's own (tests.support.kafka_cluster), killed and started again;
 the shared broker is never touched. Session timeouts are short (6 s, the least the settings
-allow) so the watchdog's bounds, which follow it, are too: unhealthy after 6 s, exit 6 s later.
+allow) so the watchdog's stall, which follows it, is too: unhealthy after 6 s; the grace before
+the exit is 20 s, so /readyz (whose own Kafka check may take 10 s with the broker gone) is asked
+while the worker is still there to answer.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Group:
                     "APP_ID": f"heal-{suffix}", "ORDER_EVENT_PARTITIONS": "2", "DLQ_PARTITIONS": "1",
                     "BROKER_SESSION_TIMEOUT_SECONDS": str(SESSION), "BROKER_HEARTBEAT_INTERVAL_SECONDS": "1",
                     "BATCH_DEADLINE_SECONDS": "5", "STOP_TIMEOUT_SECONDS": str(STOP_BOUND),
+                    "WATCHDOG_REJOIN_GRACE_SECONDS": "20",
                     "PYTHONFAULTHANDLER": "1", **overrides}
         self.orders: list[str] = []
         self.workers: list[Worker] = []

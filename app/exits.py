@@ -9,12 +9,15 @@ a dead letter the broker did not take), the process leaves with ``os._exit``: no
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
 import sys
 import threading
 import time
+
+import faust
 
 log = logging.getLogger(__name__)
 EXIT_NOT_ACKED = 70   # EX_SOFTWARE: stopped on purpose, the batch in flight was not committed
@@ -44,20 +47,24 @@ def stop_at_startup(code: int, message: str) -> None:
     os._exit(code)
 
 
-def bound_the_stop(app, seconds: float) -> None:
+def bound_the_stop(seconds: float) -> None:
     """After SIGTERM, give the worker ``seconds`` to stop; then leave with ``os._exit(70)``.
 
     A clean stop waits for the batch in flight to finish, then commits and leaves the group;
     with the broker gone or hung, the commit and the consumer's and producer's stops wait on
-    requests that nobody answers (measured: minutes). Leaving then is safe: Faust commits only
-    acknowledged offsets, and a batch is acknowledged only once it finished (an agent that is
-    cancelled before that stops through :func:`stop_without_ack` first). So whatever was not
-    committed is delivered again, to this worker's successor or another; nothing is skipped.
+    requests that nobody answers (measured: minutes), and mode's ``ServiceThread.stop`` joins the
+    consumer's thread with no timeout, on the event loop. A SIGTERM during start-up was seen to
+    hang the same way: the consumer thread's stop timed out, the event loop closed, and the
+    process waited for ever on that (non-daemon) thread. Leaving after the bound is safe: Faust
+    commits only acknowledged offsets, and a batch is acknowledged only once it finished (an agent
+    that is cancelled before that stops through :func:`stop_without_ack` first). So whatever was
+    not committed is delivered again, to this worker's successor or another; nothing is skipped.
 
-    The timer is a thread, so it runs even when the event loop is blocked. It is armed from
-    the Python-level SIGTERM handler, which wraps the one the event loop installed (asyncio
-    and uvloop both call it besides reading their wake-up descriptor); the wrap is installed
-    once the worker runs, after the loop has installed its own.
+    The timer is a thread, so it runs even when the event loop is blocked. It is armed from the
+    Python-level SIGTERM handler, which wraps the one the event loop installed (asyncio and
+    uvloop both call it besides reading their wake-up descriptor); the wrap is put in place right
+    after the worker installs its signal handlers (``Worker.install_signal_handlers``), before
+    anything starts.
     """
     def leave_after_the_bound() -> None:
         time.sleep(seconds)
@@ -78,6 +85,11 @@ def bound_the_stop(app, seconds: float) -> None:
                 previous(signum, frame)
         return on_sigterm
 
-    @app.task
-    async def bound_the_stop_on_sigterm() -> None:
+    install = getattr(faust.Worker.install_signal_handlers, "__wrapped__", faust.Worker.install_signal_handlers)
+
+    @functools.wraps(install)
+    def install_signal_handlers(worker) -> None:
+        install(worker)
         signal.signal(signal.SIGTERM, arm(signal.getsignal(signal.SIGTERM)))
+
+    faust.Worker.install_signal_handlers = install_signal_handlers

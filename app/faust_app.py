@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import logging
+import time
 from pathlib import Path
 from typing import Awaitable, Callable, Sequence
 
@@ -51,15 +53,26 @@ async def check_kafka(app: faust.App, settings: Settings) -> None:
     except KafkaConfigError as exc:
         exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {exc}")
         return
-    try:
-        found = await kafka_ops.durability(conn, [settings.order_event_topic, settings.dlq_topic])
-    except Exception as exc:            # e.g. no DescribeConfigs permission
-        message = f"the topics' replication could not be read ({exc!r})"
-        if settings.kafka_require_replication:
-            exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {message} (KAFKA_REQUIRE_REPLICATION=true)")
+    topics = [settings.order_event_topic, settings.dlq_topic]
+    deadline = time.monotonic() + settings.kafka_startup_wait_seconds
+    while True:
+        try:
+            found = await kafka_ops.durability(conn, topics)
+            break
+        except Exception as exc:
+            message = f"the topics' replication could not be read ({exc!r})"
+            # A node not ready or a leader moving passes; no DescribeConfigs permission does not.
+            passing = getattr(exc, "retriable", False) or isinstance(exc, (asyncio.TimeoutError, OSError))
+            if passing and time.monotonic() < deadline and not app.should_stop:
+                log.warning("%s; trying again", message)
+                await asyncio.sleep(2.0)
+                continue
+            if settings.kafka_require_replication:
+                exits.stop_at_startup(exits.EXIT_UNAVAILABLE if passing else exits.EXIT_CONFIG,
+                                      f"cannot start: {message} (KAFKA_REQUIRE_REPLICATION=true)")
+                return
+            log.warning("%s: not checked", message)
             return
-        log.warning("%s: not checked", message)
-        return
     for topic, durability in found.items():
         if durability is None:
             log.error("topic %s does not exist: create it (python -m app.admin create-topics)", topic)

@@ -258,17 +258,26 @@ async def _connect_once(conn: KafkaConnection, timeout: float) -> None:
                                 f"{conn.sasl_mechanism} on this listener: {exc}") from None
     except (KafkaConnectionError, asyncio.TimeoutError, KafkaError, OSError) as exc:
         raise await _explain(conn, exc) from None
+    # That broker let us in: what fails from here on is the cluster's state (a node not ready, no
+    # controller yet, a leader moving), which passes by itself.
     client = AIOKafkaAdminClient(request_timeout_ms=int(timeout * 1000), **conn.client_options())
     try:
         await asyncio.wait_for(client.start(), timeout)
         await asyncio.wait_for(client.list_topics(), timeout)
     except (KafkaConnectionError, asyncio.TimeoutError, KafkaError, OSError) as exc:
-        raise await _explain(conn, exc) from None
+        raise KafkaStartupError(f"the cluster at {conn.bootstrap} is not ready: {type(exc).__name__}: "
+                                f"{exc or 'no detail'}", retriable=True) from None
     finally:
         try:
             await asyncio.wait_for(client.close(), 5)
         except Exception:
             pass
+
+
+def _connection_error() -> type:
+    from aiokafka.errors import KafkaConnectionError
+
+    return KafkaConnectionError
 
 
 def _client_certificate_refused(conn: KafkaConnection, where: str, detail: str) -> KafkaStartupError:
@@ -309,8 +318,12 @@ async def _handshake(conn: KafkaConnection, host: str, port: int, timeout: float
 
 
 async def _explain(conn: KafkaConnection, exc: BaseException) -> KafkaStartupError:
+    """Why one connection to a broker that accepted TCP failed."""
     text = str(exc)
     lowered = text.lower()
+    if getattr(exc, "retriable", False) and not isinstance(exc, _connection_error()):
+        return KafkaStartupError(f"Kafka at {conn.bootstrap} is not ready: {type(exc).__name__}: {text or 'no detail'}",
+                                 retriable=True)
     if "authentication failed" in lowered or "sasl" in lowered and "fail" in lowered:
         return KafkaStartupError(f"the brokers at {conn.bootstrap} refused our SASL login: user "
                                  f"{conn.sasl_username!r}, mechanism {conn.sasl_mechanism}: a wrong "

@@ -269,7 +269,10 @@ def rejecting_fakes():
 
 def test_with_two_of_three_brokers_down_nothing_unsafe_is_committed_and_the_worker_goes_on_when_one_returns(
         whole, spawn_worker, scratch_db, rejecting_fakes):
-    pair = create_topics(whole, replication=3)
+    # One partition: the orders are worked in the order produced, one waybill call at a time, each
+    # taking at least the fake's latency, so the refused ones (the second half) are met at least
+    # 11 calls after the kill is decided, whatever the machine's speed.
+    pair = create_topics(whole, replication=3, partitions=1)
     orders = [order_no(prefix="TWODOWN") for _ in range(ORDERS)]
     rejected = orders[ORDERS // 2::4]               # met after the brokers die
     docs = [event(o, t) for o in orders for t in LIFECYCLE]

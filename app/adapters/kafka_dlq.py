@@ -161,6 +161,11 @@ def _our_headers(letter: DeadLetter, group: str, notes: dict[str, str]) -> list[
     return [(PREFIX + name, value.encode()) for name, value in ours.items()]
 
 
+def request_timeout_ms(send_timeout_seconds: float) -> int:
+    """One produce request's bound within a send's: a third of it, at least 2 s."""
+    return int(max(send_timeout_seconds / 3, 2.0) * 1000)
+
+
 class KafkaDeadLetterSink:
     def __init__(self, kafka: KafkaConnection | str, topic: str, group: str, *, timeout_seconds: float = 30.0,
                  truncate_bytes: int = 64 * 1024) -> None:
@@ -168,9 +173,11 @@ class KafkaDeadLetterSink:
         self.group = group
         self.truncate_bytes = truncate_bytes
         # Idempotent with acks=all: a send retried through a leader change is written once, and
-        # acknowledged only when every in-sync replica has it (min.insync.replicas).
+        # acknowledged only when every in-sync replica has it (min.insync.replicas). Each request
+        # may take a third of the bound: a request on a connection a network cut left hanging is
+        # given up and sent again on a fresh one (twice) before the bound runs out.
         self._producer = AIOKafkaProducer(
-            acks="all", enable_idempotence=True, request_timeout_ms=int(timeout_seconds * 1000),
+            acks="all", enable_idempotence=True, request_timeout_ms=request_timeout_ms(timeout_seconds),
             max_request_size=DLQ_MAX_MESSAGE_BYTES, **connection_of(kafka).client_options())
         self._timeout = timeout_seconds
 

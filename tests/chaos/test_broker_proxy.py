@@ -1,4 +1,4 @@
-"""The cluster's proxies (tests/chaos/brokers.py): a broker that dies behind one looks dead to
+"""The proxies (tests/chaos/brokers.py for the cluster, tests/support/proxy.py for the rest): a broker that dies behind one looks dead to
 its clients, closed at once, as it would without the proxy; a cut connection hangs, and goes
 on once the cut heals."""
 
@@ -12,6 +12,7 @@ from contextlib import closing
 import pytest
 
 from tests.chaos.brokers import PassingProxy
+from tests.support.proxy import BlackholeProxy
 
 pytestmark = pytest.mark.chaos
 
@@ -43,8 +44,9 @@ def _outcome(client: socket.socket, wait: float) -> str:
         return "closed"
 
 
-def test_a_broker_reset_behind_the_proxy_reaches_the_client_as_a_close():
-    server, proxy, client, peer = _connected_through(PassingProxy)
+@pytest.mark.parametrize("proxy_class", [PassingProxy, BlackholeProxy])
+def test_a_broker_reset_behind_the_proxy_reaches_the_client_as_a_close(proxy_class):
+    server, proxy, client, peer = _connected_through(proxy_class)
     with closing(server), closing(client):
         try:
             _reset(peer)
@@ -53,8 +55,9 @@ def test_a_broker_reset_behind_the_proxy_reaches_the_client_as_a_close():
             proxy.stop()
 
 
-def test_a_cut_connection_hangs_even_when_the_broker_goes_away():
-    server, proxy, client, peer = _connected_through(PassingProxy)
+@pytest.mark.parametrize("proxy_class", [PassingProxy, BlackholeProxy])
+def test_a_cut_connection_hangs_even_when_the_broker_goes_away(proxy_class):
+    server, proxy, client, peer = _connected_through(proxy_class)
     with closing(server), closing(client):
         try:
             proxy.blackhole()

@@ -69,18 +69,29 @@ class BlackholeProxy:
         except OSError:
             client_w.close()
             return
-        await asyncio.gather(self._pump(client_r, server_w, switch), self._pump(server_r, client_w, switch),
-                             return_exceptions=True)
+        pumps = [asyncio.ensure_future(self._pump(client_r, server_w, switch)),
+                 asyncio.ensure_future(self._pump(server_r, client_w, switch))]
+        # One side gone (closed or reset: a broker SIGKILLed) ends the other, as a real network
+        # that still carries packets would tell the client; a blackholed connection stays hung.
+        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        if switch.is_set():
+            for pump in pumps:
+                pump.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
         for writer in (client_w, server_w):
             writer.close()
 
     @staticmethod
     async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, switch: asyncio.Event) -> None:
-        while True:
-            data = await reader.read(65536)
-            if not data:
-                break
-            await switch.wait()            # a blackholed connection holds its bytes for ever
-            writer.write(data)
-            await writer.drain()
-        writer.close()
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                await switch.wait()            # a blackholed connection holds its bytes for ever
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        if switch.is_set():
+            writer.close()

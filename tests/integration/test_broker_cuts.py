@@ -1,0 +1,73 @@
+"""A network cut between a worker and its brokers: connections that hang, not refused.
+
+The broker advertises a proxy the test owns (tests.support.kafka_cluster, ``proxied=True``), so
+every connection of the client goes through it; ``blackhole()`` stops forwarding on every open
+connection for good and on every connection opened while the cut lasts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+
+from app.adapters import kafka_ops
+from app.adapters.kafka_dlq import KafkaDeadLetterSink
+from app.pipeline.ports import DeadLetter, SourceRecord
+from app.topics import TopicSpec
+from tests.support.kafka_cluster import KafkaCluster
+
+pytestmark = pytest.mark.integration
+SEND_BOUND = 15.0         # the sink's bound (DLQ_SEND_TIMEOUT_SECONDS is 30 by default)
+CUT = 7.0                 # shorter than the bound, longer than a third of it
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    cluster = KafkaCluster(tmp_path_factory.mktemp("cuts") / "kafka", nodes=1, proxied=True).start()
+    yield cluster
+    cluster.stop()
+
+
+def letter(serial: int) -> DeadLetter:
+    source = SourceRecord(topic="order-event", partition=0, offset=serial, timestamp_ms=int(time.time() * 1000),
+                          key=f"ORD-CUT-{serial}".encode(), value=b'{"cut": true}')
+    return DeadLetter(record=source, reason="effect_rejected", message="sent across a network cut", retriable=False,
+                      attempts=1, first_failure_at=datetime.now(timezone.utc), worker_id="cut")
+
+
+def test_a_dead_letter_sent_into_a_cut_is_sent_again_on_a_fresh_connection_within_its_bound(broker):
+    """The connection the letter went out on stays hung after the cut ends; the producer must give
+    that request up and send again on a new connection before the send's bound runs out."""
+    topic = f"cut-dlq-{uuid.uuid4().hex[:8]}"
+    bootstrap = broker.bootstrap()
+    asyncio.run(kafka_ops.create_topics(bootstrap, [TopicSpec(topic, 1, 1, {})]))
+
+    async def scenario() -> tuple[float, str | None]:
+        sink = KafkaDeadLetterSink(bootstrap, topic, "cut", timeout_seconds=SEND_BOUND)
+        await sink.start()
+        try:
+            await sink.publish([letter(0)])              # connected, metadata known
+            broker.blackhole(1)
+            started = time.monotonic()
+            sending = asyncio.ensure_future(sink.publish([letter(1)]))
+            await asyncio.sleep(0)                       # the request is on the wire before the cut ends
+            while time.monotonic() - started < CUT and not sending.done():
+                await asyncio.sleep(0.2)
+            broker.restore(1)                            # new connections pass; the cut ones stay hung
+            try:
+                await sending
+                return time.monotonic() - started, None
+            except Exception as exc:
+                return time.monotonic() - started, repr(exc)
+        finally:
+            await sink.stop()
+
+    took, error = asyncio.run(scenario())
+    assert error is None, f"the letter was not acknowledged within its bound ({took:.1f} s): {error}"
+    assert CUT <= took < SEND_BOUND
+    found = asyncio.run(kafka_ops.end_offsets(bootstrap, topic, 1))
+    assert found == {0: 2}, f"one record per letter, written once: {found}"

@@ -211,31 +211,90 @@ async def _tls_probe(host: str, port: int, timeout: float) -> bool:
     return True
 
 
-async def _reachable(brokers: list[tuple[str, int]], timeout: float) -> tuple[tuple[str, int] | None, str]:
-    """The first broker that accepts a TCP connection, or None and why none did."""
-    last = ""
-    for host, port in brokers:
-        try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-            writer.close()
-            return (host, port), ""
-        except asyncio.TimeoutError:
-            last = f"{host}:{port} did not answer within {timeout:g} s"
-        except OSError as exc:
-            last = f"{host}:{port}: {exc.strerror or exc}"
-    return None, last
+class _Unclear(Exception):
+    """This broker failed in a way that does not say why (it may be down behind a proxy or a
+    load balancer, or be the wrong kind of listener): try the others, then look closer."""
+
+
+async def _tcp(host: str, port: int, timeout: float) -> str | None:
+    """None when host:port accepts a TCP connection, else why not."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        writer.close()
+        return None
+    except asyncio.TimeoutError:
+        return f"{host}:{port} did not answer within {timeout:g} s"
+    except OSError as exc:
+        return f"{host}:{port}: {exc.strerror or exc}"
+
+
+async def _speaks_plaintext_kafka(host: str, port: int, timeout: float) -> bool:
+    from aiokafka.conn import create_conn
+
+    try:
+        probe = await asyncio.wait_for(create_conn(host, port, request_timeout_ms=int(timeout * 1000)), timeout)
+    except Exception:
+        return False
+    probe.close()
+    return True
 
 
 async def _connect_once(conn: KafkaConnection, timeout: float) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-    from aiokafka.conn import create_conn
-    from aiokafka.errors import (KafkaConnectionError, KafkaError, SaslAuthenticationFailed,
-                                 UnsupportedSaslMechanismError)
+    """Log in to one broker after the other until one lets us in, then ask the cluster a question.
 
-    reachable, why = await _reachable(conn.brokers, min(timeout, 5.0))
-    if not reachable:
-        raise KafkaStartupError(f"no broker of KAFKA_BROKER={conn.bootstrap} answers: {why}", retriable=True)
-    host, port = reachable
+    A broker that answers and refuses (a wrong password, a certificate we do not trust) ends it:
+    the others would say the same. A broker that fails without saying why is skipped."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+
+    unclear: list[str] = []
+    reached: list[tuple[str, int]] = []
+    for host, port in conn.brokers:
+        why = await _tcp(host, port, min(timeout, 5.0))
+        if why is not None:
+            unclear.append(why)
+            continue
+        reached.append((host, port))
+        try:
+            await _log_in(conn, host, port, timeout)
+            break
+        except _Unclear as exc:
+            unclear.append(str(exc))
+    else:
+        if not reached:
+            raise KafkaStartupError(f"no broker of KAFKA_BROKER={conn.bootstrap} answers: {'; '.join(unclear)}",
+                                    retriable=True)
+        # Every broker that took the connection dropped it: the wrong kind of listener, or all
+        # of them down behind something that accepts for them.
+        host, port = reached[0]
+        if not conn.uses_tls and await _tls_probe(host, port, 5.0):
+            raise KafkaStartupError(f"{host}:{port} is a TLS listener but KAFKA_SECURITY_PROTOCOL="
+                                    f"{conn.security_protocol}: set it to SSL or SASL_SSL (with KAFKA_SSL_CAFILE)")
+        if conn.uses_tls and await _speaks_plaintext_kafka(host, port, 5.0):
+            raise KafkaStartupError(f"{host}:{port} does not speak TLS: KAFKA_SECURITY_PROTOCOL="
+                                    f"{conn.security_protocol} needs a TLS listener; is this the PLAINTEXT or "
+                                    "SASL_PLAINTEXT port?")
+        raise KafkaStartupError("; ".join(unclear), retriable=True)
+    # A broker let us in: what fails from here on is the cluster's state (a node not ready, no
+    # controller yet, a leader moving), which passes by itself.
+    client = AIOKafkaAdminClient(request_timeout_ms=int(timeout * 1000), **conn.client_options())
+    try:
+        await asyncio.wait_for(client.start(), timeout)
+        await asyncio.wait_for(client.list_topics(), timeout)
+    except (KafkaConnectionError, asyncio.TimeoutError, KafkaError, OSError) as exc:
+        raise KafkaStartupError(f"the cluster at {conn.bootstrap} is not ready: {type(exc).__name__}: "
+                                f"{exc or 'no detail'}", retriable=True) from None
+    finally:
+        try:
+            await asyncio.wait_for(client.close(), 5)
+        except Exception:
+            pass
+
+
+async def _log_in(conn: KafkaConnection, host: str, port: int, timeout: float) -> None:
+    from aiokafka.conn import create_conn
+    from aiokafka.errors import SaslAuthenticationFailed, UnsupportedSaslMechanismError
+
     # A TLS handshake of our own first: ssl errors are clear here; inside aiokafka they become
     # "Unable to bootstrap from ..." after its retries.
     if conn.uses_tls:
@@ -256,28 +315,13 @@ async def _connect_once(conn: KafkaConnection, timeout: float) -> None:
     except UnsupportedSaslMechanismError as exc:
         raise KafkaStartupError(f"the brokers at {conn.bootstrap} do not offer KAFKA_SASL_MECHANISM="
                                 f"{conn.sasl_mechanism} on this listener: {exc}") from None
-    except (KafkaConnectionError, asyncio.TimeoutError, KafkaError, OSError) as exc:
-        raise await _explain(conn, exc) from None
-    # That broker let us in: what fails from here on is the cluster's state (a node not ready, no
-    # controller yet, a leader moving), which passes by itself.
-    client = AIOKafkaAdminClient(request_timeout_ms=int(timeout * 1000), **conn.client_options())
-    try:
-        await asyncio.wait_for(client.start(), timeout)
-        await asyncio.wait_for(client.list_topics(), timeout)
-    except (KafkaConnectionError, asyncio.TimeoutError, KafkaError, OSError) as exc:
-        raise KafkaStartupError(f"the cluster at {conn.bootstrap} is not ready: {type(exc).__name__}: "
-                                f"{exc or 'no detail'}", retriable=True) from None
-    finally:
-        try:
-            await asyncio.wait_for(client.close(), 5)
-        except Exception:
-            pass
-
-
-def _connection_error() -> type:
-    from aiokafka.errors import KafkaConnectionError
-
-    return KafkaConnectionError
+    except Exception as exc:
+        maybe = "SASL (SASL_PLAINTEXT / SASL_SSL)"
+        if conn.uses_tls and not conn.ssl_certfile:
+            maybe = "a client certificate (mTLS: KAFKA_SSL_CERTFILE and KAFKA_SSL_KEYFILE) or SASL (SASL_SSL)"
+        raise _Unclear(f"{host}:{port} took the connection but did not answer Kafka's protocol with "
+                       f"KAFKA_SECURITY_PROTOCOL={conn.security_protocol} ({type(exc).__name__}: "
+                       f"{exc or 'no detail'}): is it down, or does this listener require {maybe}?") from None
 
 
 def _client_certificate_refused(conn: KafkaConnection, where: str, detail: str) -> KafkaStartupError:
@@ -292,14 +336,17 @@ async def _handshake(conn: KafkaConnection, host: str, port: int, timeout: float
         reader, writer = await asyncio.wait_for(asyncio.open_connection(
             host, port, ssl=conn.ssl_context(), server_hostname=host), timeout)
     except ssl.SSLError as exc:
+        if isinstance(exc, ssl.SSLEOFError):
+            raise _Unclear(f"{where} closed the connection during the TLS handshake: is it down, or not a "
+                           f"TLS listener (KAFKA_SECURITY_PROTOCOL={conn.security_protocol})?") from None
         raise _tls_error(conn, exc) from None
-    except ConnectionResetError:
-        raise KafkaStartupError(f"{where} closed the connection during the TLS handshake: is it a TLS "
-                                f"listener (KAFKA_SECURITY_PROTOCOL={conn.security_protocol})?") from None
+    except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
+        raise _Unclear(f"{where} closed the connection during the TLS handshake: is it down, or not a "
+                       f"TLS listener (KAFKA_SECURITY_PROTOCOL={conn.security_protocol})?") from None
     except asyncio.TimeoutError:
-        raise KafkaStartupError(f"{where} accepted the connection but did not complete a TLS handshake "
-                                f"within {timeout:g} s: is it a TLS listener (KAFKA_SECURITY_PROTOCOL="
-                                f"{conn.security_protocol})?") from None
+        raise _Unclear(f"{where} took the connection but did not complete a TLS handshake within {timeout:g} s: "
+                       f"is it hung, or not a TLS listener (KAFKA_SECURITY_PROTOCOL={conn.security_protocol})?") \
+            from None
     # With TLS 1.3 the client's side of the handshake ends before the server has judged the
     # client's certificate: a refusal arrives as the first thing read. A broker says nothing
     # unasked, so silence for a moment means it accepted us.
@@ -315,36 +362,6 @@ async def _handshake(conn: KafkaConnection, host: str, port: int, timeout: float
         pass
     finally:
         writer.close()
-
-
-async def _explain(conn: KafkaConnection, exc: BaseException) -> KafkaStartupError:
-    """Why one connection to a broker that accepted TCP failed."""
-    text = str(exc)
-    lowered = text.lower()
-    if getattr(exc, "retriable", False) and not isinstance(exc, _connection_error()):
-        return KafkaStartupError(f"Kafka at {conn.bootstrap} is not ready: {type(exc).__name__}: {text or 'no detail'}",
-                                 retriable=True)
-    if "authentication failed" in lowered or "sasl" in lowered and "fail" in lowered:
-        return KafkaStartupError(f"the brokers at {conn.bootstrap} refused our SASL login: user "
-                                 f"{conn.sasl_username!r}, mechanism {conn.sasl_mechanism}: a wrong "
-                                 "KAFKA_SASL_PASSWORD, an unknown user, or a mechanism this user has no "
-                                 "credentials for")
-    if not conn.uses_tls:
-        host, port = conn.brokers[0]
-        if await _tls_probe(host, port, 5.0):
-            return KafkaStartupError(f"{host}:{port} is a TLS listener but KAFKA_SECURITY_PROTOCOL="
-                                     f"{conn.security_protocol}: set it to SSL or SASL_SSL (with "
-                                     "KAFKA_SSL_CAFILE)")
-    if not conn.uses_sasl:
-        maybe = "SASL (SASL_PLAINTEXT / SASL_SSL)"
-        if conn.uses_tls and not conn.ssl_certfile:
-            maybe = "a client certificate (mTLS: KAFKA_SSL_CERTFILE and KAFKA_SSL_KEYFILE) or SASL (SASL_SSL)"
-        return KafkaStartupError(f"the brokers at {conn.bootstrap} accepted the connection but did not answer "
-                                 f"Kafka's protocol with KAFKA_SECURITY_PROTOCOL={conn.security_protocol} "
-                                 f"({type(exc).__name__}): does this listener require {maybe}?",
-                                 retriable=isinstance(exc, asyncio.TimeoutError))
-    return KafkaStartupError(f"Kafka at {conn.bootstrap} did not answer ({type(exc).__name__}: {text or 'no detail'})",
-                             retriable=True)
 
 
 async def preflight(conn: KafkaConnection, *, wait_seconds: float, attempt_timeout: float = 10.0,

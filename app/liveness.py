@@ -18,6 +18,12 @@ exits 70 without committing and its supervisor starts a fresh one:
 
     t=0 last success ... t=stall: unhealthy, rejoin ... t=stall+grace: exit 70 (40 s by default)
 
+While no broker of ``KAFKA_BROKER`` accepts a connection at all, the worker stays (unhealthy):
+a fresh one could do no better, and aiokafka finds a broker that comes back at its old address
+by itself within a second or two; the grace then counts from when one answers again. A broker
+that answers there while the consumer still cannot work (it came back at another address, which
+aiokafka never learns: it asks only the brokers it already knows) is what the exit is for.
+
 A join in flight is no failure for up to ``join_seconds`` (the rebalance timeout): the
 coordinator holds it until every member rejoined, which may take another member's longest batch.
 
@@ -55,6 +61,7 @@ class Observation:
     lag: int                         # records known to be behind the positions (last fetched end offsets)
     batch_in_flight: bool
     joining_for: float | None = None  # seconds the join in flight has waited for the group (None: none)
+    bootstrap_answers: bool = True    # a broker of KAFKA_BROKER accepts a connection (asked when unhealthy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +96,12 @@ class Watch:
         elif self.rejoined_at is None:
             self.rejoined_at = now
             self.verdict = Verdict(False, failing[1], Action.REJOIN, failing[0])
+        elif not obs.bootstrap_answers:
+            # No broker answers at all: a fresh worker could do no better, and this one recovers
+            # by itself in a second when one is back. The grace counts from then.
+            self.rejoined_at = now
+            self.verdict = Verdict(False, f"{failing[1]}; no broker of KAFKA_BROKER answers", Action.NONE,
+                                   failing[0])
         elif now - self.rejoined_at >= self.bounds.rejoin_grace_seconds:
             self.verdict = Verdict(False, f"{failing[1]}; a rejoin {now - self.rejoined_at:.0f} s ago did not help",
                                    Action.EXIT, failing[0])

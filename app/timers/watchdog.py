@@ -10,8 +10,10 @@ are what they are: ``app.liveness``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from dataclasses import replace
 
 import faust
 from prometheus_client import REGISTRY
@@ -27,6 +29,19 @@ log = logging.getLogger(__name__)
 
 class WorkerStuck(RuntimeError):
     """The watchdog gave up on this worker: out of its group or not moving, and a rejoin did not help."""
+
+
+async def bootstrap_answers(bootstrap: str, timeout: float = 2.0) -> bool:
+    """Whether any broker of the bootstrap list accepts a TCP connection (nothing is sent)."""
+    for address in bootstrap.split(","):
+        host, _, port = address.rpartition(":")
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)), timeout)
+        except (OSError, ValueError, asyncio.TimeoutError):
+            continue
+        writer.close()
+        return True
+    return False
 
 
 def _batch_in_flight() -> bool:
@@ -50,6 +65,8 @@ def register(app: faust.App, settings: Settings):
             return
         watch = state.setdefault("watch", Watch(bounds, now))
         before = watch.verdict
+        if not before.healthy:
+            observation = replace(observation, bootstrap_answers=await bootstrap_answers(settings.kafka_bootstrap))
         verdict = watch.observe(observation, now)
         liveness.report(verdict)
         metrics.WORKER_HEALTHY.set(1 if verdict.healthy else 0)

@@ -99,3 +99,13 @@ def test_joins_that_fail_at_once_do_not_reset_the_heartbeat_clock_of_a_member():
     verdicts = [watch.observe(seen(heartbeat_ok_at=0.0, joining=0.01 if t % 3 == 0 else None), t)
                 for t in range(0, 32)]
     assert any(v.check == "heartbeat" and v.action is Action.REJOIN for v in verdicts)
+
+
+def test_no_exit_while_no_broker_answers_and_the_grace_counts_from_when_one_does():
+    watch = Watch(BOUNDS, now=0)
+    assert watch.observe(seen(heartbeat_ok_at=0.0), 0).healthy
+    assert watch.observe(seen(heartbeat_ok_at=0.0), 30).action is Action.REJOIN
+    gone = [watch.observe(Observation(True, 0.0, 100, 0, False, bootstrap_answers=False), t) for t in range(31, 200)]
+    assert all(not v.healthy and v.action is Action.NONE and "no broker" in v.reason for v in gone)
+    back = {t: watch.observe(seen(heartbeat_ok_at=0.0), t) for t in range(200, 240)}
+    assert [t for t, v in back.items() if v.action is Action.EXIT] == list(range(229, 240))

@@ -85,7 +85,7 @@ class Settings(BaseSettings):
 
     # -- self-healing ---------------------------------------------------------
     watchdog_enabled: bool = Field(
-        True, description="Watch this worker's group membership, heartbeats and fetching (app.liveness).")
+        True, description="Watch this worker's group membership, heartbeats and fetching (app.pipeline.liveness).")
     watchdog_interval_seconds: float = Field(1.0, gt=0, description="How often the watchdog looks.")
     watchdog_stall_seconds: float | None = Field(
         None, gt=0, description="How long no assignment, no successful heartbeat, or no fetch progress while there "

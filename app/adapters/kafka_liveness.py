@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from app.liveness import Observation
+from app.pipeline.liveness import Observation
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
 """The watchdog: a worker that has fallen out of its group, or stopped moving, heals itself.
 
 Every ``WATCHDOG_INTERVAL_SECONDS`` it looks at the consumer (``app.adapters.kafka_liveness``)
-and lets ``app.liveness`` decide: healthy; unhealthy for the first time (``/readyz`` answers
+and lets ``app.pipeline.liveness`` decide: healthy; unhealthy for the first time (``/readyz`` answers
 503 with the reason, and a rejoin of the group is forced); still unhealthy a grace later: the
 worker exits 70 through ``app.exits.stop_without_ack``, which commits nothing, so the batch in
 flight, if any, is delivered again to whoever gets its partitions. The bounds and why they
-are what they are: ``app.liveness``.
+are what they are: ``app.pipeline.liveness``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from dataclasses import replace
 import faust
 from prometheus_client import REGISTRY
 
-from app import liveness, metrics
+from app import metrics
+from app.pipeline import liveness
 from app.adapters.kafka_liveness import ConsumerProbe
 from app.exits import stop_without_ack
-from app.liveness import Action, Bounds, Watch
+from app.pipeline.liveness import Action, Bounds, Watch
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

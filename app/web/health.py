@@ -18,7 +18,7 @@ from aiohttp import web
 from faust.web import View
 from prometheus_client import generate_latest
 
-from app import liveness
+from app.pipeline import liveness
 from app.bootstrap import Runtime
 from app.settings import Settings
 from app.web.http import json_response
@@ -54,7 +54,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             checks["kafka"] = "unreachable"
         for name, agent in app.agents.items():
             checks[f"agent {name}"] = "crashed" if agent.crashed else "running" if agent.started else "not started"
-        # The watchdog's verdict (app.liveness): "ok", or which check fails and for how long.
+        # The watchdog's verdict (app.pipeline.liveness): "ok", or which check fails and for how long.
         checks["consumer"] = liveness.latest().reason
         ready = all(value in ("ok", "running") for value in checks.values())
         return json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)

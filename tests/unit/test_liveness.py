@@ -1,8 +1,8 @@
-"""The watchdog's decision (app.liveness): when a worker is unhealthy, when it rejoins, when it exits."""
+"""The watchdog's decision (app.pipeline.liveness): when a worker is unhealthy, when it rejoins, when it exits."""
 
 from __future__ import annotations
 
-from app.liveness import Action, Bounds, Observation, Watch
+from app.pipeline.liveness import Action, Bounds, Observation, Watch
 
 BOUNDS = Bounds(stall_seconds=30, rejoin_grace_seconds=30, join_seconds=300)
 

@@ -191,9 +191,13 @@ class SecureCluster:
         for proxies in self.cluster.proxies.values():
             proxies[WORKERS].blackhole()
 
+    # False (``--cut-forgets``): the connections the cut hung stay hung after it, as behind a
+    # stateful firewall or NAT that dropped them; only new connections pass.
+    heal_cuts = True
+
     def restore(self) -> None:
         for proxies in self.cluster.proxies.values():
-            proxies[WORKERS].restore()
+            proxies[WORKERS].restore(heal=self.heal_cuts)
 
     # -- how each party connects -----------------------------------------------------------
     def connection(self) -> KafkaConnection:

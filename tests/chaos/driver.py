@@ -100,7 +100,7 @@ class Outcome:
 
 class ChaosRun:
     def __init__(self, mode: str, seed: int | None = None, *, sabotage: str | None = None,
-                 drain_timeout: float | None = None, cluster: bool = False) -> None:
+                 drain_timeout: float | None = None, cluster: bool = False, cut_forgets: bool = False) -> None:
         self.mode, self.cluster = mode, cluster
         self.profile = (CLUSTER_PROFILES if cluster else PROFILES)[mode]
         self.seed = secrets.randbelow(10**6) if seed is None else seed
@@ -115,6 +115,8 @@ class ChaosRun:
         self.timings: dict = {}
         self.mariadb = MariaDB(self.folder / "mariadb")
         self.brokers = (SecureCluster if cluster else SingleBroker)(self.folder / "kafka")
+        if cut_forgets:
+            self.brokers.heal_cuts = False
         self.password = secrets.token_hex(8)
         self.proxy: BlackholeProxy | None = None
         self.fakes: FakesProcess | None = None
@@ -289,8 +291,9 @@ class ChaosRun:
 
 
 def run(mode: str, seed: int | None = None, *, sabotage: str | None = None,
-        drain_timeout: float | None = None, cluster: bool = False) -> Outcome:
-    return ChaosRun(mode, seed, sabotage=sabotage, drain_timeout=drain_timeout, cluster=cluster).execute()
+        drain_timeout: float | None = None, cluster: bool = False, cut_forgets: bool = False) -> Outcome:
+    return ChaosRun(mode, seed, sabotage=sabotage, drain_timeout=drain_timeout, cluster=cluster,
+                    cut_forgets=cut_forgets).execute()
 
 
 def _prune(runs: Path, keep: int) -> None:
@@ -328,9 +331,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-timeout", type=float, default=None, help="seconds (default: the mode's)")
     parser.add_argument("--cluster", action="store_true",
                         help="three Kafka nodes over SASL_SSL, with leader and controller kills and a broker cut")
+    parser.add_argument("--cut-forgets", action="store_true",
+                        help="with --cluster: the connections the broker cut hung stay hung after it (a firewall "
+                             "or NAT that dropped them); only new connections pass")
     args = parser.parse_args(argv)
+    if args.cut_forgets and not args.cluster:
+        parser.error("--cut-forgets needs --cluster")
     outcome = run(args.mode, args.seed, sabotage=args.sabotage, drain_timeout=args.drain_timeout,
-                  cluster=args.cluster)
+                  cluster=args.cluster, cut_forgets=args.cut_forgets)
     if outcome.unexpected_exits:
         print(f"FAILED: workers exited without the test's doing: {json.dumps(outcome.unexpected_exits)}")
     if outcome.drain_error:

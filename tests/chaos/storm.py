@@ -296,8 +296,10 @@ class Storm:
         await self._hold_worker_starts()
         try:
             self.brokers.cut()
+            after = ("the partition heals" if getattr(self.brokers, "heal_cuts", True)
+                     else "it ends, and those it hung stay hung for good")
             self.log("broker_cut", detail=f"{self.profile.cut_seconds:g}s: the workers' connections to every "
-                                          "broker hang, new ones hang, until the partition heals (the producer's "
+                                          f"broker hang, new ones hang, until {after} (the producer's "
                                           "listener is not cut)")
             await asyncio.sleep(self.profile.cut_seconds)
             self.brokers.restore()

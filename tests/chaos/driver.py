@@ -74,10 +74,10 @@ WORKER_SETTINGS = {
     "DLQ_RETRY_AFTER_SECONDS": "1", "COMPENSATION_TIMER_SECONDS": "0.5", "COMPENSATION_BACKOFF_SECONDS": "1",
     "COMPENSATION_BACKOFF_MAX_SECONDS": "8", "COMPENSATION_MAX_ATTEMPTS": "12", "COMPENSATOR_WITHIN_SECONDS": "0.3",
     "METRICS_REFRESH_SECONDS": "5",
-    # The watchdog keeps the bounds a user with the default 30 s session timeout has (it takes
-    # the session timeout's by default): with the 6 s above, it would give up on a worker 12 s
-    # into a cut of the brokers that a user's worker rides out.
-    "WATCHDOG_STALL_SECONDS": "30", "WATCHDOG_REJOIN_GRACE_SECONDS": "30",
+    # The watchdog keeps the bounds a user with the default 30 s session timeout has (30 s, then
+    # a third of it: it takes them from the session timeout by default): with the 6 s above, it
+    # would give up on a worker 8 s into a cut of the brokers that a user's worker rides out.
+    "WATCHDOG_STALL_SECONDS": "30", "WATCHDOG_REJOIN_GRACE_SECONDS": "10",
 }
 FAKE_HANG_MS = 2500          # a "timeout" of the fake APIs: past the client's 1.5 s
 FAKE_LATENCY_MS = 5

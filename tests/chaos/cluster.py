@@ -17,7 +17,6 @@ not stop (its own processes only: the pid must still run a command naming this f
 
 from __future__ import annotations
 
-import base64
 import os
 import pwd
 import shutil
@@ -26,13 +25,13 @@ import socket
 import subprocess
 import tempfile
 import time
-import uuid
 from contextlib import closing
 from pathlib import Path
 
 import pymysql
 
 from tests.support.java import kafka_libs
+from tests.support.kafka_cluster import new_cluster_id
 from tests.support.services import ROOT, free_port, migrate
 
 CHAOS = ROOT / ".cache" / "chaos"
@@ -233,24 +232,12 @@ class Kafka(Server):
         # purpose: let that take 3 s.
         rendered += "\nbroker.session.timeout.ms=3000\nbroker.heartbeat.interval.ms=500\n"
         self.properties.write_text(rendered)
-        cluster_id = self.new_cluster_id()
+        cluster_id = new_cluster_id()
         done = subprocess.run([*self._java(), "kafka.tools.StorageTool", "format", "-t", cluster_id,
                                "-c", str(self.properties)], capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise ServiceError(f"formatting Kafka storage failed ({done.returncode}):\n{done.stdout[-2000:]}"
                                f"{done.stderr[-2000:]}")
-
-    @staticmethod
-    def new_cluster_id() -> str:
-        """A cluster id as Kafka's ``Uuid.randomUuid`` makes one: never starting with a dash.
-
-        One base64url id in 64 starts with ``-``, and the storage tool's argument parser takes
-        that for an option ("--cluster-id: expected one argument").
-        """
-        while True:
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            if not cluster_id.startswith("-"):
-                return cluster_id
 
     def command(self) -> list[str]:
         return [*self._java(), "kafka.Kafka", str(self.properties)]

@@ -73,10 +73,10 @@ def test_a_malformed_record_needs_a_reason_that_fits_its_kind(kind, reason, fits
     assert rules.reason_fits(kind, reason) is fits
 
 
-def test_the_chaos_brokers_get_cluster_ids_the_storage_tool_accepts():
+def test_the_test_brokers_get_cluster_ids_the_storage_tool_accepts():
     # One base64url id in 64 starts with a dash, which kafka-storage reads as an option.
-    from tests.chaos.cluster import Kafka
+    from tests.support.kafka_cluster import new_cluster_id
 
-    ids = [Kafka.new_cluster_id() for _ in range(5000)]
+    ids = [new_cluster_id() for _ in range(5000)]
     assert not [i for i in ids if i.startswith("-")]
     assert len(set(ids)) == len(ids)

@@ -17,6 +17,8 @@ import logging
 import time
 from typing import Any
 
+from aiokafka.conn import CloseReason
+
 from app.pipeline.liveness import Observation
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,12 @@ class ConsumerProbe:
         coordinator, client = consumer._coordinator, consumer._client
 
         def rejoin() -> None:
+            # Every connection is closed first: after a network cut a connection may hang for
+            # good (a firewall or NAT that dropped it), and a request on it waits out the request
+            # timeout (Faust's 90 s) before aiokafka gives it up; its callers get a connection
+            # error now and retry on a fresh one.
+            for conn in list(getattr(client, "_conns", {}).values()):
+                conn.close(reason=CloseReason.CONNECTION_BROKEN)
             # request_rejoin wakes the coordination routine, which joins again (keeping our
             # member id: a new one would leave a ghost member that holds the rebalance up for a
             # session timeout). coordinator_dead makes it look the coordinator up first: the

@@ -17,8 +17,11 @@ import pytest
 from app.adapters import kafka_ops
 from app.adapters.kafka_dlq import KafkaDeadLetterSink
 from app.pipeline.ports import DeadLetter, SourceRecord
-from app.topics import TopicSpec
+from app.settings import Settings
+from app.topics import TopicSpec, topic_specs
+from tests.support.events import event, order_no, record
 from tests.support.kafka_cluster import KafkaCluster
+from tests.support.services import Worker, wait_for, worker_env
 
 pytestmark = pytest.mark.integration
 SEND_BOUND = 15.0         # the sink's bound (DLQ_SEND_TIMEOUT_SECONDS is 30 by default)
@@ -71,3 +74,44 @@ def test_a_dead_letter_sent_into_a_cut_is_sent_again_on_a_fresh_connection_withi
     assert CUT <= took < SEND_BOUND
     found = asyncio.run(kafka_ops.end_offsets(bootstrap, topic, 1))
     assert found == {0: 2}, f"one record per letter, written once: {found}"
+
+
+def test_a_worker_whose_connections_a_cut_left_hung_rejoins_on_fresh_ones_without_exiting(broker, scratch_db):
+    """After the cut, every connection the worker had stays hung (a firewall that dropped them);
+    aiokafka would wait out Faust's 90 s request timeout on each. The watchdog's rejoin closes
+    them, so the worker heals in place: it consumes again, and never exits."""
+    suffix = uuid.uuid4().hex[:8]
+    topic, dlq = f"cut-events-{suffix}", f"cut-dlq-{suffix}"
+    settings = Settings().model_copy(update={"order_event_partitions": 2, "dlq_partitions": 1})
+    asyncio.run(kafka_ops.create_topics(broker.bootstrap(), topic_specs(settings, events=topic, dlq=dlq)))
+    env = worker_env(**broker.env(), MYSQL_URL=scratch_db.url, ORDER_EVENT_TOPIC=topic, DLQ_TOPIC=dlq,
+                     APP_ID=f"cut-{suffix}", WORKER_ID=f"cut-{suffix}", ORDER_EVENT_PARTITIONS="2",
+                     DLQ_PARTITIONS="1", BROKER_SESSION_TIMEOUT_SECONDS="6", BROKER_HEARTBEAT_INTERVAL_SECONDS="1",
+                     BATCH_DEADLINE_SECONDS="5", WATCHDOG_STALL_SECONDS="10", WATCHDOG_REJOIN_GRACE_SECONDS="5")
+    orders: list[str] = []
+
+    def produce(count: int = 5) -> None:
+        docs = [event(order_no(prefix="CUT"), "ORDER_CREATED") for _ in range(count)]
+        orders.extend(d["order_no"] for d in docs)
+        asyncio.run(kafka_ops.produce(broker.direct_bootstrap(), topic, [record(d) for d in docs]))
+
+    def recorded() -> int:
+        marks = ", ".join(["%s"] * len(orders))
+        return scratch_db.scalar(f"SELECT COUNT(*) FROM t_order WHERE order_no IN ({marks})", *orders)
+
+    worker = Worker(env, f"cut-{suffix}").start()
+    try:
+        produce()
+        wait_for(lambda: recorded() == len(orders), timeout=120, what="consuming before the cut", workers=[worker])
+        broker.blackhole(1)
+        cut_at = time.monotonic()
+        # Shorter than the watchdog's stall and grace: a cut the worker must ride out.
+        wait_for(lambda: time.monotonic() - cut_at >= CUT, timeout=60, what="the cut's length", workers=[worker])
+        broker.restore(1)                                # the connections it hung stay hung
+        produce()
+        wait_for(lambda: recorded() == len(orders), timeout=120, what="consuming again after the cut",
+                 workers=[worker])
+        assert worker.alive, f"the worker exited ({worker.proc.returncode}); log {worker.log_path}"
+        assert "forcing a rejoin" in worker.logs(), "the cut did not leave the worker stuck: the test proves nothing"
+    finally:
+        worker.kill()

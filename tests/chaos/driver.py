@@ -78,6 +78,8 @@ WORKER_SETTINGS = {
     # a third of it: it takes them from the session timeout by default): with the 6 s above, it
     # would give up on a worker 8 s into a cut of the brokers that a user's worker rides out.
     "WATCHDOG_STALL_SECONDS": "30", "WATCHDOG_REJOIN_GRACE_SECONDS": "10",
+    # So does the bound of a stop after SIGTERM (the session timeout's by default, 30 s).
+    "STOP_TIMEOUT_SECONDS": "30",
 }
 FAKE_HANG_MS = 2500          # a "timeout" of the fake APIs: past the client's 1.5 s
 FAKE_LATENCY_MS = 5

@@ -177,8 +177,9 @@ def _tls_error(conn: KafkaConnection, exc: ssl.SSLError) -> KafkaStartupError:
     where = conn.bootstrap
     if isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
         if "hostname" in text.lower() or "IP address mismatch" in text:
+            detail = getattr(exc, "verify_message", None) or text.strip()
             return KafkaStartupError(
-                f"the broker's TLS certificate at {where} does not name the host it was reached at ({exc.verify_message if isinstance(exc, ssl.SSLCertVerificationError) else text.strip()}): "
+                f"the broker's TLS certificate at {where} does not name the host it was reached at ({detail}): "
                 "connect by a name the certificate lists, or (tests only) KAFKA_SSL_CHECK_HOSTNAME=false")
         ca = f"KAFKA_SSL_CAFILE={conn.ssl_cafile}" if conn.ssl_cafile else "the system's CAs (KAFKA_SSL_CAFILE unset)"
         return KafkaStartupError(f"the broker's TLS certificate at {where} is not signed by a CA we trust: "
@@ -189,9 +190,7 @@ def _tls_error(conn: KafkaConnection, exc: ssl.SSLError) -> KafkaStartupError:
                                  "needs a TLS listener; is this the PLAINTEXT or SASL_PLAINTEXT port?")
     if any(alert in text for alert in ("CERTIFICATE_REQUIRED", "HANDSHAKE_FAILURE", "BAD_CERTIFICATE",
                                        "UNKNOWN_CA", "CERTIFICATE_UNKNOWN")):
-        mine = f"KAFKA_SSL_CERTFILE={conn.ssl_certfile}" if conn.ssl_certfile else "none (KAFKA_SSL_CERTFILE unset)"
-        return KafkaStartupError(f"the broker at {where} refused our TLS client certificate ({text.strip()}): it "
-                                 f"requires a client certificate it trusts (mTLS); ours: {mine}")
+        return _client_certificate_refused(conn, where, text.strip())
     return KafkaStartupError(f"TLS with the broker at {where} failed: {text.strip()}")
 
 

@@ -10,9 +10,10 @@ before the worker joins its group.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from typing import Callable
+from typing import AsyncIterator, Callable
 
 import aiohttp
 
@@ -61,6 +62,10 @@ EFFECT_CLIENTS: dict[str, ClientFactory] = {
 }
 
 
+class RuntimeStopping(Exception):
+    """Background work asked for after the runtime began to stop."""
+
+
 class Runtime:
     def __init__(self, settings: Settings, role: str = "main",
                  clients: dict[str, ClientFactory] | None = None) -> None:
@@ -73,6 +78,13 @@ class Runtime:
         self.owner = f"{settings.worker_id}/{role}/{uuid.uuid4().hex[:8]}"
         self._lock = asyncio.Lock()
         self._started = False
+        # Background work (a drain round of the compensator) that stop() waits for: the HTTP
+        # session and the engine must not close under a redrive in flight (it failed with
+        # "Session is closed" and left its dead letter for a person, its step pending).
+        self._stopping = False
+        self._working = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     async def start(self, *, kafka: bool = True) -> "Runtime":
         """Open everything (``kafka=False``: all but the dead-letter producer, for commands)."""
@@ -163,7 +175,29 @@ class Runtime:
         """A fresh budget for waiting out an unreachable database."""
         return OutageGuard(self.settings.infra_retry_budget_seconds)
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @contextlib.asynccontextmanager
+    async def working(self) -> AsyncIterator[None]:
+        """One round of background work, which :meth:`stop` waits for; refused once stopping."""
+        if self._stopping:
+            raise RuntimeStopping("the worker is stopping: no new background work")
+        self._working += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._working -= 1
+            if not self._working:
+                self._idle.set()
+
     async def stop(self) -> None:
+        self._stopping = True
+        # The round in flight finishes first (its calls end within a lease; STOP_TIMEOUT_SECONDS
+        # bounds the whole stop).
+        await self._idle.wait()
         async with self._lock:
             if self._started:
                 if self._kafka:

@@ -17,7 +17,7 @@ import logging
 import faust
 
 from app import metrics
-from app.bootstrap import Runtime
+from app.bootstrap import Runtime, RuntimeStopping
 from app.pipeline.errors import Fatal
 from app.settings import Settings
 
@@ -28,11 +28,16 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
     @app.task
     async def drain_due_compensations() -> None:
         rt = await runtime.start()
-        while True:
+        while not rt.stopping:
             ran = 0
             try:
-                ran = await rt.compensator.drain(rt.guard(), seconds=settings.compensation_timer_seconds,
-                                                 batch_size=settings.drain_batch_size)
+                # A worker that is stopping starts no new round, and closes nothing under the
+                # round in flight (Runtime.stop waits for it).
+                async with rt.working():
+                    ran = await rt.compensator.drain(rt.guard(), seconds=settings.compensation_timer_seconds,
+                                                     batch_size=settings.drain_batch_size)
+            except RuntimeStopping:
+                return
             except (Fatal, Exception) as exc:
                 # The agents stop the worker when the database stays away; here, say why and look again.
                 log.warning("the due dead letters could not be drained: %r", exc, exc_info=not isinstance(exc, Fatal))

@@ -70,6 +70,7 @@ class Runtime:
     def __init__(self, settings: Settings, role: str = "main",
                  clients: dict[str, ClientFactory] | None = None) -> None:
         self.settings = settings
+        self.tokens = settings.step_tokens()        # SettingsError without IDEM_TOKEN_SECRET
         self.client_factories = EFFECT_CLIENTS if clients is None else clients
         EffectClients.check(self.client_factories)
         # A fresh incarnation id: a restarted worker never mistakes its
@@ -135,7 +136,7 @@ class Runtime:
 
     def _processor(self, owner: str) -> Processor:
         s = self.settings
-        return Processor(self.store, self.effects, owner=owner, lease_seconds=s.lease_seconds,
+        return Processor(self.store, self.effects, owner=owner, tokens=self.tokens, lease_seconds=s.lease_seconds,
                          effect_concurrency=s.effect_concurrency, effect_timeout=s.effect_timeout_seconds,
                          lease_margin=s.lease_margin_seconds, on_cut=cut_hook(s.chaos_kill_at),
                          attempt_cap=s.idem_max_attempts, retention=self.retention,

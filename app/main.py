@@ -18,7 +18,7 @@ from app.bootstrap import Runtime
 from app.commands import budget as budget_command
 from app.commands import dlq as dlq_command
 from app.faust_app import create_app, dead_letter_topic, order_event_topic
-from app.settings import EXIT_CONFIG, get_settings_or_exit
+from app.settings import EXIT_CONFIG, SettingsError, get_settings_or_exit
 from app.timers import compensation as compensation_timer
 from app.timers import gauges as gauges_timer
 from app.timers import partitions as partitions_timer
@@ -36,7 +36,11 @@ logging.getLogger("app").setLevel(settings.log_level.upper())
 
 order_events = order_event_topic(app, settings)
 dead_letters = dead_letter_topic(app, settings)
-runtime = Runtime(settings)
+try:
+    runtime = Runtime(settings)
+except SettingsError as exc:            # no IDEM_TOKEN_SECRET
+    print(f"order-event-processor: the settings cannot work: {exc}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_CONFIG) from None
 process_order_events = order_events_agent.register(app, order_events, runtime, settings)
 if settings.compensator_enabled:
     compensate_dead_letters = compensator_agent.register(app, dead_letters, runtime, settings)

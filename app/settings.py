@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
     from app.adapters.kafka_connection import KafkaConnection
+    from app.pipeline.tokens import StepTokens
 
 
 # Bytes per t_idem row, primary key and idx_status_modified included, as MariaDB reports them
@@ -114,6 +115,10 @@ class Settings(BaseSettings):
     # -- MariaDB / MySQL ----------------------------------------------------
     mysql_url: str = "mysql+aiomysql://idem:idem@127.0.0.1:3306/idem"
     db_pool_size: int = Field(4, ge=1)
+    idem_token_secret: SecretStr | None = Field(
+        None, description="The deployment's secret that every step's idempotency token is derived from (an "
+                          "HMAC of the step's key): required; the same for every process of a deployment, "
+                          "different between deployments (staging, production) that share a provider account.")
     db_lock_retries: int = Field(5, ge=0, description="Retries of a transaction after a deadlock or lock-wait timeout.")
     db_lock_wait_timeout_seconds: int = Field(10, ge=1, description="innodb_lock_wait_timeout of our sessions.")
     db_pool_timeout_seconds: float = Field(
@@ -325,12 +330,29 @@ class Settings(BaseSettings):
         self.kafka          # contradictory security settings are refused here, with their names
         # Surrounding spaces (a copy and paste, a YAML value) are no part of a token: a request's
         # token is compared stripped, so the configured one is too. WEB_TOKEN="" is no token.
-        for name in ("web_token", "web_read_token"):
+        for name in ("web_token", "web_read_token", "idem_token_secret"):
             token = getattr(self, name)
             if token is not None:
                 value = token.get_secret_value().strip()
                 setattr(self, name, SecretStr(value) if value else None)
         return self
+
+    def step_tokens(self) -> "StepTokens":
+        """How steps get their idempotency tokens (``app.pipeline.tokens``): from IDEM_TOKEN_SECRET.
+
+        Raises :class:`SettingsError` when it is unset: random tokens, or tokens under a
+        secret everybody knows, would send a second waybill and a second SMS for every step
+        a failover or a restore made the store forget."""
+        from app.pipeline.tokens import StepTokens
+
+        if self.idem_token_secret is None:
+            raise SettingsError(
+                "IDEM_TOKEN_SECRET is not set: every step's idempotency token is derived from it, so that a "
+                "replay after the database lost rows (a failover, a restore from backup) asks the services "
+                "the same question. Set it to a long random value (python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))'), the same for every process of this deployment, another "
+                "one for each other deployment, and keep it like a password.")
+        return StepTokens(self.idem_token_secret.get_secret_value().encode("utf-8"))
 
     def _check_lease(self) -> None:
         """A batch's calls must fit in one lease: phase 1 makes up to BATCH_SIZE calls,

@@ -4,6 +4,7 @@ and consumer groups per test, and worker processes that are always reaped."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 
 import pytest
@@ -12,7 +13,10 @@ from app.topics import topic_specs
 from app.settings import Settings
 from tests.support.fakes import fakes_in_process
 from tests.support.pipeline import Harness
-from tests.support.services import ScratchDatabase, Worker, create_topics, delete_topics, worker_env
+from tests.support.services import (TEST_TOKEN_SECRET, ScratchDatabase, Worker, create_topics, delete_topics,
+                                    worker_env)
+
+os.environ.setdefault("IDEM_TOKEN_SECRET", TEST_TOKEN_SECRET)
 
 
 @pytest.fixture(scope="session")

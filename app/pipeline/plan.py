@@ -20,7 +20,6 @@ confirmed again").
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
@@ -59,7 +58,7 @@ def orders_needed(events: Sequence[OrderEvent], rows: dict[str, IdemRow],
 
 
 def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: dict[str, Order],
-               *, owner: str, new_token: Callable[[], str] = lambda: uuid.uuid4().hex,
+               *, owner: str, tokens: Callable[[str], str],
                keys_of: Sequence[list[str]] | None = None,
                verifiable: Mapping[str, float] | None = None,
                attempt_cap: int | None = None) -> BatchPlan:
@@ -67,7 +66,8 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
     ``keys_of[i]`` may carry ``step_keys(events[i])`` when the caller has them already;
     ``verifiable`` maps the effects whose service can be asked whether a call happened to
     how long after an unknown outcome it is safe to ask. A pending row already claimed
-    ``attempt_cap`` times is not claimed again (None: no cap, a person asked for the run)."""
+    ``attempt_cap`` times is not claimed again (None: no cap, a person asked for the run).
+    ``tokens(key)`` is a new claim's token (``app.pipeline.tokens``); a row keeps the one it has."""
     verifiable = verifiable or {}
     plan = BatchPlan(events=[EventPlan() for _ in events])
     claims = plan.claims
@@ -135,7 +135,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
             order = current[event.order_no]
             if row is None:
                 claims["new"] += 1
-                token, attempt = new_token(), 1
+                token, attempt = tokens(key), 1
                 plan.inserts.append(NewRow(key, event.part_date, step.name, IdemStatus.PENDING,
                                            event.payload_hash, idem_token=token))
             elif not (row.expired or row.owner == owner):
@@ -176,7 +176,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
             else:
                 # Claimed again; a call whose outcome is unknown is looked up before it is repeated.
                 claims["reclaimed"] += 1
-                token, attempt = row.idem_token or new_token(), row.attempt + 1
+                token, attempt = row.idem_token or tokens(key), row.attempt + 1
                 plan.reclaims.append(Reclaim(key, event.part_date, row.attempt))
             result.jobs.append(EffectJob(index, event.order_no, key, event.part_date, step.name, step.effect,
                                          token, attempt, step.effect.request(event, order),

@@ -83,7 +83,7 @@ class Processor:
 
     def __init__(self, store: Store, effects: EffectClient, *, owner: str, lease_seconds: float,
                  effect_concurrency: int, effect_timeout: float = 0.0, lease_margin: float = 0.0,
-                 new_token: Callable[[], str] | None = None,
+                 tokens: Callable[[str], str],
                  on_cut: Callable[[str], None] = lambda cut: None,
                  clock: Callable[[], float] = time.monotonic, attempt_cap: int | None = None,
                  retention: Retention | None = None, observer: Observer | None = None) -> None:
@@ -94,7 +94,7 @@ class Processor:
         # A call starts only with this much of the claim's lease left.
         self.call_needs = effect_timeout + lease_margin
         self._slots = asyncio.Semaphore(effect_concurrency)
-        self._token_kw = {"new_token": new_token} if new_token else {}
+        self.tokens = tokens                    # a step's token from its key (app.pipeline.tokens)
         self._clock = clock
         self.attempt_cap = attempt_cap          # claims of a key before a person must decide
         self.retention = retention              # orders dated before its cutoff are refused
@@ -155,7 +155,7 @@ class Processor:
         orders = await tx.read_orders(sorted(needed)) if needed else {}
         plan = plan_batch(events, rows, orders, owner=owner, keys_of=keys_of,
                           verifiable=getattr(self.effects, "verifiable", {}), attempt_cap=attempt_cap,
-                          **self._token_kw)
+                          tokens=self.tokens)
         if plan.writes:
             await tx.apply_plan(plan, owner=owner, lease_seconds=self.lease_seconds)
         if any(p.jobs for p in plan.events):

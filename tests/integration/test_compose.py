@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import os
 import subprocess
 from pathlib import Path
 
@@ -63,4 +64,11 @@ def test_published_ports_are_on_this_machine_only():
     assert published["worker"] and published["prometheus"]
     for name, ports in published.items():
         assert all(port.startswith("127.0.0.1:") for port in ports), (name, ports)
-    assert {"WEB_TOKEN", "WEB_READ_TOKEN"} <= set(services["worker"]["environment"])
+    assert {"WEB_TOKEN", "WEB_READ_TOKEN", "IDEM_TOKEN_SECRET"} <= set(services["worker"]["environment"])
+
+
+def test_compose_does_not_start_without_a_token_secret():
+    env = {k: v for k, v in os.environ.items() if k != "IDEM_TOKEN_SECRET"}
+    out = subprocess.run(["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config"], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "set IDEM_TOKEN_SECRET" in out.stderr

@@ -14,7 +14,9 @@ from app.pipeline.batch import BatchHandler
 from app.pipeline.events import decode
 from app.pipeline.ports import SourceRecord
 from app.pipeline.processor import Processor
+from app.pipeline.tokens import StepTokens
 from tests.support.events import event, order_no, record
+from tests.support.services import TEST_TOKEN_SECRET
 
 _owners = itertools.count(1)
 _offsets = itertools.count(1)
@@ -66,6 +68,7 @@ class Harness:
                                                     "sms_lookup_settle_seconds": settle})
         effects = EffectClients({name: make(session, settings) for name, make in EFFECT_CLIENTS.items()})
         return Processor(store or self.store(), effects, owner=owner or f"test-{next(_owners)}/main/x",
+                         tokens=StepTokens(TEST_TOKEN_SECRET.encode()),
                          lease_seconds=lease, effect_concurrency=concurrency,
                          effect_timeout=timeout if lease_check else 0.0, lease_margin=margin)
 

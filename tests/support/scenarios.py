@@ -24,6 +24,7 @@ from app.pipeline.events import EventType
 from app.pipeline.model import EffectJob
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import DeadLetter, Finished, Receipt, SourceRecord
+from app.pipeline.tokens import StepTokens
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.pipeline.states import IdemStatus, OrderStatus
@@ -141,6 +142,7 @@ class Harness:
     def processor(self, *, lease: float = 30.0, owner: str | None = None, lease_check: bool = True,
                   store=None, attempt_cap: int | None = None, retention: Retention | None = None) -> Processor:
         return Processor(store or self.store, self.effects, owner=owner or f"scenario-{next(_owners)}/main/x",
+                         tokens=StepTokens(b"scenarios"),
                          lease_seconds=lease, effect_concurrency=64, effect_timeout=1.0 if lease_check else 0.0,
                          clock=self.clock(), attempt_cap=attempt_cap, retention=retention)
 
@@ -278,7 +280,7 @@ async def a_claim_without_enough_lease_left_is_not_called(h: Harness) -> None:
             await h.pass_time(0.8)                                   # e.g. waiting for a concurrency slot
             return await super()._t2(jobs, claimed_at)
 
-    slow = Slow(p.store, h.effects, owner=p.owner, lease_seconds=1.5, effect_concurrency=1, effect_timeout=1.0,
+    slow = Slow(p.store, h.effects, owner=p.owner, tokens=p.tokens, lease_seconds=1.5, effect_concurrency=1, effect_timeout=1.0,
                 clock=h.clock())
     [first] = await slow.run([ev(order, "ORDER_CONFIRM")])
     assert isinstance(first.error, ClaimExpiring) and h.effects.calls == []
@@ -400,7 +402,8 @@ async def an_sms_sent_before_a_crash_stays_unknown_when_the_next_claim_is_not_ca
             await h.pass_time(0.8)                                   # e.g. waiting for a concurrency slot
             return await super()._t2(jobs, claimed_at)
 
-    b = Slow(a.store, h.effects, owner="b/main/4", lease_seconds=1.5, effect_concurrency=1, effect_timeout=1.0,
+    b = Slow(a.store, h.effects, owner="b/main/4", tokens=StepTokens(b"scenarios"), lease_seconds=1.5,
+             effect_concurrency=1, effect_timeout=1.0,
              clock=h.clock())
     [late] = await b.run([ev(order, "ORDER_CANCEL")])
     assert isinstance(late.error, ClaimExpiring) and h.effects.sent["sms", order] == 1

@@ -192,9 +192,15 @@ class Worker:
         return self.proc.wait(timeout)
 
 
+# The tests' deployment secret (IDEM_TOKEN_SECRET): fixed, so that a restarted worker derives
+# the tokens its predecessor did, as one deployment's workers do.
+TEST_TOKEN_SECRET = "tests-only-not-a-production-secret"
+
+
 def worker_env(**overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()}
     env.update({"WEB_PORT": str(free_port()), "PYTHONUNBUFFERED": "1"})
+    env.setdefault("IDEM_TOKEN_SECRET", TEST_TOKEN_SECRET)
     env.update({k.upper(): str(v) for k, v in overrides.items()})
     return env
 

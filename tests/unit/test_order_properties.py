@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from app.pipeline.batch import BatchHandler
 from app.pipeline.model import ORDER_DATA
+from app.pipeline.tokens import StepTokens
 from app.pipeline.processor import Processor
 from app.pipeline.states import OrderStatus
 from tests.support.events import event, order_no
@@ -71,7 +72,8 @@ class Delivery:
     async def run(self, sequence: list[tuple[str, bool]], sizes: list[int]) -> tuple[MemoryStore, MemoryEffects]:
         store = MemoryStore()
         effects = MemoryEffects(asyncio.sleep)
-        processor = Processor(store, effects, owner="prop/main/1", lease_seconds=30, effect_concurrency=4)
+        processor = Processor(store, effects, owner="prop/main/1", tokens=StepTokens(b"properties"),
+                              lease_seconds=30, effect_concurrency=4)
         sink = MemorySink()
         handler = BatchHandler(processor, store, sink, group="prop", worker_id="prop", backoff=(0, 0, 0),
                                max_event_bytes=1 << 20, infra_budget=5, max_lease_wait=1, sleep=_no_wait)

@@ -26,11 +26,11 @@ def ev(type_: str, order: str = ORDER, **kw):
 
 def tokens():
     counter = itertools.count(1)
-    return lambda: f"tok-{next(counter)}"
+    return lambda key: f"tok-{next(counter)}"
 
 
 def plan(events, rows=None, orders=None):
-    return plan_batch(events, rows or {}, orders or {}, owner=ME, new_token=tokens())
+    return plan_batch(events, rows or {}, orders or {}, owner=ME, tokens=tokens())
 
 
 def row(key, e, status=IdemStatus.DONE, *, attempt=1, owner=ME, token=None, outcome="applied",
@@ -196,7 +196,7 @@ def test_one_batch_or_many_end_in_the_same_order_state(types, cut):
     def run(batches):
         rows, orders, ranks = {}, {}, []
         for batch in batches:
-            p = plan_batch(batch, rows, orders, owner=ME, new_token=tokens())
+            p = plan_batch(batch, rows, orders, owner=ME, tokens=tokens())
             for new in p.inserts:
                 rows[new.biz_key] = IdemRow(new.biz_key, new.status, 1, ME, new.idem_token, new.payload_hash,
                                             new.outcome, None, False, 1.0)
@@ -280,13 +280,13 @@ def test_a_pending_row_claimed_as_often_as_the_cap_is_not_claimed_again():
     rows = {local: row(local, e), effect: row(effect, e, IdemStatus.PENDING, attempt=20, owner="dead/9",
                                                 token="persisted", outcome=None, expired=True)}
     orders = {ORDER: Order(ORDER, OrderStatus.CONFIRMED, address="x")}
-    capped = plan_batch([e, ev("ORDER_CANCEL")], rows, orders, owner=ME, new_token=tokens(), attempt_cap=20)
+    capped = plan_batch([e, ev("ORDER_CANCEL")], rows, orders, owner=ME, tokens=tokens(), attempt_cap=20)
     assert isinstance(capped.events[0].error, AttemptsExhausted) and not capped.events[0].error.retriable
     assert capped.events[1].deferred                   # the order's later events wait behind it
     assert not capped.writes and capped.claims == {"done": 1, "capped": 1}
-    below = plan_batch([e], rows, orders, owner=ME, new_token=tokens(), attempt_cap=21)
+    below = plan_batch([e], rows, orders, owner=ME, tokens=tokens(), attempt_cap=21)
     assert below.events[0].jobs[0].attempt == 21
-    lifted = plan_batch([e], rows, orders, owner=ME, new_token=tokens(), attempt_cap=None)    # a person asked
+    lifted = plan_batch([e], rows, orders, owner=ME, tokens=tokens(), attempt_cap=None)    # a person asked
     assert lifted.events[0].jobs[0].token == "persisted"
 
 

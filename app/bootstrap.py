@@ -28,6 +28,7 @@ from app.adapters.mysql.compensations import MySqlLedger
 from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.partitions import Partitions
 from app.adapters.mysql.queries import Queries
+from app.adapters.mysql.recovery import RecoveryWindows
 from app.adapters.mysql.watch import Watch
 from app.chaos import cut_hook
 from app.db import create_engine
@@ -116,6 +117,7 @@ class Runtime:
             self.leases = MySqlLeases(self.store)
             self.queries = Queries(self.store, group=s.app_id)
             self.watch = Watch(self.store)
+            self.recovery = RecoveryWindows(self.store)
             self.partitions = Partitions(self.store, hold_seconds=s.partition_lock_wait_seconds)
             self.lag = GroupLag(s.kafka, s.app_id, s.order_event_topic,
                                 isolation_level=s.kafka_isolation_level)

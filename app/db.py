@@ -9,6 +9,8 @@ import socket
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from app import metrics
+from app.adapters.mysql import recovery
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -52,13 +54,30 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
                                       f"lock_wait_timeout = 30, wait_timeout = {server_idle}"},
     )
     keepalive = settings.db_keepalive_seconds
+    server_check = settings.db_server_check
 
     @event.listens_for(engine.sync_engine, "connect")
     def on_connect(dbapi_connection, connection_record) -> None:
         _set_keepalive(dbapi_connection, keepalive)
         check_charset(dbapi_connection)
+        if server_check:
+            check_store_server(dbapi_connection, settings)
 
     return engine
+
+
+def check_store_server(dbapi_connection, settings: Settings) -> None:
+    """Open a recovery window when this connection reached another server than the store last
+    recorded (``app.adapters.mysql.recovery``); say so in the log and the metrics."""
+    change = recovery.check_server(dbapi_connection, worker_id=settings.worker_id,
+                                   hours=settings.recovery_auto_hours)
+    if change is not None:
+        metrics.STORE_SERVER_CHANGES.inc()
+        metrics.RECOVERY_WINDOW_OPEN.set(1)
+        log.warning("the database server changed from %s to %s (a failover or a restore): rows the old one "
+                    "acknowledged may be missing, so recovery window %d is open for %g h: fresh SMS claims are "
+                    "looked up before they are sent. See the README, After a failover or a restore.",
+                    change.before, change.after, change.window_id, change.hours)
 
 
 def check_charset(dbapi_connection) -> None:

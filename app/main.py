@@ -17,6 +17,7 @@ from app import exits
 from app.bootstrap import Runtime
 from app.commands import budget as budget_command
 from app.commands import dlq as dlq_command
+from app.commands import recovery as recovery_command
 from app.faust_app import create_app, dead_letter_topic, order_event_topic
 from app.settings import EXIT_CONFIG, SettingsError, get_settings_or_exit
 from app.timers import compensation as compensation_timer
@@ -53,6 +54,7 @@ exits.bound_the_stop(settings.stop_timeout)
 views.register(app, runtime, settings)
 dlq_command.register(app, runtime, settings)
 budget_command.register(app, runtime, settings)
+recovery_command.register(app, runtime, settings)
 
 
 @app.on_before_shutdown.connect

@@ -103,3 +103,11 @@ class PipelineMetrics:
         IDEM_CONFLICTS.inc(conflicts)
         if plan.replayed:
             REPLAYED.inc(plan.replayed)
+
+# -- recovery windows ---------------------------------------------------------------------
+STORE_SERVER_CHANGES = Counter(
+    "order_store_server_changes_total",
+    "Times this worker found the store on another database server than the one it last recorded (a failover to a "
+    "replica, a server rebuilt from a backup) and opened a recovery window.")
+RECOVERY_WINDOW_OPEN = Gauge("order_recovery_window_open",
+                             "1 while a recovery window is open: fresh SMS claims are looked up before they are sent.")

@@ -115,6 +115,12 @@ class Settings(BaseSettings):
     # -- MariaDB / MySQL ----------------------------------------------------
     mysql_url: str = "mysql+aiomysql://idem:idem@127.0.0.1:3306/idem"
     db_pool_size: int = Field(4, ge=1)
+    db_server_check: bool = Field(
+        True, description="Compare the database server of each new connection with the one the store last recorded; "
+                          "another one (a failover, a restore onto a new server) opens a recovery window.")
+    recovery_auto_hours: float = Field(
+        24.0, gt=0, le=2160, description="How long a recovery window opened by a server change lasts (a person "
+                                         "ends it earlier with `recovery end`).")
     idem_token_secret: SecretStr | None = Field(
         None, description="The deployment's secret that every step's idempotency token is derived from (an "
                           "HMAC of the step's key): required; the same for every process of a deployment, "

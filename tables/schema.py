@@ -152,3 +152,34 @@ t_lease = Table(
     Column("gmt_modified", DATETIME(fsp=3), nullable=False, server_default=NOW3),
     **TABLE_ARGS,
 )
+
+# Recovery windows: while one is open, a fresh claim of a non-idempotent effect that its service
+# can verify (the SMS) is looked up before it is sent, because the store may have forgotten an
+# earlier claim (a failover, a restore from backup). Opened by a person (the CLI) or by a worker
+# that finds itself on another database server than the store last recorded; each row is also
+# the audit of who opened and ended it, and why.
+t_recovery_window = Table(
+    "t_recovery_window",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("opened_at", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("ends_at", DATETIME(fsp=3), nullable=False),
+    Column("opened_by", String(128), nullable=False, comment="cli:<who>, or worker:<id> for a server change"),
+    Column("reason", String(1024), nullable=False, comment="why: what the person wrote, or the server change seen"),
+    Column("ended_at", DATETIME(fsp=3), nullable=True, comment="set when ended before ends_at"),
+    Column("ended_by", String(128), nullable=True),
+    Column("end_note", String(1024), nullable=True),
+    Index("idx_ends_at", "ends_at"),
+    **TABLE_ARGS,
+)
+
+# The database server the store last saw (one row): a worker connected to another one (a
+# replica promoted by a failover, a server rebuilt from a backup) opens a recovery window.
+t_store_server = Table(
+    "t_store_server",
+    metadata,
+    Column("id", SmallInteger, primary_key=True, autoincrement=False),
+    Column("server", String(255), nullable=False, comment="server_uuid, or host:port#server_id"),
+    Column("gmt_modified", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    **TABLE_ARGS,
+)

@@ -57,17 +57,31 @@ def orders_needed(events: Sequence[OrderEvent], rows: dict[str, IdemRow],
     return needed
 
 
+def fresh_verifiable(events: Sequence[OrderEvent], keys_of: Sequence[list[str]], rows: Mapping[str, IdemRow],
+                     verifiable: Mapping[str, float]) -> bool:
+    """Whether a recovery window changes this batch's plan: it has a step of a verifiable effect
+    that is not idempotent (the SMS) and that ``t_idem`` has no row of."""
+    if not verifiable:
+        return False
+    return any(key not in rows and step.effect.name in verifiable and not step.effect.idempotent
+               for event, keys in zip(events, keys_of)
+               for step, key in zip(PIPELINES[event.type].effects, keys[1:]))
+
+
 def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: dict[str, Order],
                *, owner: str, tokens: Callable[[str], str],
                keys_of: Sequence[list[str]] | None = None,
                verifiable: Mapping[str, float] | None = None,
-               attempt_cap: int | None = None) -> BatchPlan:
+               attempt_cap: int | None = None, recovering: float | None = None) -> BatchPlan:
     """Decide T1 for ``events`` (offset order) given the rows and orders read under lock.
     ``keys_of[i]`` may carry ``step_keys(events[i])`` when the caller has them already;
     ``verifiable`` maps the effects whose service can be asked whether a call happened to
     how long after an unknown outcome it is safe to ask. A pending row already claimed
     ``attempt_cap`` times is not claimed again (None: no cap, a person asked for the run).
-    ``tokens(key)`` is a new claim's token (``app.pipeline.tokens``); a row keeps the one it has."""
+    ``tokens(key)`` is a new claim's token (``app.pipeline.tokens``); a row keeps the one it has.
+    ``recovering``: seconds since a recovery window opened (None: none is open). The store may
+    have forgotten claims made before it, so a fresh claim of a verifiable effect that is not
+    idempotent (the SMS) is looked up before it is sent, as an unknown outcome is."""
     verifiable = verifiable or {}
     plan = BatchPlan(events=[EventPlan() for _ in events])
     claims = plan.claims
@@ -133,6 +147,20 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                 result.error = _terminal_error(row)
                 break
             order = current[event.order_no]
+            recheck = False
+            if row is None and recovering is not None and step.effect.name in verifiable \
+                    and not step.effect.idempotent:
+                if recovering < verifiable[step.effect.name]:
+                    # A request of the forgotten claim may still be on its way to the service.
+                    wait = verifiable[step.effect.name] - recovering
+                    claims["waiting"] += 1
+                    result.error = EffectOutcomeUnknown(
+                        f"{key}: a recovery window is open (the store may have forgotten an earlier claim); "
+                        f"the service is asked once {verifiable[step.effect.name]:g}s have passed since it "
+                        f"opened, in {wait:.0f}s")
+                    blocked.add(event.order_no)
+                    break
+                recheck = True
             if row is None:
                 claims["new"] += 1
                 token, attempt = tokens(key), 1
@@ -181,7 +209,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
             result.jobs.append(EffectJob(index, event.order_no, key, event.part_date, step.name, step.effect,
                                          token, attempt, step.effect.request(event, order),
                                          pipe.local.moves_order_to,
-                                         verify=row is not None and _outcome_unknown(step.effect, row),
+                                         verify=recheck or (row is not None and _outcome_unknown(step.effect, row)),
                                          earlier_unknown=row is not None and row.outcome != NOT_DELIVERED))
         if result.error is None and not result.jobs:
             result.outcome = Outcome(local_outcome) if fresh else _replayed(plan)

@@ -52,7 +52,7 @@ from app.pipeline.errors import ClaimExpiring, EffectNotDelivered, Fatal, Pipeli
 from app.pipeline.events import OrderEvent
 from app.pipeline.model import BatchPlan, EffectJob
 from app.pipeline.outcomes import Outcome
-from app.pipeline.plan import orders_needed, plan_batch, step_keys
+from app.pipeline.plan import fresh_verifiable, orders_needed, plan_batch, step_keys
 from app.pipeline.ports import EffectClient, Finished, NoObserver, Observer, Store, Transaction
 from app.pipeline.retention import Retention
 
@@ -153,9 +153,11 @@ class Processor:
         rows = await tx.read_idem(keys, sorted({event.part_date for event in events}))
         needed = orders_needed(events, rows, keys_of)
         orders = await tx.read_orders(sorted(needed)) if needed else {}
-        plan = plan_batch(events, rows, orders, owner=owner, keys_of=keys_of,
-                          verifiable=getattr(self.effects, "verifiable", {}), attempt_cap=attempt_cap,
-                          tokens=self.tokens)
+        verifiable = getattr(self.effects, "verifiable", {})
+        # Only a batch with a fresh claim that a recovery window would change reads the window.
+        recovering = await tx.recovery_age() if fresh_verifiable(events, keys_of, rows, verifiable) else None
+        plan = plan_batch(events, rows, orders, owner=owner, keys_of=keys_of, verifiable=verifiable,
+                          attempt_cap=attempt_cap, tokens=self.tokens, recovering=recovering)
         if plan.writes:
             await tx.apply_plan(plan, owner=owner, lease_seconds=self.lease_seconds)
         if any(p.jobs for p in plan.events):

@@ -2,7 +2,7 @@
 
 Every ``METRICS_REFRESH_SECONDS`` each worker reads, with a few cheap queries (index
 ranges over unfinished work, InnoDB's row estimate, the partition list) and one look at
-the broker: stuck and over-cap pending rows, unsettled dead letters and their ages,
+the broker: stuck and over-cap pending rows, unsettled dead letters and their ages, an open recovery window,
 ``t_idem``'s size against its budget, the months ready ahead, and the group's lag.
 Every worker exports the same values, so an alert rule reads them with ``max``, and a
 worker that hangs does not take the numbers with it. Each refresh also reads the
@@ -35,6 +35,7 @@ async def refresh(rt: Runtime, settings: Settings, *, today: date | None = None)
         g = await rt.watch.gauges(group=settings.app_id, stuck_after_seconds=settings.stuck_pending_seconds,
                                   attempt_cap=settings.idem_max_attempts)
         parts = await rt.partitions.list()
+        recovering = await rt.recovery.open_age()
     except Exception as exc:
         log.warning("the database gauges could not be refreshed: %r", exc)
     else:
@@ -44,6 +45,7 @@ async def refresh(rt: Runtime, settings: Settings, *, today: date | None = None)
         for step, count in g.stuck_by_step.items():
             metrics.STUCK_ROWS.labels(step).set(count)
         metrics.OVER_CAP_ROWS.set(g.over_cap)
+        metrics.RECOVERY_WINDOW_OPEN.set(0 if recovering is None else 1)
         for status, count in g.compensation_by_status.items():
             metrics.COMPENSATION_ROWS.labels(status).set(count)
         metrics.COMPENSATION_OLDEST_OPEN.set(g.oldest_open_seconds)

@@ -48,6 +48,27 @@ class MySqlHarness(Harness):
     def ledger(self, topic: str) -> list[dict]:
         return self.db.query("SELECT * FROM t_compensation WHERE src_topic = %s", topic)
 
+    TABLES = (("t_idem", "biz_key LIKE %s", "{order}:%"), ("t_order", "order_no = %s", "{order}"),
+              ("t_waybill_receipt", "order_no = %s", "{order}"))
+
+    def backup(self, order: str):
+        return order, {table: self.db.query(f"SELECT * FROM {table} WHERE {where}", arg.format(order=order))
+                       for table, where, arg in self.TABLES}
+
+    def restore(self, backup) -> None:
+        order, tables = backup
+        for table, where, arg in self.TABLES:
+            self.db.query(f"DELETE FROM {table} WHERE {where}", arg.format(order=order))
+            for row in tables[table]:
+                columns = ", ".join(row)
+                self.db.query(f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(row))})",
+                              *row.values())
+
+    def open_recovery_window(self, age: float = 0.0) -> None:
+        self.db.query("INSERT INTO t_recovery_window (opened_at, ends_at, opened_by, reason) VALUES "
+                      f"(NOW(3) - INTERVAL {int(age * 1e6)} MICROSECOND, NOW(3) + INTERVAL 1 HOUR, 'cli:test', "
+                      "'a scenario')")
+
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
 async def test_scenario_on_mariadb(scenario, settings, scratch_db):
@@ -56,3 +77,4 @@ async def test_scenario_on_mariadb(scenario, settings, scratch_db):
         await scenario(harness)
     finally:
         await harness.engine.dispose()
+        scratch_db.query("DELETE FROM t_recovery_window")    # an open window changes every later test

@@ -48,6 +48,7 @@ class State:
     orders: dict[str, Order] = field(default_factory=dict)
     receipts: dict[str, dict] = field(default_factory=dict)                 # order_no -> waybill receipt
     ledger: dict[tuple, dict] = field(default_factory=dict)                 # (group, topic, partition, offset, ts)
+    recovery_opened: float | None = None                                    # store time an open window opened
 
 
 class MemoryStore:
@@ -98,6 +99,10 @@ class MemoryTransaction:
 
     async def read_orders(self, order_nos: Sequence[str]) -> dict[str, Order]:
         return {o: self.s.orders[o] for o in order_nos if o in self.s.orders}
+
+    async def recovery_age(self) -> float | None:
+        opened = self.s.recovery_opened
+        return None if opened is None else max(self.store.now - opened, 0.0)
 
     async def apply_plan(self, plan: BatchPlan, *, owner: str, lease_seconds: float) -> None:
         now = self.store.now

@@ -139,6 +139,18 @@ class Harness:
     def ledger(self, topic: str) -> list[dict]:
         raise NotImplementedError
 
+    def backup(self, order: str):
+        """What a backup taken now holds of ``order`` (its t_idem rows, its order row, its receipt)."""
+        raise NotImplementedError
+
+    def restore(self, backup) -> None:
+        """Put ``order`` back as :meth:`backup` found it: everything written since is forgotten."""
+        raise NotImplementedError
+
+    def open_recovery_window(self, age: float = 0.0) -> None:
+        """A recovery window opened ``age`` seconds ago (the CLI's ``recovery start``)."""
+        raise NotImplementedError
+
     def processor(self, *, lease: float = 30.0, owner: str | None = None, lease_check: bool = True,
                   store=None, attempt_cap: int | None = None, retention: Retention | None = None) -> Processor:
         return Processor(store or self.store, self.effects, owner=owner or f"scenario-{next(_owners)}/main/x",
@@ -470,6 +482,47 @@ async def a_key_claimed_as_often_as_the_cap_is_left_to_a_person(h: Harness) -> N
     assert h.effects.sent["waybill", order] == 1 and len({c[2] for c in h.effects.calls}) == 1
 
 
+async def a_restore_from_backup_asks_the_services_the_same_questions_again(h: Harness) -> None:
+    """The store goes back to a backup taken before the waybill and the SMS; the replay, in a
+    recovery window, derives the same tokens: the logistics API answers with the waybill it
+    issued, and the gateway's lookup finds the SMS: nothing is issued or sent twice."""
+    h.effects.verifiable = {"sms": 0.5}
+    p = h.processor()
+    [order] = await h.paid(p)
+    backup = h.backup(order)
+    done = [r for t in ("ORDER_CONFIRM", "ORDER_CANCEL") for r in await p.run([ev(order, t)])]
+    assert all(r.outcome is Outcome.APPLIED for r in done), done
+    assert h.effects.sent["waybill", order] == 1 and h.effects.sent["sms", order] == 1
+    h.restore(backup)
+    assert h.order(order)["status"] == OrderStatus.PAID and h.idem(key(order, "ORDER_CANCEL", "cancel_order")) is None
+    h.open_recovery_window(age=0.6)
+    replay = h.processor()
+    again = [r for t in ("ORDER_CONFIRM", "ORDER_CANCEL") for r in await replay.run([ev(order, t)])]
+    assert all(r.outcome is Outcome.APPLIED for r in again), again
+    assert h.effects.sent["waybill", order] == 1 and h.effects.sent["sms", order] == 1
+    assert len(h.effects.lookups) == 1 and h.order(order)["status"] == OrderStatus.CANCELLED
+    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["status"] == IdemStatus.DONE
+
+
+async def a_fresh_recovery_window_waits_for_a_request_still_on_its_way(h: Harness) -> None:
+    """Right after a window opens, an SMS the store forgot may still be on its way to the
+    gateway: a fresh claim neither asks nor sends until the settle has passed."""
+    h.effects.verifiable = {"sms": 0.5}
+    p = h.processor()
+    [order] = await h.paid(p)
+    backup = h.backup(order)
+    [sent] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert sent.outcome is Outcome.APPLIED
+    h.restore(backup)
+    h.open_recovery_window()
+    [early] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert isinstance(early.error, EffectOutcomeUnknown) and early.error.retriable and h.effects.lookups == []
+    await h.pass_time(0.6)
+    [later] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert later.outcome is Outcome.APPLIED, later
+    assert h.effects.sent["sms", order] == 1 and len(h.effects.lookups) == 1
+
+
 SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken,
              a_skipped_call_is_noted_and_made_on_the_retry, an_sms_with_an_unknown_outcome_is_never_sent_again,
              a_pending_waybill_of_a_cancelled_order_is_stale, a_payment_after_the_cancel_is_stale_but_recorded,
@@ -482,5 +535,7 @@ SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken
              an_sms_sent_before_a_crash_stays_unknown_when_the_next_claim_is_not_called,
              a_lookup_that_took_the_lease_leaves_the_send_to_the_next_claim,
              an_order_older_than_the_retention_is_refused_and_leaves_no_trace,
-             a_key_claimed_as_often_as_the_cap_is_left_to_a_person]
+             a_key_claimed_as_often_as_the_cap_is_left_to_a_person,
+             a_restore_from_backup_asks_the_services_the_same_questions_again,
+             a_fresh_recovery_window_waits_for_a_request_still_on_its_way]
 

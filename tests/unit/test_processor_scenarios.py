@@ -5,6 +5,7 @@ table of ``tests/support/scenarios.py`` (the same table runs on MariaDB in
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import asdict
 
 import pytest
@@ -43,6 +44,25 @@ class MemoryHarness(Harness):
 
     def ledger(self, topic: str) -> list[dict]:
         return [row for k, row in self.store.state.ledger.items() if k[1] == topic]
+
+    def backup(self, order: str):
+        state = self.store.state
+        return order, copy.deepcopy(({k: r for k, r in state.idem.items() if k.startswith(f"{order}:")},
+                                     state.orders.get(order), state.receipts.get(order)))
+
+    def restore(self, backup) -> None:
+        order, (rows, found, receipt) = backup
+        state = self.store.state
+        for k in [k for k in state.idem if k.startswith(f"{order}:")]:
+            del state.idem[k]
+        state.idem.update(copy.deepcopy(rows))
+        for table, value in ((state.orders, found), (state.receipts, receipt)):
+            table.pop(order, None)
+            if value is not None:
+                table[order] = copy.deepcopy(value)
+
+    def open_recovery_window(self, age: float = 0.0) -> None:
+        self.store.state.recovery_opened = self.store.now - age
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.adapters.mysql import idem, ledger, orders
+from app.adapters.mysql import idem, ledger, orders, recovery
 from app.adapters.mysql.receipts import WRITERS
 from app.pipeline.model import BatchPlan, FailRow, IdemRow, Order
 from app.pipeline.ports import DeadLetter, Finished
@@ -33,6 +33,9 @@ class MySqlTransaction:
 
     async def read_orders(self, order_nos: Sequence[str]) -> dict[str, Order]:
         return await orders.read(self._exec, order_nos)
+
+    async def recovery_age(self) -> float | None:
+        return await recovery.open_age(self._exec)
 
     async def apply_plan(self, plan: BatchPlan, *, owner: str, lease_seconds: float) -> None:
         lease_us = int(lease_seconds * 1_000_000)

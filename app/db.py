@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import ssl
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -17,6 +18,14 @@ CHARSET = "utf8mb4"
 
 class WrongCharset(RuntimeError):
     """A connection came up with a character set other than utf8mb4."""
+
+
+def ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    """The TLS context of every database connection the project opens (the worker's engine, the
+    CLI, Alembic, the benchmarks, the tests' own PyMySQL connections), from ``MYSQL_SSL_*``; None
+    without TLS. A driver given one refuses a server that offers no TLS instead of falling back
+    to plaintext (``app.adapters.mysql_tls``)."""
+    return settings.mysql_tls.ssl_context()
 
 
 def create_engine(settings: Settings, *, url: str | None = None, pool_size: int | None = None,

@@ -37,6 +37,8 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
     of silence, so a connection whose peer vanished (a half-open TCP connection)
     is found dead in about a minute instead of the kernel's two hours; the
     statements themselves are bounded by the store's client-side timeouts.
+    With ``MYSQL_SSL_*`` every connection is TLS (:func:`ssl_context`), checked against
+    ``url``'s host when the host name is verified.
 
     The other side of the same failure: a worker cut off in the middle of a
     transaction leaves its row locks on the server until the server drops the
@@ -47,6 +49,7 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
     """
     size = settings.db_pool_size if pool_size is None else pool_size
     server_idle = max(60, math.ceil(2 * settings.db_transaction_timeout_seconds))
+    tls = ssl_context(settings)
     engine = create_async_engine(
         url or settings.mysql_url,
         pool_size=size,
@@ -58,7 +61,8 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
                       "connect_timeout": settings.db_connect_timeout_seconds,
                       "init_command": "SET SESSION time_zone = '+00:00', "
                                       f"innodb_lock_wait_timeout = {int(settings.db_lock_wait_timeout_seconds)}, "
-                                      f"lock_wait_timeout = 30, wait_timeout = {server_idle}"},
+                                      f"lock_wait_timeout = 30, wait_timeout = {server_idle}",
+                      **({"ssl": tls} if tls is not None else {})},
     )
     keepalive = settings.db_keepalive_seconds
 

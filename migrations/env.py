@@ -1,7 +1,8 @@
 """Alembic environment: migrations run synchronously through PyMySQL.
 
 The URL comes from the ``MYSQL_URL`` setting (``-x url=...`` overrides it, which
-the tests use to migrate a scratch database).
+the tests use to migrate a scratch database); TLS from ``MYSQL_SSL_*``, like
+every other connection of the project (``app.db.ssl_context``).
 """
 
 from logging.config import fileConfig
@@ -9,6 +10,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+from app.db import ssl_context
 from app.settings import get_settings
 from tables import metadata
 
@@ -29,7 +31,8 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(sync_url(), poolclass=pool.NullPool)
+    tls = ssl_context(get_settings())
+    engine = create_engine(sync_url(), poolclass=pool.NullPool, connect_args={"ssl": tls} if tls else {})
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata)
         with context.begin_transaction():

@@ -46,8 +46,9 @@ T = TypeVar("T")
 LOCK_ERRORS = {1213, 1205, 1020}
 # Lost races on an insert: somebody else inserted the same key first. The re-run sees it.
 RACE_ERRORS = {1062}
-# The server is gone, or never was.
-CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2014, 2045, 2055, 1040, 1053}
+# The server is gone, or never was; 2026: it came back without TLS while MYSQL_SSL_* asks for TLS
+# (nothing was sent: see app.adapters.mysql_tls), which the next start-up names.
+CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2014, 2026, 2045, 2055, 1040, 1053}
 
 
 def _error_code(exc: DBAPIError) -> int | None:

@@ -1,5 +1,6 @@
 """TLS to the database: MYSQL_SSL_* settings that cannot work are refused with the settings' names
-(never their values), and the context every driver gets says what the settings say."""
+(never their values), the context every driver gets says what the settings say, and a refused
+connection is explained in one sentence that names the setting to fix."""
 
 from __future__ import annotations
 
@@ -7,12 +8,18 @@ import ssl
 import subprocess
 from pathlib import Path
 
+import pymysql
 import pytest
 from pydantic import ValidationError
+from sqlalchemy.exc import OperationalError
 
+from app.adapters.mysql_preflight import Target, explain, tls_failure
 from app.adapters.mysql_tls import MySqlTls
 from app.db import ssl_context
 from app.settings import Settings, explain as explain_settings
+
+WHERE = Target("db.internal", 3306, "app")
+
 
 @pytest.fixture(scope="module")
 def pems(tmp_path_factory) -> Path:
@@ -110,3 +117,56 @@ def test_required_encrypts_without_checking_and_verify_alone_uses_the_system_cas
     system = ssl_context(Settings(mysql_ssl_mode="verify"))
     assert system.verify_mode == ssl.CERT_REQUIRED and system.check_hostname is True
     assert "the system CAs" in Settings(mysql_ssl_mode="verify").mysql_tls.describe()
+
+
+# -- refusals explained ----------------------------------------------------------------------------
+
+def wrapped(code: int, message: str, cause: BaseException | None = None) -> OperationalError:
+    """A driver error as SQLAlchemy hands it over (``orig``; the driver's cause chained)."""
+    orig = pymysql.err.OperationalError(code, message)
+    orig.__cause__ = cause
+    return OperationalError("SELECT 1", {}, orig)
+
+
+def test_mysqls_refusal_of_insecure_transport_names_the_setting():
+    error = explain(wrapped(3159, "Connections using insecure transport are prohibited while "
+                                  "--require_secure_transport=ON."), MySqlTls(), WHERE)
+    assert not error.retriable
+    assert "accepts only TLS connections (require_secure_transport=ON)" in str(error) and "MYSQL_SSL_CA" in str(error)
+
+
+def test_mariadbs_access_denied_mentions_tls_only_when_it_may_be_the_cause(pems):
+    denied = wrapped(1045, "Access denied for user 'app'@'10.0.0.1' (using password: YES)")
+    offered = explain(denied, MySqlTls(), WHERE, server_offers_tls=True)
+    assert not offered.retriable and "require_secure_transport=ON" in str(offered) and "MYSQL_SSL_CA" in str(offered)
+    assert "require_secure_transport" not in str(explain(denied, MySqlTls(), WHERE, server_offers_tls=False))
+    without_cert = explain(denied, MySqlTls(mode="verify", ca=str(pems / "ca.pem")), WHERE)
+    assert "REQUIRE X509" in str(without_cert) and "MYSQL_SSL_CERT and MYSQL_SSL_KEY are unset" in str(without_cert)
+
+
+def test_a_certificate_no_ca_of_ours_signed_is_a_refusal_naming_the_ca_setting():
+    untrusted = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: "
+                                                "self-signed certificate in certificate chain")
+    error = explain(wrapped(2003, "Can't connect to MySQL server on 'db.internal'", untrusted),
+                    MySqlTls(mode="verify", ca="/etc/db/ca.pem"), WHERE)
+    assert not error.retriable
+    assert "is not signed by a CA we trust" in str(error) and "Set MYSQL_SSL_CA" in str(error)
+    mismatch = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: "
+                                               "Hostname mismatch, certificate is not valid for 'db.internal'.")
+    error = explain(wrapped(2003, "Can't connect", mismatch), MySqlTls(mode="verify"), WHERE)
+    assert "does not name the host 'db.internal'" in str(error) and "MYSQL_SSL_VERIFY_IDENTITY=false" in str(error)
+
+
+def test_a_server_that_does_not_answer_is_waited_for():
+    refused_tcp = ConnectionRefusedError(111, "Connection refused")
+    error = explain(wrapped(2003, "Can't connect to MySQL server on 'db.internal'", refused_tcp), MySqlTls(), WHERE)
+    assert error.retriable and "does not answer" in str(error)
+
+
+def test_an_outage_s_log_line_names_a_tls_cause_the_driver_reports_as_cant_connect():
+    """A worker already running meets a server whose new certificate it does not trust: the store
+    waits it out like an outage, and its lines say why (the next start-up refuses it, exit 78)."""
+    untrusted = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    untrusted.verify_message = "unable to get local issuer certificate"
+    assert tls_failure(wrapped(2003, "Can't connect", untrusted)) == " (TLS: unable to get local issuer certificate)"
+    assert tls_failure(wrapped(2003, "Can't connect", ConnectionRefusedError(111, "refused"))) == ""

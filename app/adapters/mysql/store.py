@@ -37,6 +37,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.adapters.mysql.transaction import MySqlTransaction
+from app.adapters.mysql_preflight import tls_failure
 from app.pipeline.errors import Conflict, StoreFailure, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class MySqlStore:
                     # A pooled connection may have died with a server restart: one fresh try.
                     if attempt == 1:
                         continue
-                    raise StoreUnavailable(f"database unreachable: {exc.orig!r}") from exc
+                    raise StoreUnavailable(f"database unreachable: {exc.orig!r}{tls_failure(exc)}") from exc
                 if retriable:
                     raise StoreUnavailable(f"still conflicting after {attempt} runs: {exc}") from exc
                 raise StoreFailure(f"database refused a statement: {getattr(exc, 'orig', exc)!r}") from exc

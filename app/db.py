@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import ssl
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -21,6 +22,14 @@ class WrongCharset(RuntimeError):
     """A connection came up with a character set other than utf8mb4."""
 
 
+def ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    """The TLS context of every database connection the project opens (the worker's engine, the
+    CLI, Alembic, the benchmarks, the tests' own PyMySQL connections), from ``MYSQL_SSL_*``; None
+    without TLS. A driver given one refuses a server that offers no TLS instead of falling back
+    to plaintext (``app.adapters.mysql_tls``)."""
+    return settings.mysql_tls.ssl_context()
+
+
 def create_engine(settings: Settings, *, url: str | None = None, pool_size: int | None = None,
                   max_overflow: int | None = None) -> AsyncEngine:
     """An aiomysql engine in READ COMMITTED (locking reads lock rows, never gaps),
@@ -30,6 +39,8 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
     of silence, so a connection whose peer vanished (a half-open TCP connection)
     is found dead in about a minute instead of the kernel's two hours; the
     statements themselves are bounded by the store's client-side timeouts.
+    With ``MYSQL_SSL_*`` every connection is TLS (:func:`ssl_context`), checked against
+    ``url``'s host when the host name is verified.
 
     The other side of the same failure: a worker cut off in the middle of a
     transaction leaves its row locks on the server until the server drops the
@@ -40,6 +51,7 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
     """
     size = settings.db_pool_size if pool_size is None else pool_size
     server_idle = max(60, math.ceil(2 * settings.db_transaction_timeout_seconds))
+    tls = ssl_context(settings)
     engine = create_async_engine(
         url or settings.mysql_url,
         pool_size=size,
@@ -51,7 +63,8 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
                       "connect_timeout": settings.db_connect_timeout_seconds,
                       "init_command": "SET SESSION time_zone = '+00:00', "
                                       f"innodb_lock_wait_timeout = {int(settings.db_lock_wait_timeout_seconds)}, "
-                                      f"lock_wait_timeout = 30, wait_timeout = {server_idle}"},
+                                      f"lock_wait_timeout = 30, wait_timeout = {server_idle}",
+                      **({"ssl": tls} if tls is not None else {})},
     )
     keepalive = settings.db_keepalive_seconds
     server_check = settings.db_server_check

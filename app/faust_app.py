@@ -13,8 +13,9 @@ from typing import Awaitable, Callable, Sequence
 import faust
 
 from app import exits
-from app.adapters import kafka_consumer, kafka_ops, kafka_records
+from app.adapters import kafka_consumer, kafka_ops, kafka_records, mysql_preflight
 from app.adapters.kafka_connection import KafkaConfigError, KafkaStartupError, preflight
+from app.db import create_engine
 from app.monitor import BatchLevelMonitor
 from app.settings import Settings
 
@@ -87,6 +88,34 @@ async def check_kafka(app: faust.App, settings: Settings) -> None:
             exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {message} (KAFKA_REQUIRE_REPLICATION=true)")
             return
         log.warning("%s; KAFKA_REQUIRE_REPLICATION=true refuses to start like this", message)
+
+
+async def check_database(app: faust.App, settings: Settings) -> None:
+    """Before the first batch: does the database let us in, over TLS when MYSQL_SSL_* asks for it?
+
+    A refusal (a CA that did not sign the server's certificate, a server without TLS, TLS
+    required and not configured, a client certificate refused, access denied) stops the worker at
+    once with exit 78 and a line that names the setting to fix. A server that does not answer is
+    waited for, up to INFRA_RETRY_BUDGET_SECONDS; then the worker starts anyway and its batches
+    wait it out as in any outage (and stop it, exit 70, when it lasts past their budget)."""
+    tls = settings.mysql_tls
+    where = mysql_preflight.Target.of(settings.mysql_url)
+    log.info("database: %s as %r, %s", where, where.user, tls.describe())
+    engine = create_engine(settings, pool_size=1, max_overflow=0)
+    try:
+        cipher = await mysql_preflight.preflight(
+            engine, tls, where, wait_seconds=settings.infra_retry_budget_seconds,
+            attempt_timeout=max(5.0, settings.db_connect_timeout_seconds), stopping=lambda: app.should_stop)
+    except mysql_preflight.DatabaseStartupError as exc:
+        if not exc.retriable:
+            exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {exc}")
+            return
+        log.warning("%s (waited %.0f s: INFRA_RETRY_BUDGET_SECONDS); starting anyway: batches wait for the "
+                    "database as in an outage", exc, settings.infra_retry_budget_seconds)
+        return
+    finally:
+        await engine.dispose()
+    log.info("the database answers at %s%s", where, f" over TLS ({cipher})" if cipher else " (no TLS)")
 
 
 def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> "ProcessorApp":

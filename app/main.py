@@ -7,6 +7,7 @@ each other.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 
@@ -18,7 +19,7 @@ from app.bootstrap import Runtime
 from app.commands import budget as budget_command
 from app.commands import dlq as dlq_command
 from app.commands import recovery as recovery_command
-from app.faust_app import create_app, dead_letter_topic, order_event_topic
+from app.faust_app import check_database, create_app, dead_letter_topic, order_event_topic
 from app.settings import EXIT_CONFIG, SettingsError, get_settings_or_exit
 from app.timers import compensation as compensation_timer
 from app.timers import gauges as gauges_timer
@@ -34,6 +35,8 @@ except KafkaConfigError as exc:         # e.g. a KAFKA_SSL_* file that is no PEM
     print(f"order-event-processor: the settings cannot work: {exc}", file=sys.stderr, flush=True)
     raise SystemExit(EXIT_CONFIG) from None
 logging.getLogger("app").setLevel(settings.log_level.upper())
+# After Kafka's check (create_app): the database's, TLS included (the benchmark's no-op app has none).
+app.startup_checks.append(functools.partial(check_database, settings=settings))
 
 order_events = order_event_topic(app, settings)
 dead_letters = dead_letter_topic(app, settings)

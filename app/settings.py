@@ -15,11 +15,12 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
     from app.adapters.kafka_connection import KafkaConnection
+    from app.adapters.mysql_tls import MySqlTls
     from app.pipeline.tokens import StepTokens
 
 
@@ -114,6 +115,17 @@ class Settings(BaseSettings):
 
     # -- MariaDB / MySQL ----------------------------------------------------
     mysql_url: str = "mysql+aiomysql://idem:idem@127.0.0.1:3306/idem"
+    mysql_ssl_mode: Literal["disabled", "required", "verify"] | None = Field(
+        None, description="TLS to the database: disabled, required (encrypted, the server's certificate not "
+                          "checked) or verify (checked against MYSQL_SSL_CA or the system's CAs); unset: verify "
+                          "when MYSQL_SSL_CA or MYSQL_SSL_CERT is set, else disabled.")
+    mysql_ssl_ca: str | None = Field(None, description="PEM file of the CA(s) that signed the database server's "
+                                                       "certificate; unset: the system's CAs.")
+    mysql_ssl_cert: str | None = Field(None, description="mTLS: PEM file of this client's certificate (with "
+                                                         "MYSQL_SSL_KEY).")
+    mysql_ssl_key: str | None = Field(None, description="mTLS: PEM file of its private key (unencrypted).")
+    mysql_ssl_verify_identity: bool = Field(
+        True, description="With verify: check that the server's certificate names the host of MYSQL_URL.")
     db_pool_size: int = Field(4, ge=1)
     db_server_check: bool = Field(
         True, description="Compare the database server of each new connection with the one the store last recorded; "
@@ -322,6 +334,19 @@ class Settings(BaseSettings):
             ssl_certfile=self.kafka_ssl_certfile, ssl_keyfile=self.kafka_ssl_keyfile,
             ssl_check_hostname=self.kafka_ssl_check_hostname)
 
+    @property
+    def mysql_tls(self) -> "MySqlTls":
+        """How every database connection is secured (the only reader of the MYSQL_SSL_* settings)."""
+        from app.adapters.mysql_tls import MySqlTls
+
+        return MySqlTls.of(self.mysql_ssl_mode, ca=self.mysql_ssl_ca, cert=self.mysql_ssl_cert,
+                           key=self.mysql_ssl_key, verify_identity=self.mysql_ssl_verify_identity)
+
+    @field_validator("mysql_ssl_mode", mode="before")
+    @classmethod
+    def _mode_in_any_case(cls, value):
+        return value.strip().lower() or None if isinstance(value, str) else value
+
     @model_validator(mode="after")
     def _check(self) -> "Settings":
         try:
@@ -334,6 +359,7 @@ class Settings(BaseSettings):
         self._check_timeouts()
         self._check_mysql_url()
         self.kafka          # contradictory security settings are refused here, with their names
+        self.mysql_tls      # the same for the database's
         # Surrounding spaces (a copy and paste, a YAML value) are no part of a token: a request's
         # token is compared stripped, so the configured one is too. WEB_TOKEN="" is no token.
         for name in ("web_token", "web_read_token", "idem_token_secret"):

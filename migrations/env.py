@@ -1,14 +1,20 @@
 """Alembic environment: migrations run synchronously through PyMySQL.
 
 The URL comes from the ``MYSQL_URL`` setting (``-x url=...`` overrides it, which
-the tests use to migrate a scratch database).
+the tests use to migrate a scratch database); TLS from ``MYSQL_SSL_*``, like
+every other connection of the project (``app.db.ssl_context``). A connection the
+server refuses ends the run with one sentence that names the setting to fix.
 """
 
 from logging.config import fileConfig
 
 from alembic import context
+from alembic.util import CommandError
 from sqlalchemy import create_engine, pool
+from sqlalchemy.exc import DBAPIError
 
+from app.adapters.mysql_preflight import Target, explain
+from app.db import ssl_context
 from app.settings import get_settings
 from tables import metadata
 
@@ -29,8 +35,15 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(sync_url(), poolclass=pool.NullPool)
-    with engine.connect() as connection:
+    settings = get_settings()
+    tls = ssl_context(settings)
+    engine = create_engine(sync_url(), poolclass=pool.NullPool, connect_args={"ssl": tls} if tls else {})
+    try:
+        connection = engine.connect()
+    except DBAPIError as exc:
+        # alembic prints a CommandError as "FAILED: <message>" and exits 1, without a traceback.
+        raise CommandError(f"cannot migrate: {explain(exc, settings.mysql_tls, Target.of(sync_url()))}") from None
+    with connection:
         context.configure(connection=connection, target_metadata=metadata)
         with context.begin_transaction():
             context.run_migrations()

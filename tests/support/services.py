@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -22,7 +23,8 @@ from alembic import command
 from alembic.config import Config
 
 from app.adapters import kafka_ops
-from app.settings import Settings
+from app.db import ssl_context
+from app.settings import Settings, get_settings
 from app.topics import TopicSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,11 +44,15 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
-def connect(url: str, *, database: bool = True) -> pymysql.connections.Connection:
+def connect(url: str, *, database: bool = True, tls: ssl.SSLContext | None | bool = True) \
+        -> pymysql.connections.Connection:
+    """A PyMySQL connection for the tests and the benchmarks; ``tls=True``: TLS as ``MYSQL_SSL_*``
+    of this process's environment says (``app.db.ssl_context``), like every connection of the app."""
     parts = urlsplit(url)
+    context = ssl_context(get_settings()) if tls is True else tls or None
     return pymysql.connect(host=parts.hostname, port=parts.port or 3306, user=parts.username,
                            password=parts.password or "", database=parts.path.lstrip("/") if database else None,
-                           autocommit=True, cursorclass=pymysql.cursors.DictCursor)
+                           autocommit=True, cursorclass=pymysql.cursors.DictCursor, ssl=context)
 
 
 def migrate(url: str, revision: str = "head", *, down: bool = False) -> None:

@@ -37,6 +37,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.adapters.mysql.transaction import MySqlTransaction
+from app.adapters.mysql_preflight import tls_failure
 from app.pipeline.errors import Conflict, StoreFailure, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,9 @@ T = TypeVar("T")
 LOCK_ERRORS = {1213, 1205, 1020}
 # Lost races on an insert: somebody else inserted the same key first. The re-run sees it.
 RACE_ERRORS = {1062}
-# The server is gone, or never was.
-CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2014, 2045, 2055, 1040, 1053}
+# The server is gone, or never was; 2026: it came back without TLS while MYSQL_SSL_* asks for TLS
+# (nothing was sent: see app.adapters.mysql_tls), which the next start-up names.
+CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2014, 2026, 2045, 2055, 1040, 1053}
 
 
 def _error_code(exc: DBAPIError) -> int | None:
@@ -88,7 +90,7 @@ class MySqlStore:
                     # A pooled connection may have died with a server restart: one fresh try.
                     if attempt == 1:
                         continue
-                    raise StoreUnavailable(f"database unreachable: {exc.orig!r}") from exc
+                    raise StoreUnavailable(f"database unreachable: {exc.orig!r}{tls_failure(exc)}") from exc
                 if retriable:
                     raise StoreUnavailable(f"still conflicting after {attempt} runs: {exc}") from exc
                 raise StoreFailure(f"database refused a statement: {getattr(exc, 'orig', exc)!r}") from exc

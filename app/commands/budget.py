@@ -15,6 +15,7 @@ import faust
 from faust.cli import option
 
 from app.bootstrap import Runtime
+from app.commands import database_explained
 from app.pipeline.capacity import Budget
 from app.settings import Settings
 
@@ -100,9 +101,10 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
         budget_rows = settings.idem_capacity_budget_rows or model.rows
         now = None
         if current:
-            rt = await runtime.start(kafka=False)
-            try:
-                now = await asyncio.wait_for(rt.partitions.size(), 30)
-            finally:
-                await rt.stop()
+            async with database_explained(settings):
+                rt = await runtime.start(kafka=False)
+                try:
+                    now = await asyncio.wait_for(rt.partitions.size(), 30)
+                finally:
+                    await rt.stop()
         self.say(render(model, budget_rows=budget_rows, current=now))

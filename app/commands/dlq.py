@@ -17,6 +17,7 @@ from faust.cli import argument, option
 
 from app.adapters.mysql.queries import QueueFilter
 from app.bootstrap import Runtime
+from app.commands import database_explained
 from app.pipeline.compensation import ACTIONS, Status
 from app.settings import Settings
 from app.render import ACTOR, json_default
@@ -43,29 +44,30 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             raise SystemExit(f"dlq {action} needs a row id")
         if not ACTOR.fullmatch(actor or ""):
             raise SystemExit("--actor must be 1-64 letters, digits or _.@+-")
-        rt = await runtime.start(kafka=False)
-        try:
-            if action == "list":
-                rows = await rt.queries.compensations(QueueFilter(
-                    status=STATUSES[status] if status else None, reason=reason, order_no=order_no,
-                    before_id=before, limit=max(1, min(limit, 200))))
-                self.say(self.tabulate(
-                    [(r["id"], r["status"], r["reason"], r["order_no"] or "", r["attempts"],
-                      str(r["first_failure_at"]), str(r["next_retry_at"] or "")) for r in rows],
-                    headers=["id", "status", "reason", "order", "attempts", "first failure", "next retry"],
-                    title="compensation queue"))
-            elif action == "show":
-                row = await rt.queries.compensation(row_id)
-                if row is None:
-                    raise SystemExit(f"no compensation row {row_id}")
-                self.say(json.dumps(row, default=json_default, indent=2))
-            else:
-                result = await rt.compensator.perform(row_id, action, rt.guard(), actor=f"cli:{actor}", note=note)
-                self.say(json.dumps({"id": row_id, "action": action, **result.as_dict(),
-                                     **({"refused": result.refused} if result.refused else {})}, indent=2))
-                if result.refused:
-                    raise SystemExit(1)
-        finally:
-            await rt.stop()
+        async with database_explained(settings):
+            rt = await runtime.start(kafka=False)
+            try:
+                if action == "list":
+                    rows = await rt.queries.compensations(QueueFilter(
+                        status=STATUSES[status] if status else None, reason=reason, order_no=order_no,
+                        before_id=before, limit=max(1, min(limit, 200))))
+                    self.say(self.tabulate(
+                        [(r["id"], r["status"], r["reason"], r["order_no"] or "", r["attempts"],
+                          str(r["first_failure_at"]), str(r["next_retry_at"] or "")) for r in rows],
+                        headers=["id", "status", "reason", "order", "attempts", "first failure", "next retry"],
+                        title="compensation queue"))
+                elif action == "show":
+                    row = await rt.queries.compensation(row_id)
+                    if row is None:
+                        raise SystemExit(f"no compensation row {row_id}")
+                    self.say(json.dumps(row, default=json_default, indent=2))
+                else:
+                    result = await rt.compensator.perform(row_id, action, rt.guard(), actor=f"cli:{actor}", note=note)
+                    self.say(json.dumps({"id": row_id, "action": action, **result.as_dict(),
+                                         **({"refused": result.refused} if result.refused else {})}, indent=2))
+                    if result.refused:
+                        raise SystemExit(1)
+            finally:
+                await rt.stop()
 
     return dlq

@@ -21,6 +21,7 @@ import faust
 from faust.cli import argument, option
 
 from app.bootstrap import Runtime
+from app.commands import database_explained
 from app.render import ACTOR, json_default
 from app.settings import Settings
 
@@ -40,25 +41,27 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             raise SystemExit("recovery start needs --hours: how long the window lasts")
         if not ACTOR.fullmatch(actor or ""):
             raise SystemExit("--actor must be 1-64 letters, digits or _.@+-")
-        rt = await runtime.start(kafka=False)
-        try:
-            windows = rt.recovery
-            if action == "start":
-                try:
-                    opened = await windows.start(hours=hours, actor=f"cli:{actor}", note=note.strip())
-                except ValueError as exc:
-                    raise SystemExit(str(exc)) from None
-                self.say(json.dumps({"opened": opened.as_dict()}, default=json_default, indent=2))
-            elif action == "end":
-                ended = await windows.end(actor=f"cli:{actor}", note=note.strip())
-                self.say(json.dumps({"ended": [w.as_dict() for w in ended]}, default=json_default, indent=2))
-                if not ended:
-                    raise SystemExit("no recovery window was open")
-            else:
-                recent = await windows.recent(20)
-                self.say(json.dumps({"open": any(w.open for w in recent), "server": await windows.server(),
-                                     "windows": [w.as_dict() for w in recent]}, default=json_default, indent=2))
-        finally:
-            await rt.stop()
+        async with database_explained(settings):
+            rt = await runtime.start(kafka=False)
+            try:
+                windows = rt.recovery
+                if action == "start":
+                    try:
+                        opened = await windows.start(hours=hours, actor=f"cli:{actor}", note=note.strip())
+                    except ValueError as exc:
+                        raise SystemExit(str(exc)) from None
+                    self.say(json.dumps({"opened": opened.as_dict()}, default=json_default, indent=2))
+                elif action == "end":
+                    ended = await windows.end(actor=f"cli:{actor}", note=note.strip())
+                    self.say(json.dumps({"ended": [w.as_dict() for w in ended]}, default=json_default, indent=2))
+                    if not ended:
+                        raise SystemExit("no recovery window was open")
+                else:
+                    recent = await windows.recent(20)
+                    status = {"open": any(w.open for w in recent), "server": await windows.server(),
+                              "windows": [w.as_dict() for w in recent]}
+                    self.say(json.dumps(status, default=json_default, indent=2))
+            finally:
+                await rt.stop()
 
     return recovery

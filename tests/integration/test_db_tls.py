@@ -136,6 +136,17 @@ def test_a_worker_processes_events_over_mtls_end_to_end_and_the_cli_reads_over_t
     assert worker.stop() == 0
 
 
+
+def test_a_command_the_database_refuses_says_which_setting_without_a_traceback(server, migrated):
+    for command in (["dlq", "list"], ["recovery", "status"], ["budget", "--current"]):
+        cli = subprocess.run([str(Path(sys.executable).with_name("faust")), "-A", "app", *command], cwd=ROOT,
+                             env=environment(mysql_url=server.url()), capture_output=True, text=True, timeout=180)
+        said = cli.stdout + cli.stderr
+        assert cli.returncode != 0 and "Traceback" not in said, (command, said[-3000:])
+        assert "cannot use the database: the database server at 127.0.0.1" in cli.stderr, (command, said[-3000:])
+        assert "set MYSQL_SSL_CA" in cli.stderr and PASSWORDS["app"] not in said
+
+
 REFUSALS = {
     # case: (account, certificates (names in the certificate folder), words the start-up line must have)
     "no_tls_settings": ("app", {}, ["refused user 'app' (error 1045", "require_secure_transport=ON",

@@ -292,7 +292,8 @@ async def a_claim_without_enough_lease_left_is_not_called(h: Harness) -> None:
             await h.pass_time(0.8)                                   # e.g. waiting for a concurrency slot
             return await super()._t2(jobs, claimed_at)
 
-    slow = Slow(p.store, h.effects, owner=p.owner, tokens=p.tokens, lease_seconds=1.5, effect_concurrency=1, effect_timeout=1.0,
+    slow = Slow(p.store, h.effects, owner=p.owner, tokens=p.tokens, lease_seconds=1.5, effect_concurrency=1,
+                effect_timeout=1.0,
                 clock=h.clock())
     [first] = await slow.run([ev(order, "ORDER_CONFIRM")])
     assert isinstance(first.error, ClaimExpiring) and h.effects.calls == []

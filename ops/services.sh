@@ -24,10 +24,28 @@
 #                    random password kept in the layout's folder. `up` writes the worker's
 #                    settings for each listener to .cache/kafka/<layout>/{sasl,mtls}.env.
 # Each layout other than the default keeps its nodes in .cache/kafka/<layout>/node-<n>/.
+#
+# MariaDB (environment variables; the default is the Debian server on MYSQL_URL's port, 3306):
+#   MARIADB_REPLICA=1   also a GTID replica of it on 127.0.0.1:MARIADB_REPLICA_PORT (3307), in
+#                       .cache/mariadb/replica/ (data, socket, pid file, error log), read-only,
+#                       following the primary with MASTER_USE_GTID=slave_pos (seeded with a dump
+#                       of the primary's databases). The primary needs a binary log: one this
+#                       script starts with MARIADB_REPLICA=1 (or while a replica of its own is
+#                       configured) gets log_bin, server_id=1, binlog_format=ROW,
+#                       log_slave_updates; otherwise it starts as before (no binary log: nothing
+#                       changes for anyone else), and a running primary without one is refused,
+#                       never restarted. `down` stops the replica too.
+#   MARIADB_SEMISYNC=1  (with MARIADB_REPLICA=1; the default) semi-synchronous replication, wait
+#                       point AFTER_SYNC: a commit returns once the replica has it; 0: asynchronous.
+#                       Set at every `up`, on both servers, without a restart.
+#   MARIADB_HOME=<dir>  a primary of its own in <dir> (data/, mariadbd.sock, mariadbd.pid,
+#                       error.log; initialised on first start) instead of the server's own data
+#                       directory and socket: a second primary beside the shared one, on another
+#                       MYSQL_URL port. SERVICES_CACHE moves .cache/ (pid files, the replica).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="$ROOT/.cache"
+CACHE="${SERVICES_CACHE:-$ROOT/.cache}"
 KAFKA_VERSION="${KAFKA_VERSION:-4.4.0}"
 KAFKA_HOME="$CACHE/kafka/$KAFKA_VERSION"
 KAFKA_NODES="${KAFKA_NODES:-1}"
@@ -52,6 +70,23 @@ MARIADB_PID="$CACHE/mariadb/mariadb.pid"
 # and silently logs nothing; the project folder may not be reachable for it.
 MARIADB_LOG_DIR="${MARIADB_LOG_DIR:-/var/log/mysql}"
 MARIADB_LOG="$MARIADB_LOG_DIR/order-event-processor.err"
+MARIADB_HOME="${MARIADB_HOME:-}"
+MARIADB_REPLICA="${MARIADB_REPLICA:-0}"
+MARIADB_SEMISYNC="${MARIADB_SEMISYNC:-1}"
+MARIADB_REPLICA_PORT="${MARIADB_REPLICA_PORT:-3307}"
+MARIADB_REPLICA_HOME="$CACHE/mariadb/replica"
+MARIADB_REPLICA_PID="$CACHE/mariadb/replica.pid"
+MARIADB_REPL_USER="${MARIADB_REPL_USER:-repl}"
+MARIADB_REPL_PASSWORD="${MARIADB_REPL_PASSWORD:-repl}"
+case "$MARIADB_REPLICA" in 0|1) ;; *) printf '[services] ERROR: MARIADB_REPLICA must be 0 or 1\n' >&2; exit 2 ;; esac
+case "$MARIADB_SEMISYNC" in 0|1) ;; *) printf '[services] ERROR: MARIADB_SEMISYNC must be 0 or 1\n' >&2; exit 2 ;; esac
+# root's way in to the primary: the client's default socket (the Debian server's), or MARIADB_HOME's
+PRIMARY_SOCKET=()
+if [ -n "$MARIADB_HOME" ]; then
+  MARIADB_LOG="$MARIADB_HOME/error.log"
+  PRIMARY_SOCKET=(--socket="$MARIADB_HOME/mariadbd.sock")
+fi
+REPLICA_SOCKET=(--socket="$MARIADB_REPLICA_HOME/mariadbd.sock")
 READY_TIMEOUT="${READY_TIMEOUT:-90}"
 
 KAFKA_BROKER="${KAFKA_BROKER:-kafka://127.0.0.1:9092}"
@@ -114,7 +149,30 @@ mariadb_install() {
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server mariadb-client >/dev/null
 }
 
-mariadb_ping() { $SUDO mariadb-admin --protocol=socket ping >/dev/null 2>&1; }
+primary_sql() { $SUDO mariadb --protocol=socket "${PRIMARY_SOCKET[@]}" "$@"; }
+replica_sql() { $SUDO mariadb --protocol=socket "${REPLICA_SOCKET[@]}" "$@"; }
+mariadb_ping() { $SUDO mariadb-admin --protocol=socket "${PRIMARY_SOCKET[@]}" ping >/dev/null 2>&1; }
+replica_ping() { $SUDO mariadb-admin --protocol=socket "${REPLICA_SOCKET[@]}" ping >/dev/null 2>&1; }
+
+as_mysql() { if [ "$(id -u)" -eq 0 ]; then runuser -u mysql -- "$@"; else sudo -u mysql "$@"; fi; }
+
+# A folder of mariadbd's own (data/ and its socket, pid file and error log): the mysql user must
+# reach it (a project cloned into a 0700 folder is not reachable), and a unix socket's path is at
+# most 107 bytes.
+mariadb_home() {  # mariadb_home <dir>
+  $SUDO mkdir -p "$1/data"
+  $SUDO chown mysql:mysql "$1" "$1/data"
+  as_mysql test -w "$1/data" || die "the mysql user cannot write $1 (a parent folder closed to it?); move it (SERVICES_CACHE, MARIADB_HOME)"
+  [ "${#1}" -le 90 ] || die "$1 is too long a path for mariadbd's socket in it; move it (SERVICES_CACHE, MARIADB_HOME)"
+  if [ ! -d "$1/data/mysql" ]; then
+    log "initialising a MariaDB data directory in $1/data"
+    $SUDO mariadb-install-db --user=mysql --datadir="$1/data" --skip-test-db >"$1/install.log" 2>&1 \
+      || die "mariadb-install-db failed; read $1/install.log"
+  fi
+}
+
+# What a replica needs of the primary (ROW: the workers' READ COMMITTED needs row-based logging).
+BINLOG_OPTIONS=(--server-id=1 --log-bin=mariadb-bin --binlog-format=ROW --log-slave-updates)
 
 mariadb_up() {
   if ! is_local "$DB_HOST"; then
@@ -127,28 +185,44 @@ mariadb_up() {
   else
     mariadb_installed || mariadb_install
     mkdir -p "$CACHE/mariadb"
-    $SUDO mkdir -p /run/mysqld "$MARIADB_LOG_DIR"
-    $SUDO chown mysql:mysql /run/mysqld
-    $SUDO chown mysql "$MARIADB_LOG_DIR"
-    log "starting MariaDB on 127.0.0.1:$DB_PORT (error log: $MARIADB_LOG)"
+    local own=() replication=()
+    if [ -n "$MARIADB_HOME" ]; then
+      mariadb_home "$MARIADB_HOME"
+      own=(--datadir="$MARIADB_HOME/data" "${PRIMARY_SOCKET[@]}" --pid-file="$MARIADB_HOME/mariadbd.pid")
+    else
+      $SUDO mkdir -p /run/mysqld "$MARIADB_LOG_DIR"
+      $SUDO chown mysql:mysql /run/mysqld
+      $SUDO chown mysql "$MARIADB_LOG_DIR"
+    fi
+    # With a replica of this script's configured, even when not asked for: writes it never sees
+    # would part the two for good.
+    if [ "$MARIADB_REPLICA" = 1 ] || [ -f "$MARIADB_REPLICA_HOME/data/master.info" ]; then
+      replication=("${BINLOG_OPTIONS[@]}")
+    fi
+    log "starting MariaDB on 127.0.0.1:$DB_PORT$([ "${#replication[@]}" -eq 0 ] || echo ' with a binary log') (error log: $MARIADB_LOG)"
     $SUDO start-stop-daemon --start --background --make-pidfile --pidfile "$MARIADB_PID" \
       --exec /usr/sbin/mariadbd -- --user=mysql --bind-address=127.0.0.1 --port="$DB_PORT" \
-      --log-error="$MARIADB_LOG"
+      --log-error="$MARIADB_LOG" "${own[@]}" "${replication[@]}"
     wait_until "MariaDB" "$MARIADB_LOG" mariadb_ping
   fi
   mariadb_ping || die "MariaDB answers on port $DB_PORT but not on its local socket as root; create database '$DB_NAME' and user '$DB_USER' yourself"
-  # Tests create scratch databases named ${DB_NAME}_*, hence the wildcard grant.
-  $SUDO mariadb --protocol=socket <<SQL
+  app_grants | primary_sql
+  log "MariaDB ready: database '$DB_NAME', user '$DB_USER'"
+}
+
+# Tests create scratch databases named ${DB_NAME}_*, hence the wildcard grant.
+app_grants() {
+  cat <<SQL
 CREATE DATABASE IF NOT EXISTS \`$DB_NAME\` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
 CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
 GRANT ALL PRIVILEGES ON \`${DB_NAME}\`.* TO '$DB_USER'@'127.0.0.1', '$DB_USER'@'localhost';
 GRANT ALL PRIVILEGES ON \`${DB_NAME}\\_%\`.* TO '$DB_USER'@'127.0.0.1', '$DB_USER'@'localhost';
 SQL
-  log "MariaDB ready: database '$DB_NAME', user '$DB_USER'"
 }
 
 mariadb_down() {
+  replica_down
   if pid_alive "$MARIADB_PID"; then
     log "stopping MariaDB (pid $(cat "$MARIADB_PID"))"
     $SUDO start-stop-daemon --stop --pidfile "$MARIADB_PID" --retry TERM/30/KILL/5 >/dev/null || true
@@ -156,6 +230,110 @@ mariadb_down() {
   else
     log "MariaDB: nothing started by this script is running"
   fi
+}
+
+# ---------------------------------------------------------- MariaDB replica --
+
+replica_up() {
+  is_local "$DB_HOST" || die "MARIADB_REPLICA=1 needs the primary on this machine; MYSQL_URL points at $DB_HOST"
+  [ "$(primary_sql -N -e 'SELECT @@log_bin')" = 1 ] || die "the primary on 127.0.0.1:$DB_PORT has no binary log, which a replica follows; it was started without MARIADB_REPLICA=1 (ops/services.sh down, then MARIADB_REPLICA=1 ops/services.sh up; or give it log_bin, server_id=1, binlog_format=ROW, log_slave_updates yourself)"
+  primary_sql <<SQL
+CREATE USER IF NOT EXISTS '$MARIADB_REPL_USER'@'127.0.0.1' IDENTIFIED BY '$MARIADB_REPL_PASSWORD';
+GRANT REPLICATION SLAVE ON *.* TO '$MARIADB_REPL_USER'@'127.0.0.1';
+SQL
+  if port_open 127.0.0.1 "$MARIADB_REPLICA_PORT"; then
+    pid_alive "$MARIADB_REPLICA_PID" || die "something else listens on 127.0.0.1:$MARIADB_REPLICA_PORT; choose another MARIADB_REPLICA_PORT"
+    log "MariaDB replica already listening on 127.0.0.1:$MARIADB_REPLICA_PORT: reusing it"
+  else
+    mariadb_home "$MARIADB_REPLICA_HOME"
+    local seeded=1
+    [ -f "$MARIADB_REPLICA_HOME/data/master.info" ] || seeded=0
+    log "starting the MariaDB replica on 127.0.0.1:$MARIADB_REPLICA_PORT (error log: $MARIADB_REPLICA_HOME/error.log)"
+    # Its own paths override any of the server's configuration; read-only for all but root.
+    $SUDO start-stop-daemon --start --background --make-pidfile --pidfile "$MARIADB_REPLICA_PID" \
+      --exec /usr/sbin/mariadbd -- --user=mysql --bind-address=127.0.0.1 --port="$MARIADB_REPLICA_PORT" \
+      --datadir="$MARIADB_REPLICA_HOME/data" "${REPLICA_SOCKET[@]}" --pid-file="$MARIADB_REPLICA_HOME/mariadbd.pid" \
+      --log-error="$MARIADB_REPLICA_HOME/error.log" --server-id=2 --log-bin=mariadb-bin --relay-log=relay-bin \
+      --binlog-format=ROW --log-slave-updates --read-only=ON
+    wait_until "MariaDB replica" "$MARIADB_REPLICA_HOME/error.log" replica_ping
+    if [ "$seeded" = 0 ]; then replica_seed; fi
+  fi
+  semisync
+  wait_until "the replica's IO and SQL threads" "$MARIADB_REPLICA_HOME/error.log" replica_running
+  log "MariaDB replica ready: 127.0.0.1:$MARIADB_REPLICA_PORT follows 127.0.0.1:$DB_PORT ($(semisync_word))"
+}
+
+# A fresh replica: the primary's databases as of one GTID position, then replication from there.
+replica_seed() {
+  local dbs dump="$MARIADB_REPLICA_HOME/seed.sql" gtid
+  dbs="$(primary_sql -N -e "SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN
+        ('mysql', 'information_schema', 'performance_schema', 'sys')" | tr '\n' ' ')"
+  # (mariadb_up made $DB_NAME: there is always one.) --master-data takes a global read lock
+  # for a moment, to read the position the dump matches.
+  $SUDO mariadb-dump --protocol=socket "${PRIMARY_SOCKET[@]}" --single-transaction --gtid --master-data=2 \
+    --routines --events --triggers --databases $dbs >"$dump" 2>"$dump.err" \
+    || die "dumping the primary's databases failed; read $dump.err"
+  gtid="$(sed -n "s/^-- SET GLOBAL gtid_slave_pos='\(.*\)';$/\1/p" "$dump" | head -n 1)"
+  log "seeding the replica with the primary's databases ($dbs) up to GTID ${gtid:-(none)}"
+  # Not in the replica's own binary log: its GTID history is the primary's.
+  { echo "SET SESSION sql_log_bin = 0;"; cat "$dump"; app_grants; } | replica_sql \
+    || die "loading the primary's databases into the replica failed"
+  rm -f "$dump" "$dump.err"
+  replica_sql <<SQL
+SET GLOBAL gtid_slave_pos = '$gtid';
+CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=$DB_PORT, MASTER_USER='$MARIADB_REPL_USER',
+  MASTER_PASSWORD='$MARIADB_REPL_PASSWORD', MASTER_CONNECT_RETRY=5, MASTER_USE_GTID=slave_pos;
+START SLAVE;
+SQL
+}
+
+# MARIADB_SEMISYNC on both sides, without a restart: on, the replica first (its IO thread
+# reconnects to announce it), then the primary; off, the other way round.
+semisync() {
+  local on=OFF; [ "$MARIADB_SEMISYNC" = 1 ] && on=ON
+  local replica="SET GLOBAL rpl_semi_sync_slave_enabled = $on; STOP SLAVE IO_THREAD; START SLAVE IO_THREAD;"
+  local primary="SET GLOBAL rpl_semi_sync_master_wait_point = AFTER_SYNC; SET GLOBAL rpl_semi_sync_master_enabled = $on;"
+  if [ "$on" = ON ]; then replica_sql -e "$replica"; primary_sql -e "$primary"
+  else primary_sql -e "$primary"; replica_sql -e "$replica"; fi
+}
+
+semisync_word() {
+  if [ "$(primary_sql -N -e 'SELECT @@rpl_semi_sync_master_enabled')" = 1 ]; then echo "semi-sync AFTER_SYNC"; else echo "async"; fi
+}
+
+slave_field() {  # slave_field <name>: one field of SHOW SLAVE STATUS on the replica
+  replica_sql -e 'SHOW SLAVE STATUS\G' 2>/dev/null | sed -n "s/^ *$1: //p"
+}
+
+replica_running() { [ "$(slave_field Slave_IO_Running)" = Yes ] && [ "$(slave_field Slave_SQL_Running)" = Yes ]; }
+
+replica_down() {
+  if pid_alive "$MARIADB_REPLICA_PID"; then
+    # A semi-sync primary left alone would hold its next commit for rpl_semi_sync_master_timeout.
+    if mariadb_ping; then primary_sql -e "SET GLOBAL rpl_semi_sync_master_enabled = OFF" || true; fi
+    log "stopping the MariaDB replica (pid $(cat "$MARIADB_REPLICA_PID"))"
+    $SUDO start-stop-daemon --stop --pidfile "$MARIADB_REPLICA_PID" --retry TERM/30/KILL/5 >/dev/null || true
+    $SUDO rm -f "$MARIADB_REPLICA_PID"
+  fi
+}
+
+replica_status() {
+  if ! port_open 127.0.0.1 "$MARIADB_REPLICA_PORT"; then
+    if [ -d "$MARIADB_REPLICA_HOME/data" ]; then echo "replica: down (127.0.0.1:$MARIADB_REPLICA_PORT)"; fi
+    return 0
+  fi
+  if ! replica_ping; then echo "replica: up (127.0.0.1:$MARIADB_REPLICA_PORT), not one of this script's"; return 0; fi
+  local io sql
+  io="$(slave_field Slave_IO_Running)"; sql="$(slave_field Slave_SQL_Running)"
+  if [ -z "$io" ]; then
+    echo "replica: up (127.0.0.1:$MARIADB_REPLICA_PORT), replicating from nobody (promoted?), read_only=$(replica_sql -N -e 'SELECT @@read_only')"
+    return 0
+  fi
+  echo "replica: up (127.0.0.1:$MARIADB_REPLICA_PORT) of $(slave_field Master_Host):$(slave_field Master_Port), IO $io, SQL $sql," \
+       "$(slave_field Seconds_Behind_Master) s behind, GTID received $(slave_field Gtid_IO_Pos)," \
+       "applied $(replica_sql -N -e 'SELECT @@gtid_slave_pos'), semi-sync $(replica_sql -N -e "SHOW STATUS LIKE 'Rpl_semi_sync_slave_status'" | cut -f2)"
+  local error; error="$(slave_field Last_Error)$(slave_field Last_IO_Error)"
+  if [ -n "$error" ]; then echo "replica: last error: $error"; fi
 }
 
 # ------------------------------------------------------------------ Kafka --
@@ -414,10 +592,11 @@ kafka_status() {
 status() {
   kafka_status
   if port_open "$DB_HOST" "$DB_PORT"; then echo "mariadb: up ($DB_HOST:$DB_PORT)"; else echo "mariadb: down"; fi
+  replica_status
 }
 
 case "${1:-}" in
-  up) mkdir -p "$CACHE/kafka" "$CACHE/mariadb"; mariadb_up; kafka_up ;;
+  up) mkdir -p "$CACHE/kafka" "$CACHE/mariadb"; mariadb_up; if [ "$MARIADB_REPLICA" = 1 ]; then replica_up; fi; kafka_up ;;
   jars) mkdir -p "$CACHE/kafka"; kafka_jars ;;   # the Java client the tests write records with
   down) kafka_down; mariadb_down ;;
   status) status ;;

@@ -8,7 +8,8 @@ that drops packets instead of refusing them) would otherwise wait for the
 kernel's keepalive, two hours by default, while the worker keeps
 heartbeating and nobody notices. A timed-out connection is discarded, never
 returned to the pool, and the timeout is an infrastructure failure
-(:class:`StoreUnavailable`), like a refused connection or an exhausted pool.
+(:class:`StoreUnavailable`), like a refused connection or an exhausted pool,
+or a server that refuses writes because it is read-only (a failover under way).
 
 A transaction re-run after its commit was lost (the connection died during
 COMMIT) must not mistake its own earlier success for somebody else's: T3's
@@ -50,11 +51,26 @@ RACE_ERRORS = {1062}
 # The server is gone, or never was; 2026: it came back without TLS while MYSQL_SSL_* asks for TLS
 # (nothing was sent: see app.adapters.mysql_tls), which the next start-up names.
 CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2014, 2026, 2045, 2055, 1040, 1053}
+# The server takes no writes: a replica, or a primary demoted in a failover, while the traffic
+# still reaches it (1290 ER_OPTION_PREVENTS_STATEMENT "running with the --read-only option",
+# what MariaDB and MySQL raise; MySQL's 1836 ER_READ_ONLY_MODE; 1792, a transaction read-only
+# because the server makes them so by default: the pipeline never asks for one). Waited out
+# like an outage until the failover ends: no record's fault, never a dead letter.
+READ_ONLY_ERRORS = {1290, 1836, 1792}
 
 
 def _error_code(exc: DBAPIError) -> int | None:
     args = getattr(exc.orig, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
+
+
+def _read_only(exc: DBAPIError, code: int | None) -> bool:
+    """The server refused a write because it is read-only. 1290 names the option that prevents
+    the statement, and only ``--read-only`` (MySQL: also ``--super-read-only``) is a failover's:
+    ``--secure-file-priv`` and the like are a statement that will never run."""
+    if code == 1290:
+        return "read-only" in str(exc.orig).lower()
+    return code in READ_ONLY_ERRORS
 
 
 class MySqlStore:
@@ -93,6 +109,9 @@ class MySqlStore:
                     raise StoreUnavailable(f"database unreachable: {exc.orig!r}{tls_failure(exc)}") from exc
                 if retriable:
                     raise StoreUnavailable(f"still conflicting after {attempt} runs: {exc}") from exc
+                if isinstance(exc, DBAPIError) and _read_only(exc, code):
+                    raise StoreUnavailable(f"database is read-only (a replica, or a failover under way): "
+                                           f"{exc.orig!r}") from exc
                 raise StoreFailure(f"database refused a statement: {getattr(exc, 'orig', exc)!r}") from exc
             except TimeoutError as exc:     # before OSError: TimeoutError is one
                 raise StoreUnavailable(f"database did not answer in time ({exc or 'client-side timeout'})") from exc

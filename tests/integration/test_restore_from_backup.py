@@ -18,12 +18,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from app.pipeline.states import OrderStatus
 from tests.support.events import event, order_no, record
 from tests.support.fakes import FakesProcess
-from tests.support.services import ROOT, ScratchDatabase, caught_up, produce, wait_for, worker_env
+from tests.support.services import ROOT, ScratchDatabase, caught_up, produce, rewind_group, wait_for, worker_env
 
 pytestmark = pytest.mark.integration
 FAUST = Path(sys.executable).parent / "faust"
@@ -37,19 +36,6 @@ def client_args(url: str) -> list[str]:
     u = urlsplit(url)
     return ["-h", u.hostname or "127.0.0.1", "-P", str(u.port or 3306), "-u", u.username or "",
             f"-p{u.password or ''}", u.path.lstrip("/")]
-
-
-async def rewind(settings, group: str, topic: str, partitions: int) -> None:
-    """What ``kafka-consumer-groups --reset-offsets --to-earliest --execute`` does for an empty group."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=group,
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        await consumer.commit({tp: 0 for tp in tps})
-    finally:
-        await consumer.stop()
 
 
 @pytest.fixture
@@ -106,7 +92,7 @@ def test_a_replay_after_a_restore_from_backup_issues_and_sends_nothing_twice(set
     print(f"the restore forgot {forgotten} of {rows_before} t_idem rows: {lost_waybills} waybill steps, "
           f"{lost_sms} SMS steps")
     assert lost_waybills > 0 and lost_sms > 0, "the backup does not fall in the middle of the run"
-    asyncio.run(rewind(settings, pair.group, pair.events, pair.partitions))
+    asyncio.run(rewind_group(settings, pair.group, pair.events, pair.partitions))
     opened = subprocess.run([str(FAUST), "-A", "app", "recovery", "start", "--hours", "1", "--note",
                              "restored the backup taken mid-run", "--actor", "test"], cwd=ROOT,
                             env=worker_env(**env, **pair.env()), capture_output=True, text=True, timeout=120)

@@ -18,7 +18,7 @@ from typing import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 import pymysql
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from alembic import command
 from alembic.config import Config
 
@@ -132,6 +132,19 @@ async def committed_offsets(settings: Settings, group: str, topic: str, partitio
 async def end_offsets(settings: Settings, topic: str, partitions: int, *,
                       isolation_level: str = "read_uncommitted") -> dict[int, int]:
     return await kafka_ops.end_offsets(settings.kafka_bootstrap, topic, partitions, isolation_level=isolation_level)
+
+
+async def rewind_group(settings: Settings, group: str, topic: str, partitions: int) -> None:
+    """What ``kafka-consumer-groups --reset-offsets --to-earliest --execute`` does for a group
+    with no member: its committed offsets on ``topic`` go back to 0."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.commit({tp: 0 for tp in tps})
+    finally:
+        await consumer.stop()
 
 
 def caught_up(settings: Settings, topic: str, group: str, partitions: int) -> bool:

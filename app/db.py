@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import socket
 
 from sqlalchemy import event
@@ -13,6 +14,7 @@ from app.settings import Settings
 
 log = logging.getLogger(__name__)
 CHARSET = "utf8mb4"
+_SQL_MODE = re.compile(r"[A-Za-z_]+(,[A-Za-z_]+)*")
 
 
 class WrongCharset(RuntimeError):
@@ -38,6 +40,7 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
     """
     size = settings.db_pool_size if pool_size is None else pool_size
     server_idle = max(60, math.ceil(2 * settings.db_transaction_timeout_seconds))
+    sql_mode = session_sql_mode(settings.db_sql_mode)
     engine = create_async_engine(
         url or settings.mysql_url,
         pool_size=size,
@@ -49,7 +52,8 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
                       "connect_timeout": settings.db_connect_timeout_seconds,
                       "init_command": "SET SESSION time_zone = '+00:00', "
                                       f"innodb_lock_wait_timeout = {int(settings.db_lock_wait_timeout_seconds)}, "
-                                      f"lock_wait_timeout = 30, wait_timeout = {server_idle}"},
+                                      f"lock_wait_timeout = 30, wait_timeout = {server_idle}"
+                                      + (f", {sql_mode}" if sql_mode else "")},
     )
     keepalive = settings.db_keepalive_seconds
 
@@ -59,6 +63,16 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
         check_charset(dbapi_connection)
 
     return engine
+
+
+def session_sql_mode(mode: str | None) -> str | None:
+    """The assignment that gives a session the sql_mode ``DB_SQL_MODE`` names, or None: the
+    server's own stays."""
+    if not mode:
+        return None
+    if not _SQL_MODE.fullmatch(mode):
+        raise ValueError(f"DB_SQL_MODE={mode!r}: not a comma-separated list of sql_mode names")
+    return f"sql_mode = '{mode}'"
 
 
 def check_charset(dbapi_connection) -> None:

@@ -1,7 +1,8 @@
 """Alembic environment: migrations run synchronously through PyMySQL.
 
 The URL comes from the ``MYSQL_URL`` setting (``-x url=...`` overrides it, which
-the tests use to migrate a scratch database).
+the tests use to migrate a scratch database), the session's sql_mode from
+``DB_SQL_MODE`` (``-x sql_mode=...`` overrides it), as the worker's sessions have it.
 """
 
 from logging.config import fileConfig
@@ -9,6 +10,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+from app.db import session_sql_mode
 from app.settings import get_settings
 from tables import metadata
 
@@ -22,6 +24,12 @@ def sync_url() -> str:
     return url.replace("+aiomysql", "+pymysql")
 
 
+def connect_args() -> dict:
+    mode = session_sql_mode(context.get_x_argument(as_dictionary=True).get("sql_mode")
+                            or get_settings().db_sql_mode)
+    return {"init_command": f"SET SESSION {mode}"} if mode else {}
+
+
 def run_migrations_offline() -> None:
     context.configure(url=sync_url(), target_metadata=metadata, literal_binds=True)
     with context.begin_transaction():
@@ -29,7 +37,7 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(sync_url(), poolclass=pool.NullPool)
+    engine = create_engine(sync_url(), poolclass=pool.NullPool, connect_args=connect_args())
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata)
         with context.begin_transaction():

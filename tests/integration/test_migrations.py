@@ -12,9 +12,12 @@ from alembic.config import Config
 from sqlalchemy import create_engine
 
 from tables import metadata
-from tests.support.services import ROOT, ScratchDatabase, migrate
+from tests.support import sql_modes
+from tests.support.services import ROOT, ScratchDatabase
 
 pytestmark = pytest.mark.integration
+# Every database test here runs under the server's sql_mode and under MySQL 8's.
+settings, scratch_db = sql_modes.each_sql_mode()
 
 
 def test_chain_is_linear():
@@ -31,27 +34,27 @@ def schema(db: ScratchDatabase) -> dict[str, str]:
 def test_each_revision_downgrades_to_exactly_the_schema_before_it(settings):
     script = ScriptDirectory.from_config(Config(str(ROOT / "alembic.ini")))
     revisions = [r.revision for r in reversed(list(script.walk_revisions()))]
-    db = ScratchDatabase(settings.mysql_url).create(migrated=False)
+    db = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create(migrated=False)
     try:
         previous = "base"
         for revision in revisions:
             before = schema(db)
-            migrate(db.url, revision)
-            migrate(db.url, previous, down=True)
+            db.migrate(revision)
+            db.migrate(previous, down=True)
             assert schema(db) == before, f"downgrade of {revision} does not restore the schema"
-            migrate(db.url, revision)
+            db.migrate(revision)
             previous = revision
     finally:
         db.drop()
 
 
 def test_upgrade_downgrade_upgrade_and_schema_matches_metadata(settings):
-    db = ScratchDatabase(settings.mysql_url).create(migrated=False)
+    db = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create(migrated=False)
     try:
-        migrate(db.url)
-        migrate(db.url, "base", down=True)
+        db.migrate()
+        db.migrate("base", down=True)
         assert db.query("SHOW TABLES LIKE 't\\_%%'") == []
-        migrate(db.url)
+        db.migrate()
         engine = create_engine(db.url.replace("+aiomysql", "+pymysql"))
         with closing(engine.connect()) as conn:
             diff = compare_metadata(MigrationContext.configure(conn), metadata)
@@ -59,3 +62,4 @@ def test_upgrade_downgrade_upgrade_and_schema_matches_metadata(settings):
         assert diff == [], f"migrations and tables/ disagree: {diff}"
     finally:
         db.drop()
+

@@ -1,10 +1,14 @@
 """The SQL under each sql_mode (``tests/support/sql_modes.py``): the sessions really have the
 mode, and every read the web views, the CLI, the sweep, the gauges and the timers make runs
 under it, with the answers the rows planted imply. The workers run these only in the
-modules that start real workers; here they run in this process, once per mode."""
+modules that start real workers; here they run in this process, once per mode.
+
+And the one statement whose meaning depended on how the server orders the assignments of an
+``ON DUPLICATE KEY UPDATE``: the named lease, under MariaDB's SIMULTANEOUS_ASSIGNMENT too."""
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import closing
 
 import pytest
@@ -12,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.clock import DatabaseClock
+from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.partitions import CATCH_ALL, Partitions
 from app.adapters.mysql.queries import Queries, QueueFilter
 from app.adapters.mysql.watch import Watch
@@ -19,7 +24,7 @@ from app.db import create_engine
 from app.pipeline.compensation import Status
 from tests.support import sql_modes
 from tests.support.desk import desk
-from tests.support.events import event
+from tests.support.events import event, order_no
 from tests.support.pipeline import ev, paid_orders
 from tests.support.services import ScratchDatabase, connect
 
@@ -101,3 +106,27 @@ async def test_every_read_of_the_views_the_sweep_and_the_gauges_answers_under_th
     assert rows >= 0 and bytes_per_row > 0
     assert abs(await DatabaseClock().sync(store)) < 60
 
+
+@pytest.mark.parametrize("assignment", ["", "SIMULTANEOUS_ASSIGNMENT"], ids=["left-to-right", "simultaneous"])
+async def test_a_lease_taken_over_is_live_however_the_server_orders_the_assignments(settings, scratch_db,
+                                                                                    assignment):
+    """MariaDB's SIMULTANEOUS_ASSIGNMENT evaluates every assignment of an ``ON DUPLICATE KEY
+    UPDATE`` from the row as it was: a lease whose expiry moved only if the *new* owner was us
+    was taken over already expired, and the next worker took it at once."""
+    mode = ",".join(filter(None, [settings.db_sql_mode or scratch_db.scalar("SELECT @@GLOBAL.sql_mode"),
+                                  assignment]))
+    engine = create_engine(settings.model_copy(update={"db_sql_mode": mode}), url=scratch_db.url)
+    try:
+        leases = MySqlLeases(MySqlStore(engine))
+        name = f"modes:{order_no()}"
+        assert await leases.acquire(name, "a", 0.2)
+        assert not await leases.acquire(name, "b", 30)                # a's lease is live
+        await asyncio.sleep(0.3)
+        assert await leases.acquire(name, "b", 30)                    # a's ran out: b takes it ...
+        assert not await leases.acquire(name, "a", 30)                # ... for 30 s
+        assert await leases.acquire(name, "b", 30)                    # and renews its own
+        await leases.release(name, "b")                               # its lease ends now:
+        await asyncio.sleep(0.01)                                     # a millisecond later it has ended
+        assert await leases.acquire(name, "a", 30)
+    finally:
+        await engine.dispose()

@@ -19,7 +19,9 @@ Two MariaDB/MySQL traps shape the SQL here:
 
 * ``INSERT ... ON DUPLICATE KEY UPDATE`` assignments run left to right and
   each sees the columns already updated; a column that a later condition
-  reads must be assigned last (``status`` in the ``t_order`` upsert).
+  reads must be assigned last (``status`` in the ``t_order`` upsert). MariaDB's
+  SIMULTANEOUS_ASSIGNMENT mode evaluates them all from the old row instead:
+  every statement here means the same either way (``tests/integration/test_sql_modes.py``).
 * SQLAlchemy's MySQL dialects connect with CLIENT_FOUND_ROWS, so affected-row
   counts of an upsert say nothing about who won. Claims are decided under
   ``SELECT ... FOR UPDATE`` and fenced writes are checked by matched rows.

@@ -15,6 +15,8 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 CHARSET = "utf8mb4"
 _SQL_MODE = re.compile(r"[A-Za-z_]+(,[A-Za-z_]+)*")
+_KEEP_BACKSLASH_ESCAPES = ("sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), "
+                           "',NO_BACKSLASH_ESCAPES,', ','))")
 
 
 class WrongCharset(RuntimeError):
@@ -52,8 +54,7 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
                       "connect_timeout": settings.db_connect_timeout_seconds,
                       "init_command": "SET SESSION time_zone = '+00:00', "
                                       f"innodb_lock_wait_timeout = {int(settings.db_lock_wait_timeout_seconds)}, "
-                                      f"lock_wait_timeout = 30, wait_timeout = {server_idle}"
-                                      + (f", {sql_mode}" if sql_mode else "")},
+                                      f"lock_wait_timeout = 30, wait_timeout = {server_idle}, {sql_mode}"},
     )
     keepalive = settings.db_keepalive_seconds
 
@@ -65,13 +66,17 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
     return engine
 
 
-def session_sql_mode(mode: str | None) -> str | None:
-    """The assignment that gives a session the sql_mode ``DB_SQL_MODE`` names, or None: the
-    server's own stays."""
+def session_sql_mode(mode: str | None) -> str:
+    """The assignment that gives a session its sql_mode: the modes ``DB_SQL_MODE`` names, or
+    the server's own without NO_BACKSLASH_ESCAPES. aiomysql escapes bytes parameters with
+    backslashes whatever the mode, so under that mode a record's bytes would be stored
+    altered, or a quote among them would end their literal early (README "MariaDB and MySQL 8")."""
     if not mode:
-        return None
+        return _KEEP_BACKSLASH_ESCAPES
     if not _SQL_MODE.fullmatch(mode):
         raise ValueError(f"DB_SQL_MODE={mode!r}: not a comma-separated list of sql_mode names")
+    if "NO_BACKSLASH_ESCAPES" in mode.upper().split(","):
+        raise ValueError("DB_SQL_MODE must not hold NO_BACKSLASH_ESCAPES: the driver escapes bytes with backslashes")
     return f"sql_mode = '{mode}'"
 
 

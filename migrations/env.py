@@ -25,9 +25,8 @@ def sync_url() -> str:
 
 
 def connect_args() -> dict:
-    mode = session_sql_mode(context.get_x_argument(as_dictionary=True).get("sql_mode")
-                            or get_settings().db_sql_mode)
-    return {"init_command": f"SET SESSION {mode}"} if mode else {}
+    mode = context.get_x_argument(as_dictionary=True).get("sql_mode") or get_settings().db_sql_mode
+    return {"init_command": f"SET SESSION {session_sql_mode(mode)}"}
 
 
 def run_migrations_offline() -> None:

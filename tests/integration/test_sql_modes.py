@@ -20,7 +20,7 @@ from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.partitions import CATCH_ALL, Partitions
 from app.adapters.mysql.queries import Queries, QueueFilter
 from app.adapters.mysql.watch import Watch
-from app.db import create_engine
+from app.db import create_engine, session_sql_mode
 from app.pipeline.compensation import Status
 from tests.support import sql_modes
 from tests.support.desk import desk
@@ -45,6 +45,25 @@ async def test_the_engine_and_the_tests_own_sessions_have_the_mode(settings, scr
     expected = set((settings.db_sql_mode or scratch_db.scalar("SELECT @@GLOBAL.sql_mode")).split(","))
     assert set((await session_mode(settings, scratch_db)).split(",")) == expected      # the server sorts them
     assert set(scratch_db.scalar("SELECT @@SESSION.sql_mode").split(",")) == expected
+
+
+@sql_modes.server_only
+@pytest.mark.parametrize("before, after", [
+    ("STRICT_TRANS_TABLES,NO_BACKSLASH_ESCAPES,NO_ZERO_DATE", "STRICT_TRANS_TABLES,NO_ZERO_DATE"),
+    ("NO_BACKSLASH_ESCAPES,STRICT_TRANS_TABLES", "STRICT_TRANS_TABLES"),
+    ("STRICT_TRANS_TABLES,NO_BACKSLASH_ESCAPES", "STRICT_TRANS_TABLES"),
+    ("NO_BACKSLASH_ESCAPES", ""),
+    ("STRICT_TRANS_TABLES,ANSI_QUOTES", "STRICT_TRANS_TABLES,ANSI_QUOTES"),
+])
+def test_a_server_mode_with_no_backslash_escapes_loses_that_mode_alone(settings, scratch_db, before, after):
+    """With DB_SQL_MODE unset a session keeps the server's mode, but never NO_BACKSLASH_ESCAPES:
+    aiomysql escapes bytes with backslashes whatever the mode (a quote in a record would end its
+    literal). The server's global mode is not ours to set, so the session plays it."""
+    with closing(connect(scratch_db.url, sql_mode="STRICT_TRANS_TABLES")) as conn, conn.cursor() as cur:
+        cur.execute(f"SET SESSION sql_mode = '{before}'")
+        cur.execute(f"SET SESSION {session_sql_mode(None)}")
+        cur.execute("SELECT @@SESSION.sql_mode AS mode")
+        assert set(filter(None, cur.fetchone()["mode"].split(","))) == set(filter(None, after.split(",")))
 
 
 @sql_modes.server_only

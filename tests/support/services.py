@@ -44,13 +44,12 @@ def with_database(url: str, name: str) -> str:
 
 
 def connect(url: str, *, database: bool = True, sql_mode: str | None = None) -> pymysql.connections.Connection:
-    """A connection of the tests' own; with ``sql_mode``, its session has that mode, as the app's would."""
+    """A connection of the tests' own, its sql_mode set as the app's sessions set theirs."""
     parts = urlsplit(url)
-    assignment = session_sql_mode(sql_mode)
     return pymysql.connect(host=parts.hostname, port=parts.port or 3306, user=parts.username,
                            password=parts.password or "", database=parts.path.lstrip("/") if database else None,
                            autocommit=True, cursorclass=pymysql.cursors.DictCursor,
-                           init_command=f"SET SESSION {assignment}" if assignment else None)
+                           init_command=f"SET SESSION {session_sql_mode(sql_mode)}")
 
 
 def migrate(url: str, revision: str = "head", *, down: bool = False, sql_mode: str | None = None) -> None:

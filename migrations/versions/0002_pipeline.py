@@ -94,4 +94,6 @@ def downgrade() -> None:
                     existing_server_default=sa.text("0"), comment=None)
     op.alter_column("t_idem", "owner", existing_type=sa.String(128), existing_nullable=True, comment=None)
     op.alter_column("t_idem", "idem_token", existing_type=sa.String(64), existing_nullable=True, comment=None)
-    op.execute("ALTER TABLE t_idem CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
+    # Back to the character set's default collation, as 0001 created the table: utf8mb4_general_ci
+    # on MariaDB 10.11, utf8mb4_0900_ai_ci on MySQL 8 (naming one restored MariaDB's alone).
+    op.execute("ALTER TABLE t_idem CONVERT TO CHARACTER SET utf8mb4")

@@ -48,8 +48,9 @@ T = TypeVar("T")
 LOCK_ERRORS = {1213, 1205, 1020}
 # Lost races on an insert: somebody else inserted the same key first. The re-run sees it.
 RACE_ERRORS = {1062}
-# The server is gone, or never was.
-CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2014, 2045, 2055, 1040, 1053}
+# The server is gone, or never was; 4031: MySQL 8.0.24+ closed the connection for idling past
+# wait_timeout and says so (MariaDB just closes it: 2013 or 2006).
+CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2014, 2045, 2055, 1040, 1053, 4031}
 
 
 def _error_code(exc: DBAPIError) -> int | None:

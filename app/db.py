@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import socket
 import ssl
 
@@ -16,6 +17,9 @@ from app.settings import Settings
 
 log = logging.getLogger(__name__)
 CHARSET = "utf8mb4"
+_SQL_MODE = re.compile(r"[A-Za-z_]+(,[A-Za-z_]+)*")
+_KEEP_BACKSLASH_ESCAPES = ("sql_mode = TRIM(BOTH ',' FROM REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), "
+                           "',NO_BACKSLASH_ESCAPES,', ','))")
 
 
 class WrongCharset(RuntimeError):
@@ -52,6 +56,7 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
     size = settings.db_pool_size if pool_size is None else pool_size
     server_idle = max(60, math.ceil(2 * settings.db_transaction_timeout_seconds))
     tls = ssl_context(settings)
+    sql_mode = session_sql_mode(settings.db_sql_mode)
     engine = create_async_engine(
         url or settings.mysql_url,
         pool_size=size,
@@ -63,7 +68,7 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
                       "connect_timeout": settings.db_connect_timeout_seconds,
                       "init_command": "SET SESSION time_zone = '+00:00', "
                                       f"innodb_lock_wait_timeout = {int(settings.db_lock_wait_timeout_seconds)}, "
-                                      f"lock_wait_timeout = 30, wait_timeout = {server_idle}",
+                                      f"lock_wait_timeout = 30, wait_timeout = {server_idle}, {sql_mode}",
                       **({"ssl": tls} if tls is not None else {})},
     )
     keepalive = settings.db_keepalive_seconds
@@ -91,6 +96,20 @@ def check_store_server(dbapi_connection, settings: Settings) -> None:
                     "acknowledged may be missing, so recovery window %d is open for %g h: fresh SMS claims are "
                     "looked up before they are sent. See the README, After a failover or a restore.",
                     change.before, change.after, change.window_id, change.hours)
+
+
+def session_sql_mode(mode: str | None) -> str:
+    """The assignment that gives a session its sql_mode: the modes ``DB_SQL_MODE`` names, or
+    the server's own without NO_BACKSLASH_ESCAPES. aiomysql escapes bytes parameters with
+    backslashes whatever the mode, so under that mode a record's bytes would be stored
+    altered, or a quote among them would end their literal early (README "MariaDB and MySQL 8")."""
+    if not mode:
+        return _KEEP_BACKSLASH_ESCAPES
+    if not _SQL_MODE.fullmatch(mode):
+        raise ValueError(f"DB_SQL_MODE={mode!r}: not a comma-separated list of sql_mode names")
+    if "NO_BACKSLASH_ESCAPES" in mode.upper().split(","):
+        raise ValueError("DB_SQL_MODE must not hold NO_BACKSLASH_ESCAPES: the driver escapes bytes with backslashes")
+    return f"sql_mode = '{mode}'"
 
 
 def check_charset(dbapi_connection) -> None:

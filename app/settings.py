@@ -148,6 +148,10 @@ class Settings(BaseSettings):
         30.0, gt=0, description="Client-side bound of one transaction, connection checkout included.")
     db_keepalive_seconds: int = Field(
         30, ge=1, description="TCP keepalive idle time of database connections (probes every 10 s, 3 probes).")
+    db_sql_mode: str | None = Field(
+        None, pattern=r"^([A-Za-z_]+(,[A-Za-z_]+)*)?$",
+        description="sql_mode of every session (comma-separated modes, e.g. MySQL 8's default on MariaDB); "
+                    "unset or empty: the server's default.")
     infra_retry_budget_seconds: float = Field(
         60.0, gt=0, description="How long (wall clock) a batch waits out an unreachable database before the "
                                 "worker stops.")

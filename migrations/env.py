@@ -1,9 +1,11 @@
 """Alembic environment: migrations run synchronously through PyMySQL.
 
 The URL comes from the ``MYSQL_URL`` setting (``-x url=...`` overrides it, which
-the tests use to migrate a scratch database); TLS from ``MYSQL_SSL_*``, like
-every other connection of the project (``app.db.ssl_context``). A connection the
-server refuses ends the run with one sentence that names the setting to fix.
+the tests use to migrate a scratch database), the session's sql_mode from
+``DB_SQL_MODE`` (``-x sql_mode=...`` overrides it), as the worker's sessions have it;
+TLS from ``MYSQL_SSL_*``, like every other connection of the project
+(``app.db.ssl_context``). A connection the server refuses ends the run with one
+sentence that names the setting to fix.
 """
 
 from logging.config import fileConfig
@@ -14,7 +16,7 @@ from sqlalchemy import create_engine, pool
 from sqlalchemy.exc import DBAPIError
 
 from app.adapters.mysql_preflight import Target, explain
-from app.db import ssl_context
+from app.db import session_sql_mode, ssl_context
 from app.settings import get_settings
 from tables import metadata
 
@@ -28,6 +30,11 @@ def sync_url() -> str:
     return url.replace("+aiomysql", "+pymysql")
 
 
+def connect_args() -> dict:
+    mode = context.get_x_argument(as_dictionary=True).get("sql_mode") or get_settings().db_sql_mode
+    return {"init_command": f"SET SESSION {session_sql_mode(mode)}"}
+
+
 def run_migrations_offline() -> None:
     context.configure(url=sync_url(), target_metadata=metadata, literal_binds=True)
     with context.begin_transaction():
@@ -37,7 +44,8 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     settings = get_settings()
     tls = ssl_context(settings)
-    engine = create_engine(sync_url(), poolclass=pool.NullPool, connect_args={"ssl": tls} if tls else {})
+    engine = create_engine(sync_url(), poolclass=pool.NullPool,
+                           connect_args={**connect_args(), **({"ssl": tls} if tls else {})})
     try:
         connection = engine.connect()
     except DBAPIError as exc:

@@ -13,8 +13,8 @@ from app.topics import topic_specs
 from app.settings import Settings
 from tests.support.fakes import fakes_in_process
 from tests.support.pipeline import Harness
-from tests.support.services import (TEST_TOKEN_SECRET, ScratchDatabase, Worker, create_topics, delete_topics,
-                                    worker_env)
+from tests.support.services import (TEST_TOKEN_SECRET, ScratchDatabase, ScratchDatabases, Worker, create_topics,
+                                    delete_topics, worker_env)
 
 os.environ.setdefault("IDEM_TOKEN_SECRET", TEST_TOKEN_SECRET)
 
@@ -25,10 +25,16 @@ def settings() -> Settings:
 
 
 @pytest.fixture(scope="session")
-def scratch_db(settings: Settings):
-    db = ScratchDatabase(settings.mysql_url).create()
-    yield db
-    db.drop()
+def scratch_dbs():
+    """The session's scratch databases, one per sql_mode (``tests/support/sql_modes.py``)."""
+    databases = ScratchDatabases()
+    yield databases
+    databases.drop()
+
+
+@pytest.fixture(scope="session")
+def scratch_db(settings: Settings, scratch_dbs: ScratchDatabases) -> ScratchDatabase:
+    return scratch_dbs.get(settings)
 
 
 class Topics:
@@ -72,8 +78,9 @@ def spawn_worker(scratch_db: ScratchDatabase, request):
     workers: list[Worker] = []
 
     def spawn(topics: Topics, name: str = "w", **overrides: str) -> Worker:
+        mode = {"DB_SQL_MODE": scratch_db.sql_mode} if scratch_db.sql_mode else {}
         env = worker_env(**{"MYSQL_URL": scratch_db.url, "WORKER_ID": f"{request.node.name[:40]}-{name}",
-                            **topics.env(), **overrides})
+                            **mode, **topics.env(), **overrides})
         worker = Worker(env, f"{request.node.name[:60]}-{name}").start()
         workers.append(worker)
         return worker

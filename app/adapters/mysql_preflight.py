@@ -163,6 +163,10 @@ def explain(exc: BaseException, tls: MySqlTls, where: Target, *, server_offers_t
                                     f"({_message(causes)}): create it, or grant the user access to it")
     if any(code in (1251, 1275) for code in codes):
         return DatabaseStartupError(f"{server} refused our login ({_message(causes)})")
+    if any(code < 2000 for code in codes):
+        # The server answered and refused (a server error, not a client one: 2xxx are the
+        # driver's), e.g. 1231 for a DB_SQL_MODE it does not know.
+        return DatabaseStartupError(f"{server} refused our session ({_message(causes)})")
     return DatabaseStartupError(f"{server} does not answer: {_message(causes)}", retriable=True)
 
 

@@ -34,9 +34,20 @@ def upgrade() -> None:
                                       comment="sha256 of order_no, type and data"))
     op.add_column("t_idem", sa.Column("outcome", sa.String(64), nullable=True,
                                       comment="applied/stale/waybill_issued/... or the failure reason"))
-    # Rows of the walking skeleton: their key starts with the order number.
-    op.execute("UPDATE t_idem SET part_date = COALESCE(STR_TO_DATE(SUBSTRING(biz_key, 5, 8), '%Y%m%d'), "
-               "'1970-01-01'), step = 'skeleton', payload_hash = ''")
+    # Rows of the walking skeleton: their key starts with the order number (ORD-YYYYMMDD-...);
+    # a key without a real date there gets 1970-01-01. The date is checked before STR_TO_DATE
+    # sees it: in strict mode (MariaDB's default and MySQL 8's) STR_TO_DATE stops the UPDATE at
+    # the first key that is no date instead of giving NULL, and without NO_ZERO_DATE and
+    # NO_ZERO_IN_DATE it gives zero dates (2026-11-00). CASE tries its conditions in order, so
+    # LAST_DAY only ever sees a real month.
+    ymd = "SUBSTRING(biz_key, 5, 8)"
+    op.execute("UPDATE t_idem SET part_date = CASE "
+               f"WHEN NOT ({ymd} REGEXP '^[0-9]{{8}}$' AND SUBSTRING(biz_key, 5, 4) >= '1000' "
+               "AND SUBSTRING(biz_key, 9, 2) BETWEEN '01' AND '12') THEN '1970-01-01' "
+               "WHEN SUBSTRING(biz_key, 11, 2) BETWEEN '01' "
+               "AND DATE_FORMAT(LAST_DAY(CONCAT(SUBSTRING(biz_key, 5, 6), '01')), '%d') "
+               f"THEN STR_TO_DATE({ymd}, '%Y%m%d') ELSE '1970-01-01' END, "
+               "step = 'skeleton', payload_hash = ''")
     op.alter_column("t_idem", "part_date", existing_type=sa.Date, nullable=False)
     op.alter_column("t_idem", "step", existing_type=sa.String(32), nullable=False)
     op.alter_column("t_idem", "payload_hash", existing_type=sa.String(64), nullable=False,
@@ -83,4 +94,6 @@ def downgrade() -> None:
                     existing_server_default=sa.text("0"), comment=None)
     op.alter_column("t_idem", "owner", existing_type=sa.String(128), existing_nullable=True, comment=None)
     op.alter_column("t_idem", "idem_token", existing_type=sa.String(64), existing_nullable=True, comment=None)
-    op.execute("ALTER TABLE t_idem CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
+    # Back to the character set's default collation, as 0001 created the table: utf8mb4_general_ci
+    # on MariaDB 10.11, utf8mb4_0900_ai_ci on MySQL 8 (naming one restored MariaDB's alone).
+    op.execute("ALTER TABLE t_idem CONVERT TO CHARACTER SET utf8mb4")

@@ -12,11 +12,14 @@ import pytest
 from app.pipeline.compensation import PERSON_CLAIMS, Backoff, Status
 from app.pipeline.compensator import Compensator
 from app.pipeline.ports import SourceRecord
+from tests.support import sql_modes
 from tests.support.desk import desk
 from tests.support.events import event, order_no
 from tests.support.pipeline import ev, paid_orders, source
 
 pytestmark = pytest.mark.integration
+# Every database test here runs under the server's sql_mode and under MySQL 8's.
+settings, scratch_db = sql_modes.each_sql_mode()
 
 
 def calls(harness, service: str, order: str) -> list[dict]:

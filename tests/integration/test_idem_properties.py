@@ -37,11 +37,14 @@ from app.pipeline.ports import Finished, Receipt
 from app.pipeline.tokens import StepTokens
 from app.pipeline.processor import Processor
 from app.pipeline.states import IdemStatus, OrderStatus
+from tests.support import sql_modes
 from tests.support.events import order_no
 from tests.support.pipeline import ev
 from tests.support.services import connect
 
 pytestmark = pytest.mark.integration
+# Every database test here runs under the server's sql_mode and under MySQL 8's.
+settings, scratch_db = sql_modes.each_sql_mode()
 
 WORKERS = ("w1", "w2", "w3")
 ORDERS = 2

@@ -24,12 +24,16 @@ from app.adapters.mysql.watch import Watch
 from app.db import create_engine
 from app.pipeline.compensation import Status
 from app.timers.stuck import Sweep
+from tests.support import sql_modes
 from tests.support.alerts import AlertReceiver
 from tests.support.events import event, order_no, record
 from tests.support.fakes import FakesProcess
 from tests.support.services import ROOT, ScratchDatabase, produce, wait_for
 
 pytestmark = pytest.mark.integration
+# Every database test here runs under the server's sql_mode and under MySQL 8's.
+settings, scratch_db = sql_modes.each_sql_mode()
+
 GROUP = "ops-group"
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -37,7 +41,7 @@ RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 @pytest.fixture(scope="module")
 def ops_db(settings):
     """A database of its own: the sweep reads every pending row, and others' tests leave some."""
-    db = ScratchDatabase(settings.mysql_url).create()
+    db = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create()
     yield db
     db.drop()
 
@@ -183,6 +187,7 @@ async def test_the_queue_counts_stop_at_their_cap_and_say_so(settings, ops_db, m
     assert plans[0]["type"] == "ref" and plans[0]["key"].startswith("idx_status"), plans
 
 
+@sql_modes.server_only      # its subject is two workers, not the SQL (tests/integration/test_sql_modes.py reads the gauges)
 def test_workers_sweep_one_at_a_time_take_over_from_a_dead_sweeper_and_export_the_gauges(settings, topics,
                                                                                          spawn_worker, ops_db):
     """Two real workers with a 1 s sweep: the alerts come from one of them; SIGKILL it and the
@@ -279,9 +284,11 @@ def test_workers_sweep_one_at_a_time_take_over_from_a_dead_sweeper_and_export_th
 
 
 def test_the_budget_command_prints_the_model_for_the_given_rate_and_reads_the_table_with_current(ops_db):
+    mode = {"DB_SQL_MODE": ops_db.sql_mode} if ops_db.sql_mode else {}
+
     def budget(*args: str, **env: str) -> str:
         out = subprocess.run([str(Path(sys.executable).with_name("faust")), "-A", "app", "budget", *args],
-                             cwd=ROOT, env={**os.environ, "MYSQL_URL": ops_db.url, **env}, capture_output=True,
+                             cwd=ROOT, env={**os.environ, "MYSQL_URL": ops_db.url, **mode, **env}, capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout

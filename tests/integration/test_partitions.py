@@ -20,12 +20,15 @@ from app.db import create_engine
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.timers.partitions import MaintenanceReport, maintain
+from tests.support import sql_modes
 from tests.support.events import order_no
 from tests.support.fakes import fakes_in_process
 from tests.support.pipeline import Harness, ev
-from tests.support.services import ScratchDatabase, connect, migrate
+from tests.support.services import ScratchDatabase, connect
 
 pytestmark = pytest.mark.integration
+# Every database test here runs under the server's sql_mode and under MySQL 8's.
+settings, scratch_db = sql_modes.each_sql_mode()
 
 RETENTION_DAYS = 90
 AHEAD = 3
@@ -47,7 +50,7 @@ def fresh_db(settings):
     made: list[ScratchDatabase] = []
 
     def make(*, migrated: bool = True) -> ScratchDatabase:
-        db = ScratchDatabase(settings.mysql_url).create(migrated=migrated)
+        db = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create(migrated=migrated)
         made.append(db)
         return db
 
@@ -272,14 +275,14 @@ async def drop_during_long_transaction(settings, db: ScratchDatabase, *, hold_se
 
 def test_the_migration_converts_a_table_with_rows_and_downgrades_without_losing_them(fresh_db):
     db = fresh_db(migrated=False)
-    migrate(db.url, "0005")
+    db.migrate("0005")
     today = utc_today()
     days = [today - timedelta(days=730), month_start(today, -3) + timedelta(days=9), today,
             month_start(today, 2) + timedelta(days=27), today + timedelta(days=5 * 365)]
     keys = {insert_idem(db, day, prefix="MIG"): day for day in days}
     rows = snapshot(db)
 
-    migrate(db.url, "0006")
+    db.migrate("0006")
     migration_day = utc_today()
     this_month = month_start(migration_day)
     assert [name for name, _ in partition_bounds(db)] == (
@@ -302,7 +305,7 @@ def test_the_migration_converts_a_table_with_rows_and_downgrades_without_losing_
                           "AND part_date = %s", key, day)
         assert plan["partitions"] == where[key], plan
 
-    migrate(db.url, "0005", down=True)
+    db.migrate("0005", down=True)
     assert snapshot(db) == rows
     assert "PARTITION" not in db.query("SHOW CREATE TABLE t_idem")[0]["Create Table"].upper()
     assert [name for name, _ in partition_bounds(db)] == [None]

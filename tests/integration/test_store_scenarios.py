@@ -11,9 +11,12 @@ import pytest
 
 from app.adapters.mysql import MySqlStore
 from app.db import create_engine
+from tests.support import sql_modes
 from tests.support.scenarios import SCENARIOS, Harness, MemoryEffects
 
 pytestmark = pytest.mark.integration
+# Every database test here runs under the server's sql_mode and under MySQL 8's.
+settings, scratch_db = sql_modes.each_sql_mode()
 
 
 class MySqlHarness(Harness):

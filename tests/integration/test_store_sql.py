@@ -18,9 +18,13 @@ from app.pipeline.model import BatchPlan, EffectJob, FailRow, NewRow, Order, Rec
 from app.pipeline.ports import Finished, Receipt
 from app.pipeline.states import IdemStatus, OrderStatus, idem_move_allowed
 from app.pipeline.steps import ISSUE_WAYBILL
+from tests.support import sql_modes
 from tests.support.services import connect
 
 pytestmark = pytest.mark.integration
+# Every database test here runs under the server's sql_mode and under MySQL 8's.
+settings, scratch_db = sql_modes.each_sql_mode()
+
 DAY = date(2026, 11, 29)
 ME = "owner/main/1"
 _serial = itertools.count(1)

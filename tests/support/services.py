@@ -23,7 +23,7 @@ from alembic import command
 from alembic.config import Config
 
 from app.adapters import kafka_ops
-from app.db import ssl_context
+from app.db import session_sql_mode, ssl_context
 from app.settings import Settings, get_settings
 from app.topics import TopicSpec
 
@@ -44,50 +44,79 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
-def connect(url: str, *, database: bool = True, tls: ssl.SSLContext | None | bool = True) \
-        -> pymysql.connections.Connection:
+def connect(url: str, *, database: bool = True, tls: ssl.SSLContext | None | bool = True,
+            sql_mode: str | None = None) -> pymysql.connections.Connection:
     """A PyMySQL connection for the tests and the benchmarks; ``tls=True``: TLS as ``MYSQL_SSL_*``
-    of this process's environment says (``app.db.ssl_context``), like every connection of the app."""
+    of this process's environment says (``app.db.ssl_context``), like every connection of the app;
+    its sql_mode set as the app's sessions set theirs."""
     parts = urlsplit(url)
     context = ssl_context(get_settings()) if tls is True else tls or None
     return pymysql.connect(host=parts.hostname, port=parts.port or 3306, user=parts.username,
                            password=parts.password or "", database=parts.path.lstrip("/") if database else None,
-                           autocommit=True, cursorclass=pymysql.cursors.DictCursor, ssl=context)
+                           autocommit=True, cursorclass=pymysql.cursors.DictCursor, ssl=context,
+                           init_command=f"SET SESSION {session_sql_mode(sql_mode)}")
 
 
-def migrate(url: str, revision: str = "head", *, down: bool = False) -> None:
+def migrate(url: str, revision: str = "head", *, down: bool = False, sql_mode: str | None = None) -> None:
     config = Config(str(ROOT / "alembic.ini"))
-    config.cmd_opts = Namespace(x=[f"url={url}"])
+    config.cmd_opts = Namespace(x=[f"url={url}"] + ([f"sql_mode={sql_mode}"] if sql_mode else []))
     (command.downgrade if down else command.upgrade)(config, revision)
 
 
 class ScratchDatabase:
-    """A database of its own for one test session, migrated to head."""
+    """A database of its own for one test session, migrated to head. With ``sql_mode``, the
+    migrations and the test's own queries run in sessions of that mode (the app's engines
+    take it from ``Settings.db_sql_mode``)."""
 
-    def __init__(self, base_url: str, label: str | None = None) -> None:
+    def __init__(self, base_url: str, label: str | None = None, *, sql_mode: str | None = None) -> None:
         base_name = urlsplit(base_url).path.lstrip("/")
         self.name = f"{base_name}_{label or 'test_' + uuid.uuid4().hex[:8]}"
         self.url = with_database(base_url, self.name)
+        self.sql_mode = sql_mode or None
 
     def create(self, *, migrated: bool = True) -> "ScratchDatabase":
         with closing(connect(self.url, database=False)) as conn, conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
         if migrated:
-            migrate(self.url)
+            self.migrate()
         return self
+
+    def migrate(self, revision: str = "head", *, down: bool = False) -> None:
+        migrate(self.url, revision, down=down, sql_mode=self.sql_mode)
+
+    def connect(self) -> pymysql.connections.Connection:
+        return connect(self.url, sql_mode=self.sql_mode)
 
     def drop(self) -> None:
         with closing(connect(self.url, database=False)) as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{self.name}`")
 
     def query(self, sql: str, *args) -> list[dict]:
-        with closing(connect(self.url)) as conn, conn.cursor() as cur:
+        with closing(self.connect()) as conn, conn.cursor() as cur:
             cur.execute(sql, args)
             return list(cur.fetchall())
 
     def scalar(self, sql: str, *args):
         rows = self.query(sql, *args)
         return next(iter(rows[0].values())) if rows else None
+
+
+class ScratchDatabases:
+    """Scratch databases made on first use, one per server and sql_mode, for the whole session:
+    every module that runs its tests under each sql_mode shares them."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[str, str | None], ScratchDatabase] = {}
+
+    def get(self, settings: Settings) -> ScratchDatabase:
+        key = (settings.mysql_url, settings.db_sql_mode or None)
+        if key not in self._made:
+            self._made[key] = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create()
+        return self._made[key]
+
+    def drop(self) -> None:
+        for db in self._made.values():
+            db.drop()
 
 
 # ------------------------------------------------------------------ Kafka --

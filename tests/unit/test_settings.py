@@ -91,3 +91,11 @@ def test_the_web_views_answer_to_our_host_names_only():
     s = Settings(web_bind="0.0.0.0", web_public_url="https://desk.example.com:8443/", web_allowed_hosts="worker,[fe80::1]")
     assert s.allowed_hosts == {"127.0.0.1", "localhost", "::1", "desk.example.com", "worker", "fe80::1"}
     assert "10.0.0.5" in Settings(web_bind="10.0.0.5").allowed_hosts
+
+
+def test_db_sql_mode_is_a_list_of_modes_or_nothing():
+    assert Settings(db_sql_mode="ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES").db_sql_mode == \
+        "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES"
+    assert Settings.model_fields["db_sql_mode"].default is None and Settings(db_sql_mode="").db_sql_mode == ""
+    for bad in ("STRICT_TRANS_TABLES'; DROP TABLE t_idem; --", "STRICT_TRANS_TABLES, NO_ZERO_DATE", ","):
+        assert "db_sql_mode" in refused(db_sql_mode=bad)

@@ -34,14 +34,17 @@ class MySqlLeases:
         lease_us = int(seconds * 1_000_000)
 
         async def work(tx) -> bool:
-            # ON DUPLICATE KEY UPDATE assignments run left to right, each seeing the ones
-            # before it: ``owner`` is decided first from the old expiry, then the expiry
-            # moves only if the owner is now us.
+            # Both assignments move under the same condition, read so that it holds whichever
+            # way the server assigns: left to right, each seeing the ones before it (MySQL, and
+            # MariaDB's default), or all from the row as it was (MariaDB's SIMULTANEOUS_ASSIGNMENT).
+            # ``lease_until`` still reads its old value either way; ``owner = VALUES(owner)`` read
+            # after ``owner`` moved is true when it moved to us or was ours already, as before.
+            taken = "lease_until < NOW(3) OR owner = VALUES(owner)"
             await tx._exec(
                 "INSERT INTO t_lease (name, owner, lease_until, gmt_modified) "
                 f"VALUES (%s, %s, NOW(3) + INTERVAL {lease_us} MICROSECOND, NOW(3)) ON DUPLICATE KEY UPDATE "
-                "owner = IF(lease_until < NOW(3) OR owner = VALUES(owner), VALUES(owner), owner), "
-                "lease_until = IF(owner = VALUES(owner), VALUES(lease_until), lease_until), "
+                f"owner = IF({taken}, VALUES(owner), owner), "
+                f"lease_until = IF({taken}, VALUES(lease_until), lease_until), "
                 "gmt_modified = NOW(3)", [name, owner])
             result = await tx._exec("SELECT owner FROM t_lease WHERE name = %s", [name])
             return result.scalar() == owner

@@ -20,7 +20,9 @@ Two MariaDB/MySQL traps shape the SQL here:
 
 * ``INSERT ... ON DUPLICATE KEY UPDATE`` assignments run left to right and
   each sees the columns already updated; a column that a later condition
-  reads must be assigned last (``status`` in the ``t_order`` upsert).
+  reads must be assigned last (``status`` in the ``t_order`` upsert). MariaDB's
+  SIMULTANEOUS_ASSIGNMENT mode evaluates them all from the old row instead:
+  every statement here means the same either way (``tests/integration/test_sql_modes.py``).
 * SQLAlchemy's MySQL dialects connect with CLIENT_FOUND_ROWS, so affected-row
   counts of an upsert say nothing about who won. Claims are decided under
   ``SELECT ... FOR UPDATE`` and fenced writes are checked by matched rows.
@@ -49,8 +51,10 @@ LOCK_ERRORS = {1213, 1205, 1020}
 # Lost races on an insert: somebody else inserted the same key first. The re-run sees it.
 RACE_ERRORS = {1062}
 # The server is gone, or never was; 2026: it came back without TLS while MYSQL_SSL_* asks for TLS
-# (nothing was sent: see app.adapters.mysql_tls), which the next start-up names.
-CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2014, 2026, 2045, 2055, 1040, 1053}
+# (nothing was sent: see app.adapters.mysql_tls), which the next start-up names; 4031: MySQL
+# 8.0.24+ closed the connection for idling past wait_timeout and says so (MariaDB just closes it:
+# 2013 or 2006).
+CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2014, 2026, 2045, 2055, 1040, 1053, 4031}
 # The server takes no writes: a replica, or a primary demoted in a failover, while the traffic
 # still reaches it (1290 ER_OPTION_PREVENTS_STATEMENT "running with the --read-only option",
 # what MariaDB and MySQL raise; MySQL's 1836 ER_READ_ONLY_MODE; 1792, a transaction read-only

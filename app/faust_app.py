@@ -15,6 +15,7 @@ import faust
 from app import exits
 from app.adapters import kafka_consumer, kafka_ops, kafka_records, mysql_preflight
 from app.adapters.kafka_connection import KafkaConfigError, KafkaStartupError, preflight
+from app.adapters.mysql import schema
 from app.db import create_engine
 from app.monitor import BatchLevelMonitor
 from app.settings import Settings
@@ -97,7 +98,8 @@ async def check_database(app: faust.App, settings: Settings) -> None:
     required and not configured, a client certificate refused, access denied) stops the worker at
     once with exit 78 and a line that names the setting to fix. A server that does not answer is
     waited for, up to INFRA_RETRY_BUDGET_SECONDS; then the worker starts anyway and its batches
-    wait it out as in any outage (and stop it, exit 70, when it lasts past their budget)."""
+    wait it out as in any outage (and stop it, exit 70, when it lasts past their budget). A schema
+    whose migrations are behind this code stops it too (exit 78, what to run)."""
     tls = settings.mysql_tls
     where = mysql_preflight.Target.of(settings.mysql_url)
     log.info("database: %s as %r, %s", where, where.user, tls.describe())
@@ -113,9 +115,24 @@ async def check_database(app: faust.App, settings: Settings) -> None:
         log.warning("%s (waited %.0f s: INFRA_RETRY_BUDGET_SECONDS); starting anyway: batches wait for the "
                     "database as in an outage", exc, settings.infra_retry_budget_seconds)
         return
+    else:
+        log.info("the database answers at %s%s", where, f" over TLS ({cipher})" if cipher else " (no TLS)")
+        await check_schema(engine)
     finally:
         await engine.dispose()
-    log.info("the database answers at %s%s", where, f" over TLS ({cipher})" if cipher else " (no TLS)")
+
+
+async def check_schema(engine) -> None:
+    """Refuse to start on a database whose migrations are behind this code (app.adapters.mysql.schema)."""
+    known = schema.revisions()
+    if known is None:
+        log.warning("no migrations beside the code (%s): the database's schema is not checked", schema.alembic_ini())
+        return
+    verdict = schema.judge(await schema.found_revision(engine), known)
+    if not verdict.ok:
+        exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {verdict.message}")
+    elif verdict.message:
+        log.warning(verdict.message)
 
 
 def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> "ProcessorApp":

@@ -349,9 +349,11 @@ def _install(datadir: Path) -> None:
         home = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         _claim(home)
         atexit.register(shutil.rmtree, home, ignore_errors=True)
+        (home / "tmp").mkdir()          # its own: bootstraps sharing /tmp collide on temporary tables
+        _give_to_mysql(home / "tmp")
         done = subprocess.run(["mariadb-install-db", "--no-defaults", *_as_mysql(), f"--datadir={home / 'data'}",
-                               "--auth-root-authentication-method=normal", "--skip-test-db",
-                               "--innodb-log-file-size=32M"],
+                               f"--tmpdir={home / 'tmp'}", "--auth-root-authentication-method=normal",
+                               "--skip-test-db", "--innodb-log-file-size=32M"],
                               capture_output=True, text=True, timeout=180)
         if done.returncode != 0:
             raise PairError(f"mariadb-install-db failed ({done.returncode}):\n"

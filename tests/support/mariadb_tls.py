@@ -147,8 +147,13 @@ class MariaDbTls:
         for name in ("ca.pem", "server.pem", "server.key"):
             shutil.copyfile(self.certs / name, self.scratch / name)
         _give_to_mysql(self.scratch)
+        # A temporary folder of its own: bootstraps sharing /tmp collide on their temporary tables
+        # ("Could not remove temporary table '/tmp/#sql-temptable-...'", then 1051: seen twice).
+        (self.scratch / "tmp").mkdir()
+        _give_to_mysql(self.scratch / "tmp")
         done = subprocess.run(["mariadb-install-db", "--no-defaults", *_as_mysql(), f"--datadir={self.datadir}",
-                               "--auth-root-authentication-method=normal", "--skip-test-db"],
+                               f"--tmpdir={self.scratch / 'tmp'}", "--auth-root-authentication-method=normal",
+                               "--skip-test-db"],
                               capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise AssertionError(f"mariadb-install-db failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -164,7 +169,7 @@ class MariaDbTls:
 
     def command(self) -> list[str]:
         return [MARIADBD, "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}",
-                f"--socket={self.socket}", "--bind-address=127.0.0.1", *_as_mysql(),
+                f"--socket={self.socket}", f"--tmpdir={self.scratch / 'tmp'}", "--bind-address=127.0.0.1", *_as_mysql(),
                 f"--log-error={self.error_log}", f"--pid-file={self.scratch / 'mariadbd.pid'}",
                 "--skip-name-resolve", "--innodb-buffer-pool-size=64M", "--character-set-server=utf8mb4",
                 "--collation-server=utf8mb4_bin", f"--ssl-ca={self.scratch / 'ca.pem'}",

@@ -16,8 +16,9 @@ SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|WHERE|SET|VALUES|FROM|AN
 IDENTIFIER = re.compile(r"(?<![%'\w])[a-z_][a-z0-9_]*\b")
 KNOWN = {table.name for table in metadata.tables.values()} | {
     column.name for table in metadata.tables.values() for column in table.columns}
-# The server's own names (its columns there are upper case, which the scan does not read).
-SERVER = {"information_schema", "lock_wait_timeout"}
+# The server's own names (its columns there are upper case, which the scan does not read), and
+# Alembic's table of the schema's revision (app.adapters.mysql.schema reads it).
+SERVER = {"information_schema", "lock_wait_timeout", "alembic_version", "version_num"}
 
 
 def sql_fragments(path: Path) -> list[str]:

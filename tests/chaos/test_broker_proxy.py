@@ -1,6 +1,6 @@
 """The proxies (tests/chaos/brokers.py for the cluster, tests/support/proxy.py for the rest): a broker that dies behind one looks dead to
 its clients, closed at once, as it would without the proxy; a cut connection hangs, and goes
-on once the cut heals."""
+on once the cut heals; a retarget (a database failover's move) ends every open connection."""
 
 from __future__ import annotations
 
@@ -83,5 +83,33 @@ def test_a_connection_the_cut_hung_goes_on_when_the_cut_heals():
             proxy.restore()
             peer.settimeout(5)
             assert peer.recv(16) == b"held"
+        finally:
+            proxy.stop()
+
+
+def test_a_retarget_closes_every_open_connection_and_sends_new_ones_to_the_new_server():
+    """A failover's move: the open connections end (a hung one too), the next one reaches the new server."""
+    server, proxy, client, peer = _connected_through(BlackholeProxy)
+    hung_client = socket.create_connection(("127.0.0.1", proxy.port))
+    hung_peer, _ = server.accept()
+    other = socket.create_server(("127.0.0.1", 0))
+    other.settimeout(5)
+    with closing(server), closing(client), closing(peer), closing(hung_client), closing(hung_peer), closing(other):
+        try:
+            proxy.blackhole()
+            deadline = time.monotonic() + 5
+            while not proxy._holes and time.monotonic() < deadline:
+                time.sleep(0.01)
+            hung_client.sendall(b"held")
+            proxy.retarget("127.0.0.1", other.getsockname()[1])
+            assert _outcome(client, 5) == "closed" and _outcome(hung_client, 5) == "closed"
+            assert _outcome(peer, 5) == "closed" and _outcome(hung_peer, 5) == "closed"   # never got "held"
+            fresh = socket.create_connection(("127.0.0.1", proxy.port))
+            with closing(fresh):
+                moved, _ = other.accept()
+                with closing(moved):
+                    fresh.sendall(b"after")
+                    moved.settimeout(5)
+                    assert moved.recv(16) == b"after"
         finally:
             proxy.stop()

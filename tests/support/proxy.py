@@ -5,6 +5,10 @@ and on every connection opened while it lasts, without closing any of them: the
 peers see a connection that is up and never answers (a half-open connection, a
 firewall dropping packets), not a refusal. ``restore()`` lets connections opened
 afterwards through; the blackholed ones stay hung until their client gives up.
+
+``retarget(host, port)`` is a failover's move of the traffic (a proxy switching its
+backend, a virtual IP moving): connections opened afterwards go to the new server,
+and every connection open at that moment is closed at both ends, hung ones included.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ class BlackholeProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, name="blackhole-proxy", daemon=True)
         self._holes = False
         self._live: list[asyncio.Event] = []   # one "forward" switch per connection
+        self._open: dict[tuple[asyncio.StreamWriter, asyncio.StreamWriter], asyncio.Task] = {}   # (client, server)
         self._server: asyncio.AbstractServer | None = None
         self.connections = 0
 
@@ -55,6 +60,19 @@ class BlackholeProxy:
             self._live.clear()          # the cut connections stay cut
         self._loop.call_soon_threadsafe(heal)
 
+    def retarget(self, host: str, port: int) -> None:
+        """From now on forward to ``host:port``; close every connection open now (returns once
+        they are closed). A blackhole in force ends: the new server answers."""
+        async def move():
+            self.target = (host, port)
+            self._holes = False
+            self._live.clear()
+            for ends, task in list(self._open.items()):
+                for writer in ends:
+                    writer.transport.abort()
+                task.cancel()           # a blackholed one would hold its bytes for ever
+        asyncio.run_coroutine_threadsafe(move(), self._loop).result(10)
+
     async def _serve(self) -> None:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
 
@@ -69,17 +87,24 @@ class BlackholeProxy:
         except OSError:
             client_w.close()
             return
+        ends = (client_w, server_w)
+        self._open[ends] = asyncio.current_task()
         pumps = [asyncio.ensure_future(self._pump(client_r, server_w, switch)),
                  asyncio.ensure_future(self._pump(server_r, client_w, switch))]
-        # One side gone (closed or reset: a broker SIGKILLed) ends the other, as a real network
-        # that still carries packets would tell the client; a blackholed connection stays hung.
-        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-        if switch.is_set():
+        try:
+            # One side gone (closed or reset: a broker SIGKILLed) ends the other, as a real network
+            # that still carries packets would tell the client; a blackholed connection stays hung.
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            if switch.is_set():
+                for pump in pumps:
+                    pump.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+        finally:
+            self._open.pop(ends, None)
             for pump in pumps:
                 pump.cancel()
-        await asyncio.gather(*pumps, return_exceptions=True)
-        for writer in (client_w, server_w):
-            writer.close()
+            for writer in ends:
+                writer.close()
 
     @staticmethod
     async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, switch: asyncio.Event) -> None:

@@ -152,6 +152,14 @@ class ReplicatedMariaDB:
             found["semisync"] = self.semisync_status()
         return found
 
+    def written(self) -> int:
+        """The last transaction of the primary's binary log (its GTID sequence number)."""
+        return _seq(_variable(self.primary, "gtid_binlog_pos")) or 0
+
+    def unreplicated(self) -> int:
+        """Transactions of the primary's binary log the replica has not received."""
+        return self.written() - (_seq(_slave_status(self.replica).get("Gtid_IO_Pos")) or 0)
+
     def semisync_status(self) -> dict[str, str]:
         """``Rpl_semi_sync_master_*`` of the primary: ``status`` ON while it waits for the replica,
         ``no_times`` how often it gave up waiting, ``no_tx`` commits that did not wait."""

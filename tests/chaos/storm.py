@@ -24,8 +24,9 @@ On the three-node cluster (``--cluster``) the single broker's restart gives way 
 With ``--db-failover semisync|async`` (``tests.chaos.failover``: the database is a primary and
 its GTID replica) one more, in the middle slot, a seeded few seconds into it:
 
-    once           the primary SIGKILLed (with ``async``, its replica stopped receiving a seeded
-                   3-8 s before, so the failover loses what the primary acknowledged meanwhile),
+    once           the primary SIGKILLed while it commits (with ``async``, its replica stopped
+                   receiving a seeded 3-8 s before, and the primary has committed at least 50
+                   transactions since: the failover loses what it acknowledged meanwhile),
                    the replica promoted once it applied all it received, the proxy moved to it
                    (every open connection closed); then a worker must open a recovery window by
                    itself; with ``async`` also what the README asks of an operator: the workers
@@ -69,10 +70,14 @@ BETWEEN = 3.0                            # seconds between the end of a big faul
 # with the run's settings); then another worker redrives them. The short run's bound outlasts it.
 SHORT_DRAIN = 200
 # The failover: how long before the kill the async replica stops receiving (with semisync, how
-# long into its slot the primary dies); how long a worker may take to open the recovery window;
-# how far before the oldest record the group had not committed when the replica fell behind the
-# operator rewinds it (record timestamps are the producer's clock, the same machine's).
+# long into its slot the primary dies); then, within a bound, until the kill strikes a primary at
+# work: with async one that committed UNREPLICATED transactions the replica never got, with
+# semisync one committing COMMITTING a second (right after the database cut the workers may write
+# nothing for tens of seconds); how long a worker may take to open the recovery window; how far
+# before the oldest record the group had not committed when the replica fell behind the operator
+# rewinds it (record timestamps are the producer's clock, the same machine's).
 FAILOVER_LEAD = (3.0, 8.0)
+UNREPLICATED, COMMITTING, AT_WORK_WAIT = 50, 5, 90.0
 WINDOW_WAIT = 120.0
 REWIND_MARGIN = 10.0
 
@@ -357,10 +362,12 @@ class Storm:
                                                  f"the primary dies {lead:.1f}s later", positions=behind,
                      committed=committed)
         await asyncio.sleep(lead)
+        waited = await self._primary_at_work()
         before = await asyncio.to_thread(db.kill_primary)
         semisync = before.get("semisync") or {}
-        self.log("db_primary_kill", detail=f"SIGKILL; its binary log at {before['primary_binlog']}, the replica "
-                                           f"received {before['replica_received']}"
+        self.log("db_primary_kill", detail=f"SIGKILL ({waited:.1f}s after the lead, for a primary at work); its "
+                                           f"binary log at {before['primary_binlog']}, the replica received "
+                                           f"{before['replica_received']}"
                                            + (f"; semi-sync {semisync.get('status')}, {semisync.get('yes_tx')} "
                                               f"commits acknowledged, {semisync.get('no_tx')} not, fell back "
                                               f"{semisync.get('no_times')}x" if db.semisync else ""),
@@ -379,6 +386,20 @@ class Storm:
                      window={**window, "opened_at": str(window["opened_at"])})
         if not db.semisync:
             await self._rewind_after(behind_at, committed)
+
+    async def _primary_at_work(self) -> float:
+        """Seconds waited until the primary is at work (a bound, not a goal): see UNREPLICATED."""
+        db, clock = self.mariadb, time.monotonic()
+        last = await asyncio.to_thread(db.written)
+        while time.monotonic() - clock < AT_WORK_WAIT:
+            if not db.semisync and await asyncio.to_thread(db.unreplicated) >= UNREPLICATED:
+                break
+            await asyncio.sleep(1.0)
+            now = await asyncio.to_thread(db.written)
+            if db.semisync and now - last >= COMMITTING:
+                break
+            last = now
+        return time.monotonic() - clock
 
     async def _window_opened(self) -> dict | None:
         """The recovery window a worker opened when it found the promoted replica."""

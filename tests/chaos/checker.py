@@ -113,6 +113,7 @@ class CheckReport:
     api_503_seconds: float = 0.0
     api_fault_seconds: float = 0.0
     replayed: int | None = None
+    rewound: int = 0                # records a rewind after a failover delivered again (not in W)
     w_per_kill: float | None = None
     w_per_kill_lower: float | None = None
     duplicates_stopped: int = 0
@@ -319,15 +320,19 @@ def _faults(report: CheckReport, manifest: dict) -> None:
 def _metrics(report: CheckReport, manifest: dict) -> None:
     """W per kill from the workers' replay counters: events delivered again and found done in
     t_idem. The counter also counts duplicates found done across batches, so it bounds W from
-    above; less every duplicate produced, from below."""
+    above; less every duplicate produced, from below. The records an operator's rewind after a
+    failover delivered again are no kill's: they are taken off first."""
     metrics = manifest.get("metrics") or {}
     report.replayed = metrics.get("replayed")
     report.claims_found_done = (metrics.get("claims") or {}).get("done", metrics.get("claims_done"))
     report.metrics_dead_letters = dict(metrics.get("dead_letters") or {})
+    report.rewound = sum((f.get("rewind") or {}).get("records", 0) for f in manifest.get("faults", [])
+                         if f["kind"] == "db_group_rewound")
     if report.replayed is not None and report.kills:
-        report.w_per_kill = round(report.replayed / report.kills, 1)
+        by_kills = max(report.replayed - report.rewound, 0)
+        report.w_per_kill = round(by_kills / report.kills, 1)
         duplicates = report.exact_duplicates + report.republished
-        report.w_per_kill_lower = round(max(report.replayed - duplicates, 0) / report.kills, 1)
+        report.w_per_kill_lower = round(max(by_kills - duplicates, 0) / report.kills, 1)
 
 
 def _failover(report: CheckReport, manifest: dict, findings: Findings) -> None:

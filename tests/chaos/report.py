@@ -63,8 +63,9 @@ def _s(seconds) -> str:
 def _w(report: CheckReport) -> str:
     if report.w_per_kill is None:
         return "-" if report.replayed is None else f"{report.replayed:,} replayed, no kill"
-    return (f"{report.w_per_kill:,.0f} ({report.replayed:,} replayed over {_n(report.kills, 'kill')}; at least "
-            f"{report.w_per_kill_lower:,.0f} once every produced duplicate is taken off)")
+    rewound = f", less the {report.rewound:,} the rewind after the failover delivered again" if report.rewound else ""
+    return (f"{report.w_per_kill:,.0f} ({report.replayed:,} replayed{rewound} over {_n(report.kills, 'kill')}; "
+            f"at least {report.w_per_kill_lower:,.0f} once every produced duplicate is taken off)")
 
 
 def _failover(failover: dict, ledger: dict) -> str:

@@ -31,7 +31,8 @@ its GTID replica) one more, in the middle slot, a seeded few seconds into it:
                    (every open connection closed); then a worker must open a recovery window by
                    itself; with ``async`` also what the README asks of an operator: the workers
                    stopped (SIGTERM), the group rewound on ``order-event`` to before the replica
-                   fell behind, less the group's lag then and a margin, the workers started again
+                   fell behind, less the group's lag then and a margin, the workers started again;
+                   the fault ends when the group has read past where it was before the rewind
 
 The big faults take slots spread over the production time, in an order the seed picks; each
 begins when its slot comes and the one before has ended, so their windows never overlap. The
@@ -75,11 +76,15 @@ SHORT_DRAIN = 200
 # semisync one committing COMMITTING a second (right after the database cut the workers may write
 # nothing for tens of seconds); how long a worker may take to open the recovery window; how far
 # before the oldest record the group had not committed when the replica fell behind the operator
-# rewinds it (record timestamps are the producer's clock, the same machine's).
+# rewinds it (record timestamps are the producer's clock, the same machine's); how long the
+# replay may take to read past where the group was when the workers stopped: the failover ends
+# then, as an operator's watch of the lag does, so the next big fault does not stall the replay
+# while dead letters of events that met the lost rows use up their redrives.
 FAILOVER_LEAD = (3.0, 8.0)
 UNREPLICATED, COMMITTING, AT_WORK_WAIT = 50, 5, 90.0
 WINDOW_WAIT = 120.0
 REWIND_MARGIN = 10.0
+REPLAY_WAIT = 180.0
 
 
 @dataclass(frozen=True)
@@ -385,7 +390,8 @@ class Storm:
             self.log("db_window_opened", detail=f"window {window['id']} opened by {window['opened_by']}",
                      window={**window, "opened_at": str(window["opened_at"])})
         if not db.semisync:
-            await self._rewind_after(behind_at, committed)
+            rewound = await self._rewind_after(behind_at, committed)
+            await self._replayed(rewound["committed_before"])
 
     async def _primary_at_work(self) -> float:
         """Seconds waited until the primary is at work (a bound, not a goal): see UNREPLICATED."""
@@ -415,7 +421,7 @@ class Storm:
             await asyncio.sleep(0.2)
         return None
 
-    async def _rewind_after(self, behind_at: float, committed: dict[int, int]) -> None:
+    async def _rewind_after(self, behind_at: float, committed: dict[int, int]) -> dict:
         """What the README asks of an operator after a failover that may have lost rows whose
         records were committed: stop the workers, rewind the group to before the replica fell
         behind, less the group's lag at that moment and a margin, start them again."""
@@ -447,9 +453,29 @@ class Storm:
             for slot in slots:
                 started = await self.start_worker(slot)
                 self.log("start_worker", started.id)
+            return rewound
         finally:
             self.busy.difference_update(slots)
             self.paused = False
+
+    async def _replayed(self, before: dict[int, int]) -> None:
+        """Wait (a bound) until the group has committed past where it was when the workers stopped."""
+        clock = time.monotonic()
+        behind: dict[int, int] = dict(before)
+        while time.monotonic() - clock < REPLAY_WAIT:
+            try:
+                now = await kafka_ops.committed_offsets(self.brokers.connection(), self.group, self.events_topic,
+                                                        self.partitions)
+                behind = {p: offset - now[p] for p, offset in before.items() if now[p] < offset}
+            except Exception:                 # the broker busy or away: look again
+                pass
+            if not behind:
+                self.log("db_replayed", detail=f"the group committed past where it was before the rewind "
+                                               f"{time.monotonic() - clock:.1f}s after the workers started again")
+                return
+            await asyncio.sleep(1.0)
+        self.log("db_replay_slow", detail=f"after {REPLAY_WAIT:g}s the group is still behind where it was "
+                                          f"before the rewind: {behind}")
 
     async def apis_503(self) -> None:
         down = {"fail_next": FOREVER, "fail_status": 503}

@@ -37,6 +37,8 @@ failover_lost         with ``--db-failover semisync``: a row the dead primary co
                       counted (the dead primary's data was not examined)
 failover_unnoticed    after a failover, no recovery window opened by a worker (``worker:...``
                       in ``t_recovery_window``, read from the database)
+failover_unfinished   after a failover, an order short of its final state until a person acts
+                      (elsewhere a figure: only malformed records wait for a person there)
 ====================  =====================================================================
 
 What the failover lost is the driver's count (``failover`` in the manifest: it alone had the
@@ -62,8 +64,8 @@ from tests.chaos.rules import step_keys
 
 VIOLATIONS = ("lost", "acked_not_consumed", "double_accounted", "misaccounted", "duplicate_effects", "missing_effects", "regressions",
               "pending_left", "offsets_behind", "unexpected_exits", "unsettled", "manifest_mismatches",
-              "unreadable", "failover_lost", "failover_unnoticed")
-FAILOVER_VIOLATIONS = ("failover_lost", "failover_unnoticed")      # reported in failover runs only
+              "unreadable", "failover_lost", "failover_unnoticed", "failover_unfinished")
+FAILOVER_VIOLATIONS = ("failover_lost", "failover_unnoticed", "failover_unfinished")   # in failover runs only
 # Paired faults: the first switches a fault on, the second off; their seconds add up.
 SPANS = {"cut_seconds": ("db_cut", "db_restore"), "broker_cut_seconds": ("broker_cut", "broker_restore"),
          "api_503_seconds": ("api_503_on", "api_503_off"), "api_fault_seconds": ("api_faults_on", "api_faults_off")}
@@ -102,6 +104,7 @@ class CheckReport:
     unreadable: int = 0
     failover_lost: int = 0
     failover_unnoticed: int = 0
+    failover_unfinished: int = 0
     # every acknowledged record: on the log with its bytes, read past, accounted
     acked: dict = field(default_factory=dict)
     # the run's figures
@@ -373,6 +376,9 @@ def _failover(report: CheckReport, manifest: dict, findings: Findings) -> None:
                                                f"{n['sample'][:5]}", n["missing"] + n["behind"])
         if at_kill.get("status") != "ON" or at_kill.get("no_times") not in ("0", 0):
             findings.flag("failover_lost", f"the primary was not waiting for its replica when it died: {at_kill}")
+    if report.unfinished_orders:
+        findings.flag("failover_unfinished", f"{report.unfinished_orders} orders short of their final state until "
+                                             "a person acts", report.unfinished_orders)
     try:
         windows = evidence.read_windows(manifest["mysql"])
     except pymysql.MySQLError as exc:

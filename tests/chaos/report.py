@@ -91,8 +91,9 @@ def _failover(failover: dict, ledger: dict) -> str:
     if ledger:
         text += ("; of the dead letters whose ledger row it lost: "
                  f"{ledger.get('copies_without_row', 0):,} copies left without a row, "
-                 f"{ledger.get('filed_for_a_person', 0):,} filed for a person by the compensator, "
-                 f"{ledger.get('taken_over_by_the_replay', 0):,} such rows taken over by the replay")
+                 f"{ledger.get('filed_for_a_person', 0):,} the compensator filed for a person (no_ledger_row), "
+                 f"{ledger.get('taken_over_by_the_replay', 0):,} more it filed that the replay's own dead letter "
+                 "took over")
     windows = failover.get("windows_opened_by_workers") or []
     text += (f"; recovery window {windows[0]['id']} opened by {windows[0]['opened_by']}" if windows
              else "; no recovery window opened by a worker")

@@ -84,10 +84,10 @@ def _failover(failover: dict, ledger: dict) -> str:
                  + ", ".join(f"{table} {n['missing']:,} missing + {n['behind']:,} behind" for table, n in lost.items())
                  + ")")
         if failover.get("transactions_only_on_replica"):
+            newer = ", ".join(f"{table} {n:,}" for table, n in (failover.get("newer_on_replica") or {}).items() if n)
             text += (f"; the replica had {_n(failover['transactions_only_on_replica'], 'transaction')} the dead "
-                     "primary's recovery rolled back (never acknowledged to a client: "
-                     + ", ".join(f"{table} {n:,}" for table, n in (failover.get("newer_on_replica") or {}).items() if n)
-                     + " rows newer on the replica)")
+                     "primary's recovery rolled back (waiting for the replica's acknowledgement, so never "
+                     "acknowledged to a client" + (f"; rows newer on the replica: {newer}" if newer else "") + ")")
     if ledger:
         text += ("; of the dead letters whose ledger row it lost: "
                  f"{ledger.get('copies_without_row', 0):,} copies left without a row, "

@@ -14,8 +14,8 @@ run: setup ## set up everything, then run one worker, the fake services and a de
 test: setup test-tools ## set up everything, then run the whole test suite
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-chaos: setup test-tools ## the long chaos run (minutes): its own Kafka and MariaDB, 3 workers, the storm, the drain, the check; SEED=n repeats a run; CLUSTER=1 on three Kafka nodes over SASL_SSL (CUT_FORGETS=1: the connections the broker cut hung stay hung)
-	$(PY) -m tests.chaos.driver --mode long $(if $(SEED),--seed $(SEED)) $(if $(CLUSTER),--cluster) $(if $(CUT_FORGETS),--cut-forgets)
+chaos: setup test-tools ## the long chaos run (minutes): its own Kafka and MariaDB, 3 workers, the storm, the drain, the check; SEED=n repeats a run; CLUSTER=1 on three Kafka nodes over SASL_SSL (CUT_FORGETS=1: the connections the broker cut hung stay hung); DB_FAILOVER=semisync|async: MariaDB as a primary and its GTID replica, failed over mid-storm, what it lost counted
+	$(PY) -m tests.chaos.driver --mode long $(if $(SEED),--seed $(SEED)) $(if $(CLUSTER),--cluster) $(if $(CUT_FORGETS),--cut-forgets) $(if $(DB_FAILOVER),--db-failover $(DB_FAILOVER))
 
 setup: venv services migrate topics
 

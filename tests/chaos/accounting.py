@@ -32,6 +32,13 @@ the send, and the replay then succeeded: the compensator's timer settles the row
 ledger). So a copy on the topic must have its ledger row and carry the original record; extra
 copies and rows without one are counted, not failed.
 
+After a failover that lost rows (``--db-failover async``) the ledger row of a copy may be gone:
+the dead primary had it (the driver's forensics list the ledger rows it lost, in the manifest),
+the promoted replica never got it. For those records only, and counted in ``failover_ledger``
+instead of failed: a copy without its row, the row the compensator then filed for a person
+(``no_ledger_row``), and such a row taken over by the replay's own dead letter, which keeps the
+name-less columns of the compensator's row. The record itself is accounted for like any other.
+
 Orders and their effects are checked in ``tests.chaos.orders``.
 """
 
@@ -78,6 +85,7 @@ class Accounts:
     effects: Counter = field(default_factory=Counter)
     duplicates_stopped: int = 0
     unfinished_orders: int = 0
+    failover_ledger: Counter = field(default_factory=Counter)     # what a failover's lost ledger rows left
 
 
 class Accountant:
@@ -103,6 +111,7 @@ class Accountant:
         for entry in self.produced:
             if entry["kind"] == "original":
                 self.originals_of[entry["order_no"]].add(entry["type"])
+        self.lost_ledger = lost_ledger_rows(manifest)
         self.calls_of: dict[tuple[str, str], list[dict]] = defaultdict(list)
         for call in (fakes or {}).get("calls", []):
             self.a.effects[f"{call.get('service')}_calls"] += 1
@@ -220,7 +229,10 @@ class Accountant:
         where = f"{_name(entry)} (ledger row {row['id']}, {reason}, {status})"
         if status in rules.UNSETTLED:
             self.f.flag("unsettled", f"{where}: still {status} after the drain")
-        if reason in ("no_ledger_row", "unreadable_dead_letter"):
+        coords = (entry["partition"], entry["offset"])
+        if reason == "no_ledger_row" and coords in self.lost_ledger:
+            self.a.failover_ledger["filed_for_a_person"] += 1
+        elif reason in ("no_ledger_row", "unreadable_dead_letter"):
             self.f.flag("misaccounted", f"{where}: the compensator met a dead letter without its ledger row")
         record = self.on_topic.get((entry["partition"], entry["offset"]))
         if record is not None and row["src_timestamp"] not in (record.timestamp, -1):
@@ -235,7 +247,9 @@ class Accountant:
             return
         if rules.is_malformed_reason(reason):
             self.f.flag("misaccounted", f"{where}: a valid event dead-lettered as malformed")
-        if (row["order_no"], row["event_id"]) != (entry["order_no"], entry["event_id"]):
+        if row["order_no"] is None and row["event_id"] is None and coords in self.lost_ledger:
+            self.a.failover_ledger["taken_over_by_the_replay"] += 1
+        elif (row["order_no"], row["event_id"]) != (entry["order_no"], entry["event_id"]):
             self.f.flag("misaccounted", f"{where}: the row names {row['order_no']} / {row['event_id']}")
         end = self.request_end(entry["order_no"], entry["type"])
         if status == "compensated" and end not in ("done", "stale"):
@@ -275,7 +289,9 @@ class Accountant:
                                             f"{record.offset} does not say where it came from")
                 continue
             copies[coords] += 1
-            if coords not in self.ledger_at:
+            if coords not in self.ledger_at and coords in self.lost_ledger:
+                self.a.failover_ledger["copies_without_row"] += 1
+            elif coords not in self.ledger_at:
                 self.f.flag("misaccounted", f"dead letter of {coords} ({record.header('dlq.error.type')}) "
                                             "has no ledger row")
             original = self.on_topic.get(coords)
@@ -301,6 +317,13 @@ class Accountant:
             if row["status"] == rules.PENDING:
                 self.f.flag("pending_left", f"{key}: pending, attempt {row['attempt']}, owner {row['owner']}, "
                                             f"last outcome {row['outcome']}")
+
+
+def lost_ledger_rows(manifest: dict) -> set[tuple[int, int]]:
+    """(partition, offset) of the events topic's records whose ledger row the failover lost."""
+    lost = ((manifest.get("failover") or {}).get("lost") or {}).get("t_compensation") or {}
+    return {(partition, offset) for group, topic, partition, offset, _timestamp in lost.get("keys", [])
+            if (group, topic) == (manifest["group"], manifest["events_topic"])}
 
 
 def _name(entry: dict) -> str:

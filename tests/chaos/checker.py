@@ -31,7 +31,19 @@ unexpected_exits      workers that exited when the test neither killed nor stopp
 unsettled             dead letters still open or retrying after the drain
 manifest_mismatches   the manifest and the topic disagree
 unreadable            a source the checker could not read
+failover_lost         with ``--db-failover semisync``: a row the dead primary committed that
+                      the promoted replica lacked, or a primary that was not waiting for its
+                      replica when it died; in either mode, a failover whose loss was not
+                      counted (the dead primary's data was not examined)
+failover_unnoticed    after a failover, no recovery window opened by a worker (``worker:...``
+                      in ``t_recovery_window``, read from the database)
+failover_unfinished   after a failover, an order short of its final state until a person acts
+                      (elsewhere a figure: only malformed records wait for a person there)
 ====================  =====================================================================
+
+What the failover lost is the driver's count (``failover`` in the manifest: it alone had the
+replica's rows at the promotion and the dead primary's data directory); with ``async`` it is a
+figure, not a violation: the records behind those rows must then be accounted for like any other.
 """
 
 from __future__ import annotations
@@ -52,7 +64,8 @@ from tests.chaos.rules import step_keys
 
 VIOLATIONS = ("lost", "acked_not_consumed", "double_accounted", "misaccounted", "duplicate_effects", "missing_effects", "regressions",
               "pending_left", "offsets_behind", "unexpected_exits", "unsettled", "manifest_mismatches",
-              "unreadable")
+              "unreadable", "failover_lost", "failover_unnoticed", "failover_unfinished")
+FAILOVER_VIOLATIONS = ("failover_lost", "failover_unnoticed", "failover_unfinished")   # in failover runs only
 # Paired faults: the first switches a fault on, the second off; their seconds add up.
 SPANS = {"cut_seconds": ("db_cut", "db_restore"), "broker_cut_seconds": ("broker_cut", "broker_restore"),
          "api_503_seconds": ("api_503_on", "api_503_off"), "api_fault_seconds": ("api_faults_on", "api_faults_off")}
@@ -89,6 +102,9 @@ class CheckReport:
     unsettled: int = 0
     manifest_mismatches: int = 0
     unreadable: int = 0
+    failover_lost: int = 0
+    failover_unnoticed: int = 0
+    failover_unfinished: int = 0
     # every acknowledged record: on the log with its bytes, read past, accounted
     acked: dict = field(default_factory=dict)
     # the run's figures
@@ -100,6 +116,7 @@ class CheckReport:
     api_503_seconds: float = 0.0
     api_fault_seconds: float = 0.0
     replayed: int | None = None
+    rewound: int = 0                # records a rewind after a failover delivered again (not in W)
     w_per_kill: float | None = None
     w_per_kill_lower: float | None = None
     duplicates_stopped: int = 0
@@ -126,6 +143,9 @@ class CheckReport:
     check_seconds: float = 0.0
     problems: list = field(default_factory=list)
     problems_total: int = 0
+    # with --db-failover: the mode, what the failover lost, the window a worker opened, the rewind
+    failover: dict = field(default_factory=dict)
+    failover_ledger: dict = field(default_factory=dict)     # what the ledger rows the failover lost left
 
     @property
     def ok(self) -> bool:
@@ -172,6 +192,7 @@ def check(manifest_path) -> CheckReport:
     _workers(report, manifest, findings)
     _faults(report, manifest)
     _metrics(report, manifest)
+    _failover(report, manifest, findings)
     for name in VIOLATIONS:
         setattr(report, name, findings.counts.get(name, 0))
     report.problems, report.problems_total = findings.problems, findings.total
@@ -200,6 +221,8 @@ def _account(report: CheckReport, manifest: dict, events, dlq, tables, fakes: di
     report.dead_letter_topic = dict(accounts.dlq)
     report.duplicates_stopped = accounts.duplicates_stopped
     report.pending_in_database = tables.pending_anywhere
+    if accounts.failover_ledger:
+        report.failover_ledger = dict(accounts.failover_ledger)
     return books
 
 
@@ -275,7 +298,8 @@ def _faults(report: CheckReport, manifest: dict) -> None:
     report.kills = kinds["kill_worker"]
     report.rebalances = kinds["add_worker"] + kinds["remove_worker"]
     report.restarts = {"mariadb": kinds["mariadb_kill"], "kafka": kinds["kafka_kill"],
-                       "leader": kinds["leader_kill"], "controller": kinds["controller_kill"]}
+                       "leader": kinds["leader_kill"], "controller": kinds["controller_kill"],
+                       "failover": kinds["db_primary_kill"]}
     until = manifest.get("storm_ended_at") or manifest.get("drained_at") or 0.0
     for name, (on, off) in SPANS.items():
         seconds, since = 0.0, None
@@ -299,12 +323,75 @@ def _faults(report: CheckReport, manifest: dict) -> None:
 def _metrics(report: CheckReport, manifest: dict) -> None:
     """W per kill from the workers' replay counters: events delivered again and found done in
     t_idem. The counter also counts duplicates found done across batches, so it bounds W from
-    above; less every duplicate produced, from below."""
+    above; less every duplicate produced, from below. The records an operator's rewind after a
+    failover delivered again are no kill's: they are taken off first."""
     metrics = manifest.get("metrics") or {}
     report.replayed = metrics.get("replayed")
     report.claims_found_done = (metrics.get("claims") or {}).get("done", metrics.get("claims_done"))
     report.metrics_dead_letters = dict(metrics.get("dead_letters") or {})
+    report.rewound = sum((f.get("rewind") or {}).get("records", 0) for f in manifest.get("faults", [])
+                         if f["kind"] == "db_group_rewound")
     if report.replayed is not None and report.kills:
-        report.w_per_kill = round(report.replayed / report.kills, 1)
+        by_kills = max(report.replayed - report.rewound, 0)
+        report.w_per_kill = round(by_kills / report.kills, 1)
         duplicates = report.exact_duplicates + report.republished
-        report.w_per_kill_lower = round(max(report.replayed - duplicates, 0) / report.kills, 1)
+        report.w_per_kill_lower = round(max(by_kills - duplicates, 0) / report.kills, 1)
+
+
+def _failover(report: CheckReport, manifest: dict, findings: Findings) -> None:
+    """What the failover lost (the driver's count), whether semi-sync kept its promise, and the
+    recovery window a worker must have opened (read from the database here)."""
+    failover = manifest.get("failover")
+    if not failover:
+        return
+    mode, lost = failover.get("mode"), failover.get("lost")
+    faults = {f["kind"]: f for f in failover.get("faults", [])}
+    killed = faults.get("db_primary_kill") or {}
+    at_kill = (killed.get("positions") or {}).get("semisync") or {}
+    rewind = (faults.get("db_group_rewound") or {}).get("rewind")
+    report.failover = {
+        "mode": mode, "lost": lost, "lost_t_idem": None if lost is None else
+        lost["t_idem"]["missing"] + lost["t_idem"]["behind"], "lost_total": failover.get("lost_total"),
+        "lost_transactions": failover.get("lost_transactions"), "gtid": failover.get("gtid"),
+        "transactions_only_on_replica": failover.get("transactions_only_on_replica"),
+        "newer_on_replica": failover.get("newer_on_replica"), "only_on_replica": failover.get("only_on_replica"),
+        "killed_after_storm_began": _after(killed.get("at"), manifest),
+        "promote_seconds": ((faults.get("db_promote") or {}).get("promoted") or {}).get("seconds"),
+        "behind_seconds": (None if "db_replica_behind" not in faults or not killed
+                           else round(killed["at"] - faults["db_replica_behind"]["at"], 1)),
+        "semisync_at_kill": {k: at_kill.get(k) for k in ("status", "yes_tx", "no_tx", "no_times")} if at_kill else None,
+        "rewind": None if rewind is None else {k: rewind.get(k) for k in ("records", "lag_seconds", "margin_seconds",
+                                                                          "covered")},
+    }
+    if lost is None:
+        findings.flag("failover_lost", f"the failover's loss was not counted: {failover.get('error', 'no forensics')}")
+    elif mode == "semisync":
+        if failover.get("lost_transactions"):
+            findings.flag("failover_lost", f"semi-synchronous replication lost {failover['lost_transactions']} "
+                                           f"transactions: {failover.get('gtid')}", failover["lost_transactions"])
+        for table, n in lost.items():
+            if n["missing"] or n["behind"]:
+                findings.flag("failover_lost", f"semi-synchronous replication lost {table} rows: {n['missing']} "
+                                               f"missing, {n['behind']} behind on the promoted replica, e.g. "
+                                               f"{n['sample'][:5]}", n["missing"] + n["behind"])
+        if at_kill.get("status") != "ON" or at_kill.get("no_times") not in ("0", 0):
+            findings.flag("failover_lost", f"the primary was not waiting for its replica when it died: {at_kill}")
+    if report.unfinished_orders:
+        findings.flag("failover_unfinished", f"{report.unfinished_orders} orders short of their final state until "
+                                             "a person acts", report.unfinished_orders)
+    try:
+        windows = evidence.read_windows(manifest["mysql"])
+    except pymysql.MySQLError as exc:
+        findings.flag("unreadable", f"t_recovery_window: {exc!r}")
+        return
+    by_worker = [w for w in windows if str(w["opened_by"]).startswith("worker:")]
+    report.failover["windows_opened_by_workers"] = [
+        {"id": w["id"], "opened_by": w["opened_by"], "opened_at": str(w["opened_at"])} for w in by_worker]
+    if not by_worker:
+        findings.flag("failover_unnoticed", f"no recovery window opened by a worker after the failover "
+                                            f"({len(windows)} windows in all)")
+
+
+def _after(at: float | None, manifest: dict) -> float | None:
+    began = manifest.get("storm_started_at")
+    return None if at is None or began is None else round(at - began, 1)

@@ -113,7 +113,7 @@ class Server:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
             return
-        if str(CHAOS) in cmdline or (self.name == "mariadb" and MARIADB_SCRATCH in cmdline):
+        if str(CHAOS) in cmdline or (self.name.startswith("mariadb") and MARIADB_SCRATCH in cmdline):
             os.kill(pid, signal.SIGKILL)
             for _ in range(100):
                 if not Path(f"/proc/{pid}").exists():
@@ -130,7 +130,11 @@ class Server:
 class MariaDB(Server):
     name = "mariadb"
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, name: str = "mariadb", options: tuple[str, ...] = ()) -> None:
+        """``name`` names its pid file and logs (a second server of the run needs its own);
+        ``options``: more ``mariadbd`` options (a replication role), read at every start."""
+        self.name = name
+        self.options = tuple(options)
         super().__init__(home)
         self.port = free_port()
         # The server's own files live in the temp folder, not in the project: mariadbd runs as
@@ -161,7 +165,7 @@ class MariaDB(Server):
                 f"--socket={self.socket}", "--bind-address=127.0.0.1", *self._user(),
                 f"--log-error={self.error_log}", f"--pid-file={self.scratch / 'mariadbd.pid'}",
                 "--skip-name-resolve", "--max-connections=500", "--innodb-buffer-pool-size=256M",
-                "--character-set-server=utf8mb4", "--collation-server=utf8mb4_bin"]
+                "--character-set-server=utf8mb4", "--collation-server=utf8mb4_bin", *self.options]
 
     def answers(self) -> bool:
         try:
@@ -192,6 +196,9 @@ class MariaDB(Server):
         if self.error_log.exists():
             shutil.copyfile(self.error_log, self.home / "error.log")
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def remove_data(self) -> None:
+        shutil.rmtree(self.datadir, ignore_errors=True)
 
     def log_tail(self, lines: int = 40) -> str:
         log = self.error_log if self.error_log.exists() else self.home / "error.log"

@@ -5,10 +5,16 @@ and the checker's verdict.
     .venv/bin/python -m tests.chaos.driver --mode long --seed 7      # make chaos
     .venv/bin/python -m tests.chaos.driver --mode short              # what make test runs
     .venv/bin/python -m tests.chaos.driver --mode long --cluster     # make chaos CLUSTER=1
+    .venv/bin/python -m tests.chaos.driver --mode long --db-failover async   # make chaos DB_FAILOVER=async
 
 ``--cluster`` runs the storm on three KRaft nodes over SASL_SSL, each behind a proxy of the
 test (``tests.chaos.brokers``), with the cluster's faults on top: the busiest partition's
 leader SIGKILLed twice, the active controller once, the workers cut from the brokers.
+
+``--db-failover semisync|async`` runs the database as a primary and its GTID replica
+(``tests.chaos.failover``), semi-synchronous (AFTER_SYNC) or asynchronous, and fails over once
+in the middle of the storm; after the drain the dead primary's data directory is started again
+to count what the failover lost (``failover`` in the manifest and the report).
 
 Everything lands in ``.cache/chaos/runs/<UTC time>-<mode>-seed<N>/``: ``driver.log`` (what
 happened when), ``manifest.json`` (what the checker reads), ``report.json`` (its verdict
@@ -45,6 +51,7 @@ from tests.chaos import manifest as manifests
 from tests.chaos.brokers import SecureCluster, SingleBroker
 from tests.chaos.cluster import CHAOS, MariaDB
 from tests.chaos.drain import DrainTimeout, read_backlog, wait_settled
+from tests.chaos.failover import MODES as FAILOVER_MODES, ReplicatedMariaDB
 from tests.chaos.fleet import Fleet
 from tests.chaos.producer import SteadyProducer
 from tests.chaos.storm import CLUSTER_PROFILES, PROFILES, SLOTS, Storm
@@ -102,20 +109,24 @@ class Outcome:
 
 class ChaosRun:
     def __init__(self, mode: str, seed: int | None = None, *, sabotage: str | None = None,
-                 drain_timeout: float | None = None, cluster: bool = False, cut_forgets: bool = False) -> None:
-        self.mode, self.cluster = mode, cluster
+                 drain_timeout: float | None = None, cluster: bool = False, cut_forgets: bool = False,
+                 db_failover: str | None = None) -> None:
+        self.mode, self.cluster, self.db_failover = mode, cluster, db_failover
         self.profile = (CLUSTER_PROFILES if cluster else PROFILES)[mode]
         self.seed = secrets.randbelow(10**6) if seed is None else seed
         self.sabotage = sabotage
         self.drain_timeout = drain_timeout or self.profile.drain_timeout
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         _prune(CHAOS / "runs", KEEP_RUNS - 1)
-        self.folder = CHAOS / "runs" / f"{stamp}-{mode}{'-cluster' if cluster else ''}-seed{self.seed}"
+        self.folder = CHAOS / "runs" / (f"{stamp}-{mode}{'-cluster' if cluster else ''}"
+                                        f"{'-failover-' + db_failover if db_failover else ''}-seed{self.seed}")
         (self.folder / "workers").mkdir(parents=True)
         self.started_at = time.time()
         self.at: dict[str, float] = {}          # storm_started_at, storm_ended_at, drained_at
         self.timings: dict = {}
-        self.mariadb = MariaDB(self.folder / "mariadb")
+        self.mariadb = (ReplicatedMariaDB(self.folder, db_failover, DATABASE) if db_failover
+                        else MariaDB(self.folder / "mariadb"))
+        self.failover: dict | None = None        # what the failover did and lost, for the manifest
         self.brokers = (SecureCluster if cluster else SingleBroker)(self.folder / "kafka")
         if cut_forgets:
             self.brokers.heal_cuts = False
@@ -152,6 +163,8 @@ class ChaosRun:
             self.start_workers()
             produced = self.blow(workload)
             backlog, drain_error = self.drain()
+            if self.db_failover:
+                self.examine_failover()
             return self.conclude(workload, produced, backlog, drain_error)
         finally:
             with _uninterrupted():
@@ -173,6 +186,10 @@ class ChaosRun:
         self.fakes = FakesProcess({service: {"latency_ms": FAKE_LATENCY_MS, "timeout_ms": FAKE_HANG_MS,
                                              "seed": self.seed + i} for i, service in enumerate(("waybill", "sms"))})
         self.timings["cluster_seconds"] = round(time.monotonic() - clock, 1)
+        if self.db_failover:
+            replication = ("semi-synchronous, AFTER_SYNC" if self.mariadb.semisync else "asynchronous")
+            self.say(f"MariaDB primary on {self.mariadb.primary.port}, its GTID replica on "
+                     f"{self.mariadb.replica.port} ({replication}): {self.mariadb.record['before_storm']}")
         self.say(f"MariaDB on 127.0.0.1:{self.mariadb.port} (the workers' way: the proxy on {self.proxy.port}), "
                  f"Kafka on {self.brokers.bootstrap}, fake APIs on {self.fakes.url}: up in "
                  f"{self.timings['cluster_seconds']}s")
@@ -200,7 +217,8 @@ class ChaosRun:
         producer = SteadyProducer(self.brokers.producer_options(), EVENTS, workload.records, self.profile.rate,
                                   java=self.brokers.java_producer())
         self.storm = Storm(self.profile, self.seed, fleet=self.fleet, mariadb=self.mariadb, brokers=self.brokers,
-                           proxy=self.proxy, fakes=self.fakes, producer=producer, events_topic=EVENTS, say=self.say)
+                           proxy=self.proxy, fakes=self.fakes, producer=producer, events_topic=EVENTS, say=self.say,
+                           failover=bool(self.db_failover), group=GROUP, partitions=PARTITIONS)
         self.storm.sabotage = "crash" if self.sabotage == "crash" else None
         self.at["storm_started_at"] = time.time()
         produced = asyncio.run(self.storm.run())
@@ -234,6 +252,24 @@ class ChaosRun:
             list(pool.map(self.fleet.stop, list(self.fleet.live)))
         return backlog, drain_error
 
+    def examine_failover(self) -> None:
+        """The dead primary's data started again: what it committed that the promoted replica
+        lacked. Every worker has stopped by now."""
+        self.failover = {**self.mariadb.record, "faults": [f for f in self.storm.faults if f["kind"].startswith("db_")]}
+        try:
+            found = self.mariadb.forensics()
+        except Exception as exc:          # no failover happened (the storm broke off): say so
+            self.failover["error"] = repr(exc)
+            self.say(f"FAILOVER NOT EXAMINED: {exc!r}")
+            return
+        self.failover.update(found)
+        lost = found["lost"]
+        self.say(f"the dead primary, started again ({found['forensic_start_seconds']}s), had what the promoted "
+                 "replica lacked: " + ", ".join(f"{table} {n['missing']:,} missing, {n['behind']:,} behind"
+                                               for table, n in lost.items())
+                 + f"; the failover lost {lost['t_idem']['missing'] + lost['t_idem']['behind']:,} t_idem rows, "
+                   f"{found['lost_transactions']:,} transactions (GTIDs {found['gtid']})")
+
     def conclude(self, workload, produced, backlog, drain_error) -> Outcome:
         self.timings.update({f"{name}_ready_seconds": seconds for name, seconds in self.brokers.ready_seconds().items()})
         self.timings["mariadb_ready_seconds"] = self.mariadb.ready_seconds
@@ -249,6 +285,7 @@ class ChaosRun:
             "drain": manifests.drain(backlog, self.timings["drain_seconds"]),
             "profile": {**vars(self.profile), "fake_hang_ms": FAKE_HANG_MS, "fake_latency_ms": FAKE_LATENCY_MS},
             "worker_settings": WORKER_SETTINGS, "timings": self.timings, "run_dir": self.rel(self.folder),
+            "failover": self.failover,
         }
         path = self.folder / "manifest.json"
         path.write_text(json.dumps(content, indent=1))
@@ -289,13 +326,14 @@ class ChaosRun:
             except Exception as exc:          # stop the others anyway
                 self.say(f"while stopping: {exc!r}")
         self.brokers.remove_data()
-        shutil.rmtree(self.mariadb.datadir, ignore_errors=True)
+        self.mariadb.remove_data()
 
 
 def run(mode: str, seed: int | None = None, *, sabotage: str | None = None,
-        drain_timeout: float | None = None, cluster: bool = False, cut_forgets: bool = False) -> Outcome:
+        drain_timeout: float | None = None, cluster: bool = False, cut_forgets: bool = False,
+        db_failover: str | None = None) -> Outcome:
     return ChaosRun(mode, seed, sabotage=sabotage, drain_timeout=drain_timeout, cluster=cluster,
-                    cut_forgets=cut_forgets).execute()
+                    cut_forgets=cut_forgets, db_failover=db_failover).execute()
 
 
 def _prune(runs: Path, keep: int) -> None:
@@ -336,11 +374,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cut-forgets", action="store_true",
                         help="with --cluster: the connections the broker cut hung stay hung after it (a firewall "
                              "or NAT that dropped them); only new connections pass")
+    parser.add_argument("--db-failover", choices=FAILOVER_MODES, default=None,
+                        help="the database as a primary and its GTID replica (semi-synchronous AFTER_SYNC, or "
+                             "asynchronous), failed over once mid-storm; what the failover lost is counted")
     args = parser.parse_args(argv)
     if args.cut_forgets and not args.cluster:
         parser.error("--cut-forgets needs --cluster")
+    if args.db_failover and args.cluster:
+        parser.error("--db-failover runs on the single broker (it has not been run with --cluster)")
     outcome = run(args.mode, args.seed, sabotage=args.sabotage, drain_timeout=args.drain_timeout,
-                  cluster=args.cluster, cut_forgets=args.cut_forgets)
+                  cluster=args.cluster, cut_forgets=args.cut_forgets, db_failover=args.db_failover)
     if outcome.unexpected_exits:
         print(f"FAILED: workers exited without the test's doing: {json.dumps(outcome.unexpected_exits)}")
     if outcome.drain_error:

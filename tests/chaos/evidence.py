@@ -215,6 +215,13 @@ def read_tables(mysql: dict, keys: Iterable[str], order_nos: Iterable[str], grou
                   {r["order_no"]: r for r in receipts}, ledger, pending)
 
 
+def read_windows(mysql: dict) -> list[dict]:
+    """Every recovery window, oldest first."""
+    with closing(connect(mysql)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, opened_at, ends_at, opened_by, reason, ended_at FROM t_recovery_window ORDER BY id")
+        return list(cur.fetchall())
+
+
 # ---------------------------------------------------------- the fake services --
 
 def read_fakes_ledger(url: str, *, timeout: float = 120.0) -> dict:

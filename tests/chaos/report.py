@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.chaos.checker import VIOLATIONS, CheckReport
+from tests.chaos.checker import FAILOVER_VIOLATIONS, VIOLATIONS, CheckReport
 
 
 def render(report: CheckReport) -> str:
@@ -17,9 +17,11 @@ def render(report: CheckReport) -> str:
         ("brokers", _brokers(report.cluster)),
         ("faults", f"{_n(report.kills, 'kill')}, {_n(report.rebalances, 'rebalance')}, restarts: "
                    f"{report.restarts.get('mariadb', 0)} MariaDB, {report.restarts.get('kafka', 0)} Kafka"
+                   + (f", {report.restarts['failover']} database failover" if report.restarts.get("failover") else "")
                    + _broker_faults(report) +
                    f"; DB cut {_s(report.cut_seconds)}, API 5xx {_s(report.api_503_seconds)}, "
                    f"API lost replies/hangs {_s(report.api_fault_seconds)}"),
+        *([("database failover", _failover(report.failover, report.failover_ledger))] if report.failover else []),
         ("acknowledged records", _acked(report.acked)),
         ("events delivered again per kill (W)", _w(report)),
         ("duplicates stopped by t_idem", f"{report.duplicates_stopped:,} of the "
@@ -38,7 +40,8 @@ def render(report: CheckReport) -> str:
         ("effects", f"{report.effects.get('waybills', 0):,} waybills, {report.effects.get('receipts', 0):,} "
                     f"receipts, {report.effects.get('sms', 0):,} SMS"),
     ]
-    rows += [(name.replace("_", " "), f"{getattr(report, name):,}") for name in VIOLATIONS]
+    rows += [(name.replace("_", " "), f"{getattr(report, name):,}") for name in VIOLATIONS
+             if report.failover or name not in FAILOVER_VIOLATIONS]
     rows += [("wall time", _s(report.wall_seconds) + (f" (storm {_s(report.storm_seconds)}, drain "
                                                       f"{_s(report.drain.get('seconds'))})" if report.drain else "")),
              ("verdict", "ok" if report.ok else f"FAILED: {report.problems_total:,} violations")]
@@ -60,8 +63,46 @@ def _s(seconds) -> str:
 def _w(report: CheckReport) -> str:
     if report.w_per_kill is None:
         return "-" if report.replayed is None else f"{report.replayed:,} replayed, no kill"
-    return (f"{report.w_per_kill:,.0f} ({report.replayed:,} replayed over {_n(report.kills, 'kill')}; at least "
-            f"{report.w_per_kill_lower:,.0f} once every produced duplicate is taken off)")
+    rewound = f", less the {report.rewound:,} the rewind after the failover delivered again" if report.rewound else ""
+    return (f"{report.w_per_kill:,.0f} ({report.replayed:,} replayed{rewound} over {_n(report.kills, 'kill')}; "
+            f"at least {report.w_per_kill_lower:,.0f} once every produced duplicate is taken off)")
+
+
+def _failover(failover: dict, ledger: dict) -> str:
+    how = {"semisync": "semi-synchronous (AFTER_SYNC)", "async": "asynchronous"}.get(failover.get("mode"),
+                                                                                   str(failover.get("mode")))
+    text = f"{how}: the primary SIGKILLed {_s(failover.get('killed_after_storm_began'))} into the storm"
+    if failover.get("behind_seconds") is not None:
+        text += f", its replica stopped receiving {_s(failover['behind_seconds'])} before"
+    text += f"; the replica promoted in {_s(failover.get('promote_seconds'))}"
+    lost = failover.get("lost")
+    if lost is None:
+        text += "; what it lost was not counted"
+    else:
+        text += (f"; the failover lost {failover['lost_t_idem']:,} t_idem rows, "
+                 f"{_n(failover.get('lost_transactions') or 0, 'transaction')} ("
+                 + ", ".join(f"{table} {n['missing']:,} missing + {n['behind']:,} behind" for table, n in lost.items())
+                 + ")")
+        if failover.get("transactions_only_on_replica"):
+            newer = ", ".join(f"{table} {n:,}" for table, n in (failover.get("newer_on_replica") or {}).items() if n)
+            text += (f"; the replica had {_n(failover['transactions_only_on_replica'], 'transaction')} the dead "
+                     "primary's recovery rolled back (waiting for the replica's acknowledgement, so never "
+                     "acknowledged to a client" + (f"; rows newer on the replica: {newer}" if newer else "") + ")")
+    if ledger:
+        text += ("; of the dead letters whose ledger row it lost: "
+                 f"{ledger.get('copies_without_row', 0):,} copies left without a row, "
+                 f"{ledger.get('filed_for_a_person', 0):,} the compensator filed for a person (no_ledger_row), "
+                 f"{ledger.get('taken_over_by_the_replay', 0):,} more it filed that the replay's own dead letter "
+                 "took over")
+    windows = failover.get("windows_opened_by_workers") or []
+    text += (f"; recovery window {windows[0]['id']} opened by {windows[0]['opened_by']}" if windows
+             else "; no recovery window opened by a worker")
+    rewind = failover.get("rewind")
+    if rewind:
+        text += (f"; the workers stopped and the group rewound ({rewind['records']:,} records read again, "
+                 f"lag {_s(rewind['lag_seconds'])} + margin {_s(rewind['margin_seconds'])}"
+                 + ("" if rewind.get("covered") else ", NOT far enough") + ")")
+    return text
 
 
 def _brokers(cluster: dict) -> str:

@@ -21,6 +21,19 @@ On the three-node cluster (``--cluster``) the single broker's restart gives way 
                    partition heals what was held goes through); the run's producer, on a
                    listener of its own, goes on
 
+With ``--db-failover semisync|async`` (``tests.chaos.failover``: the database is a primary and
+its GTID replica) one more, in the middle slot, a seeded few seconds into it:
+
+    once           the primary SIGKILLed while it commits (with ``async``, its replica stopped
+                   receiving a seeded 3-8 s before, and the primary has committed at least 50
+                   transactions since: the failover loses what it acknowledged meanwhile),
+                   the replica promoted once it applied all it received, the proxy moved to it
+                   (every open connection closed); then a worker must open a recovery window by
+                   itself; with ``async`` also what the README asks of an operator: the workers
+                   stopped (SIGTERM), the group rewound on ``order-event`` to before the replica
+                   fell behind, less the group's lag then and a margin, the workers started again;
+                   the fault ends when the group has read past where it was before the rewind
+
 The big faults take slots spread over the production time, in an order the seed picks; each
 begins when its slot comes and the one before has ended, so their windows never overlap. The
 short profile (``make test``) keeps every kind of fault, with an 8 s cut and an 8 s 503 window;
@@ -37,7 +50,9 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from app.adapters import kafka_ops
 from tests.chaos.cluster import MariaDB
+from tests.chaos.failover import rewind_group
 from tests.chaos.fleet import Fleet
 from tests.chaos.producer import SteadyProducer
 from tests.support.fakes import FakesProcess
@@ -55,6 +70,21 @@ BETWEEN = 3.0                            # seconds between the end of a big faul
 # LEASE_SECONDS + INFRA_RETRY_BUDGET_SECONDS + 3 x DB_TRANSACTION_TIMEOUT_SECONDS (14 + 60 + 90 s
 # with the run's settings); then another worker redrives them. The short run's bound outlasts it.
 SHORT_DRAIN = 200
+# The failover: how long before the kill the async replica stops receiving (with semisync, how
+# long into its slot the primary dies); then, within a bound, until the kill strikes a primary at
+# work: with async one that committed UNREPLICATED transactions the replica never got, with
+# semisync one committing COMMITTING a second (right after the database cut the workers may write
+# nothing for tens of seconds); how long a worker may take to open the recovery window; how far
+# before the oldest record the group had not committed when the replica fell behind the operator
+# rewinds it (record timestamps are the producer's clock, the same machine's); how long the
+# replay may take to read past where the group was when the workers stopped: the failover ends
+# then, as an operator's watch of the lag does, so the next big fault does not stall the replay
+# while dead letters of events that met the lost rows use up their redrives.
+FAILOVER_LEAD = (3.0, 8.0)
+UNREPLICATED, COMMITTING, AT_WORK_WAIT = 50, 5, 90.0
+WINDOW_WAIT = 120.0
+REWIND_MARGIN = 10.0
+REPLAY_WAIT = 180.0
 
 
 @dataclass(frozen=True)
@@ -92,8 +122,10 @@ CLUSTER_PROFILES = {
 class Storm:
     def __init__(self, profile: Profile, seed: int, *, fleet: Fleet, mariadb: MariaDB, brokers,
                  proxy: BlackholeProxy, fakes: FakesProcess, producer: SteadyProducer, events_topic: str,
-                 say=print) -> None:
-        """``brokers``: a ``tests.chaos.brokers`` SingleBroker or SecureCluster."""
+                 say=print, failover: bool = False, group: str | None = None, partitions: int | None = None) -> None:
+        """``brokers``: a ``tests.chaos.brokers`` SingleBroker or SecureCluster. ``failover``:
+        ``mariadb`` is a ``tests.chaos.failover.ReplicatedMariaDB`` to fail over once (the
+        rewind then needs the workers' ``group`` and the events topic's ``partitions``)."""
         self.profile, self.fleet, self.mariadb, self.brokers = profile, fleet, mariadb, brokers
         self.events_topic = events_topic
         self.proxy, self.fakes, self.producer, self.say = proxy, fakes, producer, say
@@ -111,6 +143,9 @@ class Storm:
         self.broker_up = asyncio.Event()
         self.starting = 0
         self.sabotage: str | None = None     # "crash": one worker dies of something the test did not do
+        self.failover, self.group, self.partitions = failover, group, partitions
+        self.failover_rng = random.Random(seed * 7919 + 2)
+        self.paused = False                  # no kill, no scale-down: the operator has the workers
 
     def log(self, kind: str, worker: str | None = None, detail: str | None = None, **more) -> None:
         self.faults.append({"at": time.time(), "kind": kind, "worker": worker, "detail": detail, **more})
@@ -122,6 +157,8 @@ class Storm:
         seconds = len(self.producer.records) / self.profile.rate
         big = [getattr(self, name) for name in self.profile.big]
         self.rng.shuffle(big)
+        if self.failover:
+            big.insert(len(big) // 2, self.fail_over_database)
         # A cut database keeps the workers busy after it is restored (their hung statements time
         # out after DB_STATEMENT_TIMEOUT_SECONDS, 15 s): the slots are far enough apart for the
         # next fault to meet work in flight, not a backlog.
@@ -204,7 +241,7 @@ class Storm:
             except asyncio.TimeoutError:
                 pass
             slots = sorted(set(self.fleet.live) - self.busy)
-            if slots:
+            if slots and not self.paused:
                 await self.kill_and_restart(self.rng.choice(slots))
 
     async def kill_and_restart(self, slot: str) -> None:
@@ -228,6 +265,8 @@ class Storm:
             self.busy.discard(EXTRA)
 
     async def remove_worker(self) -> None:
+        while self.paused:
+            await asyncio.sleep(0.2)
         slots = sorted(set(self.fleet.live) - self.busy)
         slot = self.rng.choice(slots)
         self.busy.add(slot)
@@ -313,6 +352,130 @@ class Storm:
         await asyncio.sleep(self.profile.cut_seconds)
         self.proxy.restore()
         self.log("db_restore")
+
+    # -- the database's failover ----------------------------------------------------------
+    async def fail_over_database(self) -> None:
+        db = self.mariadb
+        lead = self.failover_rng.uniform(*FAILOVER_LEAD)
+        behind_at, committed = None, None
+        if not db.semisync:
+            behind = await asyncio.to_thread(db.fall_behind)
+            behind_at = time.time()
+            committed = await kafka_ops.committed_offsets(self.brokers.connection(), self.group, self.events_topic,
+                                                          self.partitions)
+            self.log("db_replica_behind", detail=f"the replica's IO thread stopped at {behind['replica_received']}; "
+                                                 f"the primary dies {lead:.1f}s later", positions=behind,
+                     committed=committed)
+        await asyncio.sleep(lead)
+        waited = await self._primary_at_work()
+        before = await asyncio.to_thread(db.kill_primary)
+        semisync = before.get("semisync") or {}
+        self.log("db_primary_kill", detail=f"SIGKILL ({waited:.1f}s after the lead, for a primary at work); its "
+                                           f"binary log at {before['primary_binlog']}, the replica received "
+                                           f"{before['replica_received']}"
+                                           + (f"; semi-sync {semisync.get('status')}, {semisync.get('yes_tx')} "
+                                              f"commits acknowledged, {semisync.get('no_tx')} not, fell back "
+                                              f"{semisync.get('no_times')}x" if db.semisync else ""),
+                 positions=before)
+        promoted = await asyncio.to_thread(db.promote)
+        self.log("db_promote", detail=f"the replica applied all it received ({promoted['replica_applied']}) in "
+                                      f"{promoted['seconds']}s; RESET SLAVE ALL, read_only=OFF", promoted=promoted)
+        await asyncio.to_thread(self.proxy.retarget, "127.0.0.1", db.port)
+        self.log("db_retarget", detail=f"the proxy forwards to the promoted replica (port {db.port}); every "
+                                       "connection open through it closed")
+        window = await self._window_opened()
+        if window is None:
+            self.log("db_window_missing", detail=f"no worker opened a recovery window within {WINDOW_WAIT:g}s")
+        else:
+            self.log("db_window_opened", detail=f"window {window['id']} opened by {window['opened_by']}",
+                     window={**window, "opened_at": str(window["opened_at"])})
+        if not db.semisync:
+            rewound = await self._rewind_after(behind_at, committed)
+            await self._replayed(rewound["committed_before"])
+
+    async def _primary_at_work(self) -> float:
+        """Seconds waited until the primary is at work (a bound, not a goal): see UNREPLICATED."""
+        db, clock = self.mariadb, time.monotonic()
+        last = await asyncio.to_thread(db.written)
+        while time.monotonic() - clock < AT_WORK_WAIT:
+            if not db.semisync and await asyncio.to_thread(db.unreplicated) >= UNREPLICATED:
+                break
+            await asyncio.sleep(1.0)
+            now = await asyncio.to_thread(db.written)
+            if db.semisync and now - last >= COMMITTING:
+                break
+            last = now
+        return time.monotonic() - clock
+
+    async def _window_opened(self) -> dict | None:
+        """The recovery window a worker opened when it found the promoted replica."""
+        deadline = time.monotonic() + WINDOW_WAIT
+        while time.monotonic() < deadline:
+            try:
+                opened = [w for w in await asyncio.to_thread(self.mariadb.windows)
+                          if w["opened_by"].startswith("worker:")]
+            except Exception:             # the promoted server restarting: look again
+                opened = []
+            if opened:
+                return opened[0]
+            await asyncio.sleep(0.2)
+        return None
+
+    async def _rewind_after(self, behind_at: float, committed: dict[int, int]) -> dict:
+        """What the README asks of an operator after a failover that may have lost rows whose
+        records were committed: stop the workers, rewind the group to before the replica fell
+        behind, less the group's lag at that moment and a margin, start them again."""
+        self.paused = True
+        slots: list[str] = []
+        try:
+            while self.busy:                  # a kill or a start in progress ends first
+                await asyncio.sleep(0.2)
+            slots = sorted(self.fleet.live)
+            self.busy.update(slots)
+            # One after another: a worker stopping while another's stop rebalances the group can
+            # be caught in that rebalance until its stop bound runs out (exit 70).
+            stopped = [await asyncio.to_thread(self.fleet.stop, slot) for slot in slots]
+            self.log("db_workers_stopped", detail=", ".join(f"{i.id} exit {i.returncode}" for i in stopped))
+            sent = {ack[:2]: self.producer.sent_at[i] for i, ack in enumerate(self.producer.acked) if ack}
+            oldest = min([sent[(p, offset)] for p, offset in committed.items() if (p, offset) in sent]
+                         + [behind_at])
+            to = oldest - REWIND_MARGIN
+            rewound = await rewind_group(self.brokers.connection(), self.group, self.events_topic,
+                                         self.partitions, int(to * 1000))
+            covered = all(rewound["committed_after"][p] <= offset for p, offset in committed.items())
+            self.log("db_group_rewound", detail=f"{self.events_topic} rewound to {behind_at - to:.1f}s before the "
+                                                f"replica fell behind ({behind_at - oldest:.1f}s of the group's lag "
+                                                f"then, {REWIND_MARGIN:g}s of margin): {rewound['records']:,} "
+                                                "records to read again"
+                                                + ("" if covered else "; NOT back to the offsets committed then"),
+                     rewind={**rewound, "to": to, "lag_seconds": round(behind_at - oldest, 1),
+                             "margin_seconds": REWIND_MARGIN, "covered": covered})
+            for slot in slots:
+                started = await self.start_worker(slot)
+                self.log("start_worker", started.id)
+            return rewound
+        finally:
+            self.busy.difference_update(slots)
+            self.paused = False
+
+    async def _replayed(self, before: dict[int, int]) -> None:
+        """Wait (a bound) until the group has committed past where it was when the workers stopped."""
+        clock = time.monotonic()
+        behind: dict[int, int] = dict(before)
+        while time.monotonic() - clock < REPLAY_WAIT:
+            try:
+                now = await kafka_ops.committed_offsets(self.brokers.connection(), self.group, self.events_topic,
+                                                        self.partitions)
+                behind = {p: offset - now[p] for p, offset in before.items() if now[p] < offset}
+            except Exception:                 # the broker busy or away: look again
+                pass
+            if not behind:
+                self.log("db_replayed", detail=f"the group committed past where it was before the rewind "
+                                               f"{time.monotonic() - clock:.1f}s after the workers started again")
+                return
+            await asyncio.sleep(1.0)
+        self.log("db_replay_slow", detail=f"after {REPLAY_WAIT:g}s the group is still behind where it was "
+                                          f"before the rewind: {behind}")
 
     async def apis_503(self) -> None:
         down = {"fail_next": FOREVER, "fail_status": 503}

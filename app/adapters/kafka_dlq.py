@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import UnknownTopicOrPartitionError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from app.adapters.kafka_connection import KafkaConnection, connection_of
@@ -161,6 +162,9 @@ def _our_headers(letter: DeadLetter, group: str, notes: dict[str, str]) -> list[
     return [(PREFIX + name, value.encode()) for name, value in ours.items()]
 
 
+METADATA_RETRY_SECONDS = 0.5    # between asks for a dead-letter topic's metadata the brokers did not give
+
+
 def request_timeout_ms(send_timeout_seconds: float) -> int:
     """One produce request's bound within a send's: a third of it, at least 2 s."""
     return int(max(send_timeout_seconds / 3, 2.0) * 1000)
@@ -201,7 +205,14 @@ class KafkaDeadLetterSink:
     async def publish(self, letters: Sequence[DeadLetter]) -> None:
         async def send(letter: DeadLetter):
             out = self._outgoing(letter)
-            return await self._producer.send(self.topic, value=out.value, key=out.key, headers=out.headers)
+            while True:
+                try:
+                    return await self._producer.send(self.topic, value=out.value, key=out.key, headers=out.headers)
+                except UnknownTopicOrPartitionError:
+                    # The topic's metadata was not to be had within one request (its brokers are
+                    # restarting, and this producer never cached it): ask again, within the bound.
+                    # It stopped the worker a third of DLQ_SEND_TIMEOUT_SECONDS into a broker restart.
+                    await asyncio.sleep(METADATA_RETRY_SECONDS)
 
         # send() waits for topic metadata and buffer space; its future for the ack.
         acks = await asyncio.wait_for(asyncio.gather(*(send(letter) for letter in letters)), self._timeout)

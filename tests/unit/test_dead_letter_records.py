@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
 from datetime import datetime, timezone
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+import pytest
 from hypothesis import given, settings, strategies as st
 
-from app.adapters.kafka_dlq import outgoing
+from app.adapters.kafka_dlq import KafkaDeadLetterSink, outgoing
 from app.topics import DLQ_MAX_MESSAGE_BYTES
 from app.pipeline.ports import DeadLetter, SourceRecord
 
@@ -104,3 +106,35 @@ def test_header_keys_that_are_not_utf8_are_escaped_and_kept_exactly():
     original = json.loads(ours(out)["original.headers"])
     assert [[base64.b64decode(k), v and base64.b64decode(v)] for k, v in original] == [
         [b"\xff\xfebad", b"1"], [b"ok", None]]
+
+
+class MetadataLater:
+    """A producer whose brokers give the topic's metadata only at the third ask (they restart)."""
+
+    def __init__(self) -> None:
+        self.asks = 0
+
+    async def send(self, topic, *, value, key, headers):
+        from aiokafka.errors import UnknownTopicOrPartitionError
+
+        self.asks += 1
+        if self.asks < 3:
+            raise UnknownTopicOrPartitionError()
+        acked = asyncio.get_running_loop().create_future()
+        acked.set_result(None)
+        return acked
+
+
+async def test_a_dead_letter_whose_topic_metadata_comes_late_is_sent_within_its_bound():
+    sink = KafkaDeadLetterSink("127.0.0.1:1", "order-event-dlq", "g", timeout_seconds=30)
+    sink._producer = producer = MetadataLater()
+    await sink.publish([letter(b"k", b"v")])
+    assert producer.asks == 3
+
+
+async def test_a_dead_letter_topic_that_never_comes_fails_at_the_bound():
+    sink = KafkaDeadLetterSink("127.0.0.1:1", "order-event-dlq", "g", timeout_seconds=1.2)
+    sink._producer = producer = MetadataLater()
+    producer.asks = -10**9                       # never
+    with pytest.raises(asyncio.TimeoutError):
+        await sink.publish([letter(b"k", b"v")])

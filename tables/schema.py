@@ -115,12 +115,17 @@ t_compensation = Table(
            comment="the size of the record's value, when record_value holds only its start"),
     Column("record_value_sha256", String(64), nullable=True,
            comment="the SHA-256 of the whole value, when record_value holds only its start"),
+    Column("fingerprint", String(16), nullable=True,
+           comment="the error group: a hash of the reason, the effect, the service's status or error class "
+                   "and the normalised message"),
     UniqueConstraint("consumer_group", "src_topic", "src_partition", "src_offset", "src_timestamp",
                      name="uk_source"),
     Index("idx_status_next_retry", "status", "next_retry_at"),
     Index("idx_order_no", "order_no"),
     Index("idx_status_id", "status", "id"),
     Index("idx_reason_id", "reason", "id"),
+    Index("idx_group_fingerprint", "consumer_group", "fingerprint", "id"),
+    Index("idx_group_first_failure", "consumer_group", "first_failure_at"),
     **TABLE_ARGS,
 )
 

@@ -22,9 +22,11 @@ from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import ORDER_NO, decode
 from app.pipeline.plan import step_keys
 from app.settings import Settings
-from app.web.http import Refused, authorize, body, integer, json_response, note_and_actor, readable, refused, text
+from app.web.http import (Refused, authorize, body, integer, json_response, moment, note_and_actor, readable, refused,
+                          text)
 
 REASON = re.compile(r"[a-z_.:0-9]{1,64}")
+FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 STATUSES = {status.name.lower(): status for status in Status}
 
 
@@ -43,6 +45,8 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                     reason=text(query.get("reason"), "reason", REASON, "a reason like effect_unavailable"),
                     order_no=text(query.get("order_no"), "order_no", ORDER_NO, "ORD-YYYYMMDD-<letters or digits>"),
                     older_than_seconds=integer(query.get("older_than"), "older_than", low=0, high=10 ** 9),
+                    fingerprint=text(query.get("fingerprint"), "fingerprint", FINGERPRINT, "16 hex digits"),
+                    since=moment(query.get("since"), "since"), until=moment(query.get("until"), "until"),
                     before_id=integer(query.get("before"), "before", low=1, high=2 ** 62),
                     limit=integer(query.get("limit"), "limit", low=1, high=200, default=50))
             except Refused as exc:

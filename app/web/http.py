@@ -18,6 +18,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,7 +27,7 @@ from aiohttp import web
 from app.render import ACTOR, json_default, readable
 from app.settings import Settings
 
-__all__ = ["ACTOR", "Refused", "access", "authorize", "body", "integer", "json_response", "note_and_actor",
+__all__ = ["ACTOR", "Refused", "access", "authorize", "body", "integer", "json_response", "moment", "note_and_actor",
            "readable", "refused", "text"]
 
 
@@ -142,6 +143,17 @@ def integer(value: str | None, name: str, *, low: int, high: int, default: int |
     if not low <= number <= high:
         raise Refused(400, f"{name} must be between {low} and {high}")
     return number
+
+
+def moment(value: str | None, name: str) -> datetime | None:
+    """An instant in ISO 8601 (``2026-12-01T10:00:00Z``; without a zone it is UTC)."""
+    if value is None or value == "":
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+    except ValueError:
+        raise Refused(400, f"{name} must be an ISO 8601 time like 2026-12-01T10:00:00Z") from None
+    return when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def text(value: str | None, name: str, pattern: re.Pattern, what: str) -> str | None:

@@ -120,7 +120,8 @@ def test_the_queue_lists_filters_pages_and_counts(desk):
 
 
 @pytest.mark.parametrize("query", ["status=closed", "reason=x'%20OR%201=1%20--", "order_no=<script>",
-                                   "limit=0", "limit=9999", "before=-1", "older_than=1e9", "order_no=ORD%27--"])
+                                   "limit=0", "limit=9999", "before=-1", "older_than=1e9", "order_no=ORD%27--",
+                                   "fingerprint=XYZ", "fingerprint=0123", "since=yesterday", "until=2026-13-01"])
 def test_filters_that_are_not_what_they_should_be_are_refused(desk, query):
     status, answer = call("GET", f"{desk.base}/compensation/?{query}")
     assert status == 400 and answer["error"]

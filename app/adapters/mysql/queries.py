@@ -5,6 +5,7 @@ bounded and walks an index (keyset pagination, never OFFSET)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Sequence
 
 from app.adapters.mysql.ledger import parse_headers
@@ -13,7 +14,7 @@ from app.adapters.mysql.store import MySqlStore
 from app.pipeline.compensation import Status
 from app.pipeline.states import IdemStatus, OrderStatus
 
-LIST_COLUMNS = ("id, status, reason, retriable, attempts, redrives, order_no, event_id, biz_key, src_topic, src_partition, "
+LIST_COLUMNS = ("id, status, reason, fingerprint, retriable, attempts, redrives, order_no, event_id, biz_key, src_topic, src_partition, "
                 "src_offset, consumer_group, may_be_superseded, truncated, first_failure_at, next_retry_at, "
                 "gmt_modified, message")
 # The counts beside the queue read at most this many index entries per status.
@@ -28,6 +29,9 @@ class QueueFilter:
     reason: str | None = None
     order_no: str | None = None
     older_than_seconds: int | None = None
+    fingerprint: str | None = None        # the error group
+    since: datetime | None = None         # first failure at or after (UTC)
+    until: datetime | None = None         # first failure before (UTC)
     before_id: int | None = None          # keyset: rows with a smaller id (the list runs newest first)
     limit: int = 50
 
@@ -74,6 +78,15 @@ class Queries:
         if f.older_than_seconds is not None:
             where.append("first_failure_at <= NOW(3) - INTERVAL %s SECOND")
             params.append(f.older_than_seconds)
+        if f.fingerprint is not None:
+            where.append("fingerprint = %s")
+            params.append(f.fingerprint)
+        if f.since is not None:
+            where.append("first_failure_at >= %s")
+            params.append(f.since.replace(tzinfo=None))
+        if f.until is not None:
+            where.append("first_failure_at < %s")
+            params.append(f.until.replace(tzinfo=None))
         if f.before_id is not None:
             where.append("id < %s")
             params.append(f.before_id)

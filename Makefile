@@ -27,12 +27,13 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench]'
 	touch $@
 
-test-tools: ## from Debian: docker-compose (v1, validates docker-compose.yml), kcat, chromium (the console's browser test), prometheus (promtool: checks and unit-tests the alert rules); Kafka's Java client
+test-tools: ## from Debian: docker-compose (v1, validates docker-compose.yml), kcat, chromium (the console's browser test), prometheus (promtool: checks and unit-tests the alert rules; the server runs the dashboard's and rules' queries), prometheus-alertmanager (amtool: checks the Alertmanager config and its routes); Kafka's Java client
 	ops/services.sh jars
 	@missing=""; command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	  command -v kcat >/dev/null || missing="$$missing kcat"; \
 	  command -v chromium >/dev/null || missing="$$missing chromium"; \
 	  command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	  command -v amtool >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	  if [ -n "$$missing" ]; then echo "installing$$missing from Debian"; \
 	    sudo=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
 	    $$sudo apt-get update -qq >/dev/null && \

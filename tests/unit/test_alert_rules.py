@@ -1,4 +1,5 @@
-"""The Prometheus alert rules of deploy/prometheus/ are valid, unit-tested and about real metrics.
+"""The Prometheus alert rules of deploy/prometheus/ are valid, unit-tested, about real metrics, and each
+links to its runbook in README.md.
 
 promtool comes with Debian's ``prometheus`` package (``make test-tools`` installs it); without it
 these tests fail rather than skip, so a missing tool never passes for green.
@@ -99,3 +100,73 @@ def test_rules_use_only_metrics_the_app_exports():
     used = set(re.findall(r"order_[a-z_]+", RULES.read_text()))
     assert used, "no order_ metric found in rules.yml"
     assert sorted(used - exported_names()) == [], "rules.yml names metrics app/metrics.py does not define"
+
+
+README = ROOT / "README.md"
+
+
+def github_anchor(heading: str, seen: dict[str, int]) -> str:
+    """The id GitHub gives a Markdown heading: its text lower-cased, every character but letters,
+    digits, ``_``, ``-`` and spaces removed, spaces made ``-``; a repeat gets ``-1``, ``-2``..."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)          # a link counts by its text
+    slug = re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+    count = seen.get(slug, 0)
+    seen[slug] = count + 1
+    return slug if count == 0 else f"{slug}-{count}"
+
+
+def readme_headings() -> list[tuple[int, str, str, list[str]]]:
+    """(level, text, anchor, body lines) of every heading of README.md outside code blocks."""
+    headings: list[tuple[int, str, str, list[str]]] = []
+    seen: dict[str, int] = {}
+    fenced = False
+    for line in README.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        match = None if fenced else re.match(r"^(#{1,6}) (.+?)\s*#*\s*$", line)
+        if match:
+            headings.append((len(match.group(1)), match.group(2), github_anchor(match.group(2), seen), []))
+        elif headings:
+            headings[-1][3].append(line)
+    return headings
+
+
+def runbooks() -> dict[str, tuple[str, list[str]]]:
+    """The #### sections under "### Runbooks": heading text -> (anchor, body lines)."""
+    found, inside = {}, False
+    for level, text, anchor, body in readme_headings():
+        if level <= 3:
+            inside = (level, text) == (3, "Runbooks")
+        elif inside and level == 4:
+            found[text] = (anchor, body)
+    return found
+
+
+def test_github_anchors_are_computed_as_github_does():
+    seen: dict[str, int] = {}
+    assert github_anchor("After a failover or a restore", seen) == "after-a-failover-or-a-restore"
+    assert github_anchor("The `t_idem` state machine", seen) == "the-t_idem-state-machine"
+    assert github_anchor("Cost as `t_idem` grows", seen) == "cost-as-t_idem-grows"
+    assert github_anchor("Measured", seen) == "measured" and github_anchor("Measured", seen) == "measured-1"
+
+
+def test_every_alert_links_to_a_runbook_section_of_the_readme():
+    anchors = {anchor for _, _, anchor, _ in readme_headings()}
+    books = runbooks()
+    for rule in alerts():
+        url = rule.get("annotations", {}).get("runbook_url", "")
+        assert url.startswith("README.md#"), (rule["alert"], url)
+        anchor = url.split("#", 1)[1]
+        assert anchor in anchors, f"{rule['alert']}: README.md has no heading with the anchor #{anchor}"
+        assert books.get(rule["alert"], ("",))[0] == anchor, f"{rule['alert']}: its runbook_url is not its runbook"
+
+
+def test_every_runbook_names_its_alert_and_says_what_to_do():
+    names = {rule["alert"] for rule in alerts()}
+    books = runbooks()
+    assert sorted(set(books) - names) == [], "runbooks of alerts rules.yml does not have"
+    assert sorted(names - set(books)) == [], "alerts without a runbook"
+    for name, (_, body) in books.items():
+        steps = [line for line in body if re.match(r"^\d+\. ", line)]
+        assert len(steps) >= 2, f"runbook {name} has no steps (a numbered list)"
+        assert [int(s.split(".")[0]) for s in steps] == list(range(1, len(steps) + 1)), name

@@ -32,3 +32,13 @@ def json_default(value: Any) -> Any:
     if isinstance(value, tuple):
         return list(value)
     raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def with_record(row: dict) -> tuple[bytes | None, bytes | None]:
+    """A ledger row for people: its record's key, value and headers as :func:`readable` under
+    ``record`` (in place). Returns the raw key and value (to decode, or to mask for a viewer)."""
+    key, value = row.pop("record_key"), row.pop("record_value")
+    headers = row.pop("record_headers")
+    row["record"] = {"key": readable(key), "value": readable(value),
+                     "headers": [{"key": k, "value": readable(v)} for k, v in headers]}
+    return key, value

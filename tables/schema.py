@@ -188,3 +188,23 @@ t_store_server = Table(
     Column("gmt_modified", DATETIME(fsp=3), nullable=False, server_default=NOW3),
     **TABLE_ARGS,
 )
+
+# Who saw personal data whole: every unmasked view (an operator's look at a dead letter or an
+# order's timeline, a download of a record, the CLI's ``dlq show --unmasked``). A viewer's masked
+# answers are not written here. Kept apart from t_compensation_audit, which is a row's history of
+# decisions: reads would bury it, and an order's timeline belongs to no ledger row.
+t_view_audit = Table(
+    "t_view_audit",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("at", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("consumer_group", String(255), nullable=False, comment="the app whose data was seen"),
+    Column("actor", String(128), nullable=False, comment="web:<X-Actor>, cli:<--actor>"),
+    Column("role", String(16), nullable=False, comment="operator"),
+    Column("what", String(32), nullable=False, comment="dead_letter, timeline, download:value, download:envelope"),
+    Column("path", String(512), nullable=False, comment="the path asked, or the CLI command"),
+    Column("compensation_id", BigInteger, nullable=True),
+    Column("order_no", String(64), nullable=True),
+    Index("idx_group_id", "consumer_group", "id"),
+    **TABLE_ARGS,
+)

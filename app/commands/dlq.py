@@ -2,7 +2,8 @@
 queue from a shell, with the same rules and the same audit trail as the console.
 
     faust -A app dlq list --status manual --limit 20
-    faust -A app dlq show 42
+    faust -A app dlq show 42                      # phone and address masked, as a viewer sees them
+    faust -A app dlq show 42 --unmasked --actor alice      # whole, and written to t_view_audit
     faust -A app dlq retry 42 --note "logistics is back" --actor alice
 """
 
@@ -16,11 +17,13 @@ import faust
 from faust.cli import argument, option
 
 from app.adapters.mysql.queries import QueueFilter
+from app.adapters.mysql.views import Seen
 from app.bootstrap import Runtime
 from app.commands import database_explained
 from app.pipeline.compensation import ACTIONS, Status
 from app.settings import Settings
-from app.render import ACTOR, json_default
+from app.masking import mask_letter
+from app.render import ACTOR, json_default, with_record
 
 STATUSES = {status.name.lower(): status for status in Status}
 
@@ -36,9 +39,12 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
         option("--before", type=int, help="list: rows older than this id (the next page)"),
         option("--note", help="retry/resolve/discard: why, for the audit trail"),
         option("--actor", default=os.environ.get("USER", "cli"), help="who acts (default: $USER)"),
+        option("--unmasked", is_flag=True, default=False,
+               help="show: phone and address whole (written to the audit of unmasked views)"),
     )
     async def dlq(self, action: str, row_id: int | None, status: str | None, reason: str | None,
-                  order_no: str | None, limit: int, before: int | None, note: str | None, actor: str) -> None:
+                  order_no: str | None, limit: int, before: int | None, note: str | None, actor: str,
+                  unmasked: bool) -> None:
         """Look at and act on the dead-letter compensation queue."""
         if action != "list" and row_id is None:
             raise SystemExit(f"dlq {action} needs a row id")
@@ -60,6 +66,13 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                     row = await rt.queries.compensation(row_id)
                     if row is None:
                         raise SystemExit(f"no compensation row {row_id}")
+                    _, value = with_record(row)
+                    if unmasked:
+                        await rt.view_audit.record(Seen(f"cli:{actor}", "operator", "dead_letter",
+                                                        f"dlq show {row_id} --unmasked", compensation_id=row_id,
+                                                        order_no=row.get("order_no")))
+                    else:
+                        row = mask_letter(row, value)
                     self.say(json.dumps(row, default=json_default, indent=2))
                 else:
                     result = await rt.compensator.perform(row_id, action, rt.guard(), actor=f"cli:{actor}", note=note)

@@ -2,13 +2,19 @@
 
     GET  /compensation/?status=&reason=&order_no=&older_than=&before=&limit=
     GET  /compensation/{id}
+    GET  /compensation/{id}/record?part=value|envelope       (operators only: a download)
     POST /compensation/{id}/retry | /resolve | /discard      (bearer token; JSON {"note", "actor"})
 
-Any worker serves the whole queue: it lives in MySQL.
+Any worker serves the whole queue: it lives in MySQL. A viewer (``WEB_READ_TOKEN``) gets every
+answer masked (``app.masking``); an operator's look at a dead letter, and every download, is
+written to ``t_view_audit`` first.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import re
 
 import faust
@@ -16,14 +22,17 @@ from aiohttp import web
 from faust.web import View
 
 from app.adapters.mysql.queries import QueueFilter
+from app.adapters.mysql.views import Seen
 from app.bootstrap import Runtime
+from app.masking import mask_answer, mask_letter
 from app.pipeline.compensation import ACTIONS, Status
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import ORDER_NO, decode
 from app.pipeline.plan import step_keys
 from app.settings import Settings
-from app.web.http import (Refused, authorize, body, integer, json_response, moment, note_and_actor, readable, refused,
-                          text)
+from app.render import json_default, with_record
+from app.web.http import (NO_FRAMES, OPERATOR, Refused, authorize, body, integer, json_response, moment,
+                          note_and_actor, operator, refused, role, text, viewer_name)
 
 REASON = re.compile(r"[a-z_.:0-9]{1,64}")
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")
@@ -49,28 +58,57 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                     since=moment(query.get("since"), "since"), until=moment(query.get("until"), "until"),
                     before_id=integer(query.get("before"), "before", low=1, high=2 ** 62),
                     limit=integer(query.get("limit"), "limit", low=1, high=200, default=50))
+                who = role(request, settings)
             except Refused as exc:
                 return refused(exc)
             rt = await runtime.start()
             items = await rt.queries.compensations(filters)
             cursor = items[-1]["id"] if len(items) == filters.limit else None
-            return json_response({"items": items, "next_before": cursor, "counts": await rt.queries.counts()})
+            answer = {"items": items, "next_before": cursor, "counts": await rt.queries.counts()}
+            return json_response(answer if who == OPERATOR else mask_answer(answer))
 
     @app.page("/compensation/{row_id}")
     class Entry(View):
         async def get(self, request: web.Request, row_id: str) -> web.Response:
             try:
                 number = integer(row_id, "id", low=1, high=2 ** 62)
+                who, name = role(request, settings), viewer_name(request)
             except Refused as exc:
                 return refused(exc)
             rt = await runtime.start()
             row = await rt.queries.compensation(number)
             if row is None:
                 return json_response({"error": f"no compensation row {number}"}, status=404)
-            return json_response(await _detail(rt, row))
+            key, value = with_record(row)
+            detail = await _detail(rt, row, key, value)
+            if who != OPERATOR:
+                return json_response(mask_letter(detail, value))
+            await rt.view_audit.record(Seen(f"web:{name}", who, "dead_letter", request.path, compensation_id=number,
+                                            order_no=row.get("order_no")))
+            return json_response({**detail, "masked": False})
 
     @app.page("/compensation/{row_id}/{action}")
     class Action(View):
+        async def get(self, request: web.Request, row_id: str, action: str) -> web.Response:
+            try:
+                if action != "record":
+                    raise Refused(404, f"no view {action!r} of a dead letter: record")
+                operator(request, settings, "downloading a record")
+                number = integer(row_id, "id", low=1, high=2 ** 62)
+                part = request.query.get("part") or "value"
+                if part not in ("value", "envelope"):
+                    raise Refused(400, "part must be value or envelope")
+                name = viewer_name(request)
+            except Refused as exc:
+                return refused(exc)
+            rt = await runtime.start()
+            row = await rt.queries.compensation(number)
+            if row is None:
+                return json_response({"error": f"no compensation row {number}"}, status=404)
+            await rt.view_audit.record(Seen(f"web:{name}", OPERATOR, f"download:{part}", request.path_qs,
+                                            compensation_id=number, order_no=row.get("order_no")))
+            return download(row, part)
+
         async def post(self, request: web.Request, row_id: str, action: str) -> web.Response:
             try:
                 authorize(request, settings)
@@ -93,12 +131,43 @@ async def act(rt: Runtime, row_id: int, action: str, *, actor: str, note: str | 
     return json_response(result.as_dict())
 
 
-async def _detail(rt: Runtime, row: dict) -> dict:
-    """The row, its record, its history, the t_idem rows of its event and its order."""
-    key, value = row.pop("record_key"), row.pop("record_value")
-    headers = row.pop("record_headers")
-    row["record"] = {"key": readable(key), "value": readable(value),
-                     "headers": [{"key": k, "value": readable(v)} for k, v in headers]}
+def download(row: dict, part: str) -> web.Response:
+    """A dead letter's record as a file: ``value``, the value's bytes exactly as dead-lettered;
+    ``envelope``, JSON with the key, the headers (base64, and text when UTF-8), what the value
+    is (its size and SHA-256, whole or as the start of a longer one) and where it came from."""
+    headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", **NO_FRAMES}
+    number = row["id"]
+    value = row["record_value"] or b""
+    if part == "value":
+        return web.Response(body=value, content_type="application/octet-stream", headers={
+            **headers, "Content-Disposition": f'attachment; filename="dead-letter-{number}-value.bin"'})
+    key = row["record_key"]
+
+    def encoded(data: bytes | None) -> dict | None:
+        return None if data is None else {"base64": base64.b64encode(data).decode(), **_text(data)}
+
+    envelope = {"id": number, "src_topic": row["src_topic"], "src_partition": row["src_partition"],
+                "src_offset": row["src_offset"], "src_timestamp": row.get("src_timestamp"),
+                "truncated": bool(row["truncated"]), "key": encoded(key),
+                "headers": [{"key": k, "value": encoded(v)} for k, v in row["record_headers"]],
+                "value": {"bytes": len(value), "sha256": hashlib.sha256(value).hexdigest(),
+                          "whole_bytes": row.get("record_value_bytes") or len(value),
+                          "whole_sha256": row.get("record_value_sha256") or hashlib.sha256(value).hexdigest()}}
+    return web.Response(text=json.dumps(envelope, default=json_default, indent=2), content_type="application/json",
+                        headers={**headers,
+                                 "Content-Disposition": f'attachment; filename="dead-letter-{number}-envelope.json"'})
+
+
+def _text(data: bytes) -> dict:
+    try:
+        return {"text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {}
+
+
+async def _detail(rt: Runtime, row: dict, key: bytes | None, value: bytes | None) -> dict:
+    """The row with its record (:func:`with_record`), its history, the t_idem rows of its
+    event and its order."""
     keys = [row["biz_key"]] if row.get("biz_key") else []
     try:
         keys = step_keys(decode(key, value, max_bytes=rt.settings.max_event_bytes))

@@ -26,18 +26,102 @@ function rows(tbody, items, columns) {
   }
 }
 
-// Every call carries the token (the data views need one to read, actions to act).
+// The token is asked for once and kept for this tab only (sessionStorage: gone when the tab
+// closes, never shared with another tab, never in localStorage or a cookie); "Forget token"
+// drops it at once.
+const TOKEN_KEY = "token";
+let me = null;              // GET /whoami: the role, and whether values come masked
+
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+// Every call carries the token (the data views need one to read, actions to act) and the
+// person's name (X-Actor: an operator's look at whole values is audited under it).
 async function api(path, options = {}) {
-  const headers = { ...(options.headers || {}) };
-  const token = $("token").value.trim();
-  if (token) headers.Authorization = `Bearer ${token}`;
-  const response = await fetch(path, { ...options, headers });
+  const response = await send(path, options);
   const body = await response.json().catch(() => ({ error: `answer ${response.status} is not JSON` }));
   if (response.status === 401 || response.status === 403) {
-    throw new Error(`${body.error || `answer ${response.status}`}: enter the token above`);
+    const error = new Error(`${body.error || `answer ${response.status}`}: enter the token above`);
+    error.status = response.status;
+    throw error;
   }
   if (!response.ok) throw new Error(body.error || `answer ${response.status}`);
   return body;
+}
+
+function send(path, options = {}) {
+  const headers = { ...(options.headers || {}) };
+  if (token()) headers.Authorization = `Bearer ${token()}`;
+  const actor = $("actor").value.trim();
+  if (actor) headers["X-Actor"] = actor;
+  return fetch(path, { ...options, headers });
+}
+
+function operator() { return me !== null && me.role === "operator"; }
+
+async function signIn() {
+  const asking = !token();
+  $("token").closest("label").hidden = !asking;
+  $("forget").hidden = asking;
+  $("whoami").textContent = asking ? "" : "checking the token...";
+  if (asking) { me = null; showRole(); return; }
+  try {
+    me = await api("/whoami");
+  } catch (error) {
+    if (error.status === 401) sessionStorage.removeItem(TOKEN_KEY);
+    me = null;
+    showRole();
+    $("token").closest("label").hidden = false;
+    say("error", error.message);
+    return;
+  }
+  showRole();
+  load(false);
+}
+
+function showRole() {
+  $("whoami").textContent = me ? (operator() ? "operator: whole values, actions and downloads (audited)"
+                                             : "viewer: phone numbers and addresses masked, no actions") : "";
+  $("whoami").dataset.role = me ? me.role : "";
+  $("actions").hidden = !operator();
+  $("downloads").hidden = !operator();
+}
+
+function forget() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  me = null;
+  current = null;
+  $("token").value = "";
+  $("detail").hidden = true;
+  $("timeline").hidden = true;
+  $("queue").tBodies[0].replaceChildren();
+  $("counts").replaceChildren();
+  signIn();
+}
+
+// A value the server masked is marked so on the page (the whole value never reached it).
+function marked(element, masked) {
+  element.classList.toggle("masked", Boolean(masked));
+  element.title = masked ? "masked for a viewer: phone keeps its last 4 digits, address its first 3 characters" : "";
+}
+
+async function download(part) {
+  if (!current) return;
+  const id = current.id;
+  try {
+    const response = await send(`/compensation/${id}/record?part=${part}`);
+    if (!response.ok) {
+      const body = await response.json().catch(() => ({}));
+      throw new Error(body.error || `answer ${response.status}`);
+    }
+    const link = document.createElement("a");
+    link.href = URL.createObjectURL(await response.blob());
+    link.download = part === "value" ? `dead-letter-${id}-value.bin` : `dead-letter-${id}-envelope.json`;
+    document.body.appendChild(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 10_000);
+    say("notice", `#${id}: ${link.download} downloaded (audited)`);
+  } catch (error) { say("error", `#${id} download: ${error.message}`); }
 }
 
 function filters() {
@@ -83,6 +167,7 @@ async function load(more) {
 
 function describe(bytes) {
   if (!bytes) return "(none)";
+  if (bytes.withheld !== undefined) return `(withheld, ${bytes.bytes} bytes: ${bytes.withheld})`;
   return bytes.text !== undefined ? bytes.text : `base64 ${bytes.base64}`;
 }
 
@@ -109,6 +194,7 @@ async function open(id) {
     rows($("history").tBodies[0], row.history, ["at", "actor", "action", "from_status", "to_status", "note", "detail"]);
     rows($("steps").tBodies[0], row.idem, ["biz_key", "status", "attempt", "outcome", "last_err"]);
     $("detail-order").textContent = row.order ? JSON.stringify(row.order, null, 2) : "(no order)";
+    for (const id of ["detail-record", "detail-order", "steps", "history"]) marked($(id), row.masked);
   } catch (error) { say("error", error.message); }
 }
 
@@ -134,16 +220,25 @@ async function lookup(orderNo) {
     $("timeline-order").textContent = JSON.stringify(data.order, null, 2);
     rows($("timeline-steps").tBodies[0], data.steps, ["biz_key", "status", "attempt", "outcome"]);
     rows($("timeline-letters").tBodies[0], data.dead_letters, ["id", "status", "reason", "attempts"]);
+    for (const id of ["timeline-order", "timeline-steps"]) marked($(id), data.masked);
   } catch (error) { say("error", error.message); }
 }
 
-$("token").value = sessionStorage.getItem("token") || "";
-$("token").addEventListener("change", () => { sessionStorage.setItem("token", $("token").value); load(false); });
+$("token").addEventListener("change", () => {
+  const given = $("token").value.trim();
+  $("token").value = "";
+  if (!given) return;
+  sessionStorage.setItem(TOKEN_KEY, given);
+  signIn();
+});
+$("forget").addEventListener("click", forget);
 $("filters").addEventListener("submit", (event) => { event.preventDefault(); load(false); });
 $("more").addEventListener("click", () => load(true));
 for (const action of ["retry", "resolve", "discard"]) $(action).addEventListener("click", () => act(action));
+$("download").addEventListener("click", () => download("value"));
+$("download-envelope").addEventListener("click", () => download("envelope"));
 $("lookup").addEventListener("submit", (event) => {
   event.preventDefault();
   lookup(new FormData($("lookup")).get("order_no"));
 });
-load(false);
+signIn();

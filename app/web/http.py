@@ -3,8 +3,9 @@
 * :func:`access` guards every path of the web server, Faust's own included, before any
   view runs: only ``/health``, ``/healthz``, ``/readyz``, ``/metrics`` and the console's
   static page and script answer without a token. Everything else needs ``Authorization:
-  Bearer <token>``: ``WEB_READ_TOKEN`` or ``WEB_TOKEN`` to read, ``WEB_TOKEN`` for any
-  other method; compared in constant time. Without a configured token, 403 says which to
+  Bearer <token>``: ``WEB_READ_TOKEN`` (a viewer: personal fields masked) or ``WEB_TOKEN``
+  (an operator: whole values, downloads) to read, ``WEB_TOKEN`` for any other method;
+  compared in constant time. Without a configured token, 403 says which to
   set. A ``Host`` header that is not one of ``Settings.allowed_hosts`` answers 421, so a
   page on another site cannot reach the views through a name that resolves here (DNS
   rebinding).
@@ -27,8 +28,8 @@ from aiohttp import web
 from app.render import ACTOR, json_default, readable
 from app.settings import Settings
 
-__all__ = ["ACTOR", "Refused", "access", "authorize", "body", "integer", "json_response", "moment", "note_and_actor",
-           "readable", "refused", "text"]
+__all__ = ["ACTOR", "OPERATOR", "Refused", "VIEWER", "access", "authorize", "body", "integer", "json_response", "moment",
+           "note_and_actor", "operator", "readable", "refused", "role", "text", "viewer_name"]
 
 
 class Refused(Exception):
@@ -43,6 +44,7 @@ class Refused(Exception):
 OPEN_PATHS = frozenset({"/health", "/healthz", "/readyz", "/metrics"})     # probes and scrapers, any Host
 PAGES = frozenset({"/console/", "/console/console.js"})                    # no data: the token is asked for there
 READS = frozenset({"GET", "HEAD"})
+VIEWER, OPERATOR = "viewer", "operator"
 NO_FRAMES = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
 
 
@@ -81,8 +83,11 @@ def _hostname(host: str | None) -> str | None:
         return None
 
 
-def _token(request: web.Request, settings: Settings, *, read: bool) -> None:
-    tokens = [t for t in (settings.web_token, settings.web_read_token if read else None) if t is not None]
+def _token(request: web.Request, settings: Settings, *, read: bool) -> str:
+    """The role of the request's token (:data:`OPERATOR` for ``WEB_TOKEN``, :data:`VIEWER` for
+    ``WEB_READ_TOKEN`` when ``read``), or :class:`Refused`."""
+    tokens = [(OPERATOR, settings.web_token), (VIEWER, settings.web_read_token if read else None)]
+    tokens = [(role, t) for role, t in tokens if t is not None]
     if not tokens:
         raise Refused(403, "reading the data views needs a token: set WEB_READ_TOKEN (or WEB_TOKEN) in the worker's "
                            "environment, then send 'Authorization: Bearer <token>'" if read else
@@ -91,9 +96,31 @@ def _token(request: web.Request, settings: Settings, *, read: bool) -> None:
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     given_bytes = given.strip().encode()
     # Every configured token is compared, whichever matches: the time taken says nothing.
-    matches = [hmac.compare_digest(given_bytes, t.get_secret_value().encode()) for t in tokens]
-    if scheme.lower() != "bearer" or not any(matches):
+    matches = [role for role, t in tokens if hmac.compare_digest(given_bytes, t.get_secret_value().encode())]
+    if scheme.lower() != "bearer" or not matches:
         raise Refused(401, "missing or wrong bearer token")
+    return matches[0]          # WEB_TOKEN first: the same secret in both reads whole
+
+
+def role(request: web.Request, settings: Settings) -> str:
+    """Who asks a ``GET``: :data:`OPERATOR` (``WEB_TOKEN``: whole values, downloads, actions) or
+    :data:`VIEWER` (``WEB_READ_TOKEN``: personal fields masked, see ``app.masking``)."""
+    return _token(request, settings, read=True)
+
+
+def operator(request: web.Request, settings: Settings, what: str) -> None:
+    """Refuse (403) a viewer what only an operator may have."""
+    if role(request, settings) != OPERATOR:
+        raise Refused(403, f"{what} needs the operator's token (WEB_TOKEN); WEB_READ_TOKEN sees masked values only")
+
+
+def viewer_name(request: web.Request) -> str:
+    """The person behind the request, for the audit of unmasked views: the ``X-Actor`` header
+    (the console and the API send it), validated like ``actor``; ``anonymous`` without one."""
+    name = request.headers.get("X-Actor", "").strip() or "anonymous"
+    if not ACTOR.fullmatch(name):
+        raise Refused(400, "X-Actor must be 1-64 letters, digits or _.@+-")
+    return name
 
 
 def refused(exc: Refused) -> web.Response:

@@ -3,6 +3,9 @@
     GET /orders/{order_no}   the order's timeline: its state, every t_idem row, receipts, dead letters
     GET /idem/{biz_key}      one t_idem row
     GET /idem/stuck/         pending rows older than STUCK_PENDING_SECONDS (at most 200, oldest first)
+
+A viewer (``WEB_READ_TOKEN``) gets every answer masked (``app.masking``); an operator's look at
+an order's timeline is written to ``t_view_audit`` first.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ import faust
 from aiohttp import web
 from faust.web import View
 
+from app.adapters.mysql.views import Seen
 from app.bootstrap import Runtime
+from app.masking import mask_answer
 from app.pipeline.events import ORDER_NO
 from app.settings import Settings
-from app.web.http import Refused, integer, json_response, refused, text
+from app.web.http import OPERATOR, Refused, integer, json_response, refused, role, text, viewer_name
 
 BIZ_KEY = re.compile(r"ORD-[0-9]{8}-[A-Za-z0-9]{1,40}:[A-Z_]{1,32}:[a-z_]{1,32}")
 
@@ -28,6 +33,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
         async def get(self, request: web.Request, order_no: str) -> web.Response:
             try:
                 order_no = text(order_no, "order_no", ORDER_NO, "ORD-YYYYMMDD-<letters or digits>")
+                who, name = role(request, settings), viewer_name(request)
             except Refused as exc:
                 return refused(exc)
             rt = await runtime.start()
@@ -36,29 +42,36 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             letters = await rt.queries.dead_letters_of_order(order_no)
             if order is None and not steps and not letters:
                 return json_response({"error": f"nothing is known of order {order_no}"}, status=404)
-            return json_response({"order_no": order_no, "order": order, "steps": steps,
-                                  "receipts": await rt.queries.receipts(order_no), "dead_letters": letters})
+            answer = {"order_no": order_no, "order": order, "steps": steps,
+                      "receipts": await rt.queries.receipts(order_no), "dead_letters": letters}
+            if who != OPERATOR:
+                return json_response(mask_answer(answer))
+            await rt.view_audit.record(Seen(f"web:{name}", who, "timeline", request.path, order_no=order_no))
+            return json_response({**answer, "masked": False})
 
     @app.page("/idem/stuck/")
     class Stuck(View):
         async def get(self, request: web.Request) -> web.Response:
             try:
                 limit = integer(request.query.get("limit"), "limit", low=1, high=200, default=100)
+                who = role(request, settings)
             except Refused as exc:
                 return refused(exc)
             rt = await runtime.start()
             rows = await rt.queries.stuck(settings.stuck_pending_seconds, limit)
-            return json_response({"older_than_seconds": settings.stuck_pending_seconds, "rows": rows})
+            answer = {"older_than_seconds": settings.stuck_pending_seconds, "rows": rows}
+            return json_response(answer if who == OPERATOR else mask_answer(answer))
 
     @app.page("/idem/{biz_key}")
     class Step(View):
         async def get(self, request: web.Request, biz_key: str) -> web.Response:
             try:
                 biz_key = text(biz_key, "biz_key", BIZ_KEY, "<order_no>:<TYPE>:<step>")
+                who = role(request, settings)
             except Refused as exc:
                 return refused(exc)
             rt = await runtime.start()
             rows = await rt.queries.idem([biz_key])
             if not rows:
                 return json_response({"error": f"no t_idem row {biz_key}"}, status=404)
-            return json_response(rows[0])
+            return json_response(rows[0] if who == OPERATOR else mask_answer(rows[0]))

@@ -6,7 +6,7 @@ import faust
 
 from app.bootstrap import Runtime
 from app.settings import Settings
-from app.web import compensation, console, health, http, orders
+from app.web import compensation, console, health, http, orders, roles
 
 
 def middlewares(settings: Settings) -> list:
@@ -18,4 +18,5 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     health.register(app, runtime, settings)
     compensation.register(app, runtime, settings)
     orders.register(app, runtime, settings)
+    roles.register(app, runtime, settings)
     console.register(app, settings)

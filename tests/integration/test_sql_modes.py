@@ -19,6 +19,7 @@ from app.adapters.mysql.clock import DatabaseClock
 from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.partitions import CATCH_ALL, Partitions
 from app.adapters.mysql.queries import Queries, QueueFilter
+from app.adapters.mysql.views import Seen, ViewAudit
 from app.adapters.mysql.watch import Watch
 from app.db import create_engine, session_sql_mode
 from app.pipeline.compensation import Status
@@ -107,6 +108,11 @@ async def test_every_read_of_the_views_the_sweep_and_the_gauges_answers_under_th
     assert [r["id"] for r in await queries.dead_letters_of_order(order)] == [row["id"]]
     assert all(r["status"] == "pending" for r in await queries.stuck(0, 10))
     await queries.ping()
+    audit = ViewAudit(store, group=d.group)
+    for what in ("dead_letter", "timeline"):
+        await audit.record(Seen("web:modes", "operator", what, f"/x/{what}", compensation_id=row["id"], order_no=order))
+    [newest] = await audit.recent(limit=1)
+    assert [r["what"] for r in await audit.recent(limit=5, before_id=newest["id"])] == ["dead_letter"]
 
     watch = Watch(store)
     [late] = await watch.late_letters(d.group, [Status.DISCARDED], 0, 10)

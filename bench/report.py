@@ -17,10 +17,11 @@ DESIGNS = {
     "b-local": "naive: one transaction per event, local-only mix",
     "c-full": "pipeline worker, full mix",
     "c-local": "pipeline worker, local-only mix",
+    "c-local-48": "pipeline worker, local-only mix, 48 partitions",
     "f": "Faust's own ceiling: the worker's Faust setup, take_events(), a no-op agent",
     "g-empty": "pipeline worker, waybill + SMS mix, t_idem empty",
 }
-COLUMNS = ("run", "events", "steady events/s", "clocked events/s", "DB round trips / event",
+COLUMNS = ("run", "events", "steady events/s", "clocked events/s", "worker CPU µs / event", "DB round trips / event",
            "DB round trips / batch (c)", "p50 batch ms", "p99 batch ms", "peak RSS MB", "ratio (steady)")
 
 
@@ -46,7 +47,9 @@ def worker_row(row: str, workload: Workload, run: WorkerRun, checks: dict, profi
             "db_round_trips_per_event": trips / run.events if trips is not None and run.events else None,
             "db_round_trips_per_batch": metrics.get("db_round_trips_per_batch"),
             "batch_ms_p50": metrics.get("batch_ms_p50"), "batch_ms_p99": metrics.get("batch_ms_p99"),
-            "peak_rss_mb": run.peak_rss_mb, "metrics": metrics, "checks": checks, "error": run.error,
+            "peak_rss_mb": run.peak_rss_mb,
+            "steady_cpu_seconds": run.steady_cpu_seconds, "steady_events": run.steady_events,
+            "cpu_us_per_event": run.cpu_us_per_event, "metrics": metrics, "checks": checks, "error": run.error,
             "log": run.log, "profile": str(profile) if profile else None}
 
 
@@ -69,6 +72,11 @@ def add_ratios(rows: list[dict]) -> None:
             ratios["c/b"] = rate / b[steady]
         if row["row"].startswith("c") and rate and f.get(steady):
             ratios["c/f"] = rate / f[steady]
+        local = by_name.get("c-local", {})
+        if row["row"] == "c-local-48" and row.get("cpu_us_per_event") and local.get("cpu_us_per_event"):
+            ratios["CPU/event vs c-local"] = row["cpu_us_per_event"] / local["cpu_us_per_event"]
+        if row["row"] == "c-local" and row.get("cpu_us_per_event") and f.get("cpu_us_per_event"):
+            ratios["CPU/event vs f"] = row["cpu_us_per_event"] / f["cpu_us_per_event"]
         if row["row"].startswith("g-") and row["row"] != "g-empty" and rate and g_empty.get(steady):
             ratios["g/g-empty"] = rate / g_empty[steady]
             if row.get("events_per_second") and g_empty.get("events_per_second"):
@@ -84,6 +92,7 @@ def table(rows: list[dict]) -> str:
         cells = [row["row"], _num(row.get("events"), 0),
                  "FAILED" if row.get("error") else _num(row.get("steady_events_per_second"), 0),
                  "FAILED" if row.get("error") else _num(row.get("events_per_second"), 0),
+                 _num(row.get("cpu_us_per_event"), 1),
                  _num(row.get("db_round_trips_per_event"), 2), _num(row.get("db_round_trips_per_batch"), 1),
                  _num(row.get("batch_ms_p50"), 1), _num(row.get("batch_ms_p99"), 1),
                  _num(row.get("peak_rss_mb"), 0), ratio or "-"]
@@ -109,7 +118,9 @@ def notes(rows: list[dict]) -> str:
     lines.append("- steady (the headline): a and b from the first records to the last commit; c and f from the "
                  "first to the last commit seen. clocked: c and f from /health answering to committed == end "
                  "offsets (includes the group join and up to one 2.8 s commit interval). Batch p50/p99: linear "
-                 "interpolation inside order_batch_seconds buckets.")
+                 "interpolation inside order_batch_seconds buckets. Worker CPU / event: the worker process's "
+                 "user + system time (all threads) between the first and the last commit seen, over the events "
+                 "committed in between.")
     return "\n".join(lines)
 
 
@@ -119,6 +130,8 @@ def _worker_note(row: dict) -> str:
              f"first commit after {_num(row.get('first_commit_seconds'), 1)}s",
              f"clock {_num(row.get('seconds'), 1)}s",
              f"steady {_num(row.get('steady_events_per_second'), 0)} ev/s",
+             f"worker CPU {_num(row.get('steady_cpu_seconds'), 2)}s over {_num(row.get('steady_events'), 0)} events "
+             f"({_num(row.get('cpu_us_per_event'), 1)} µs each)",
              f"{_num(m.get('batches'), 0)} batches of {_num(m.get('events_per_batch'), 0)} events",
              f"outcomes {m.get('events_by_outcome') or 'n/a'}"]
     if m.get("dead_letters_by_reason"):

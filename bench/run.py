@@ -44,7 +44,11 @@ g  growth    cost as t_idem grows (``bench.growth``): the same worker as (c), sa
              that reads the table instead of an index range is reported as a finding.
              ``--skip-growth`` leaves the g rows out, ``--only-growth`` runs only them.
 
-Every run uses topics (8 partitions), consumer groups and a MariaDB scratch
+Every row also reports the worker process's CPU time (user + system, all its threads, from
+/proc/<pid>/stat) per event over the steady window. ``c-local-48`` is the local-only mix, record
+for record, on a topic of 48 partitions (the seeds' count; ``--skip-wide`` leaves it out).
+
+Every run uses topics (8 partitions, 48 for c-local-48), consumer groups and a MariaDB scratch
 database of its own, and removes them at the end (``--keep`` keeps topics and
 database). Tables are emptied between rows. Results go to stdout as a markdown
 table and to ``bench/results/<UTC timestamp>.json``; worker logs to ``.cache/bench/``.
@@ -54,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -81,7 +86,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 LOGS = ROOT / ".cache" / "bench"
 PARTITIONS = 8
+WIDE_PARTITIONS = 48        # the seeds' topic: row c-local-48
 DLQ_PARTITIONS = 3
+WIDE = f"local-{WIDE_PARTITIONS}"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -92,6 +99,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-raw", action="store_true", help="leave out row a")
     parser.add_argument("--skip-faust", action="store_true", help="leave out row f (Faust's no-op ceiling)")
     parser.add_argument("--only-local", action="store_true", help="only the local-only topic (no c-full)")
+    parser.add_argument("--skip-wide", action="store_true",
+                        help=f"leave out row c-local-{WIDE_PARTITIONS} (the local-only mix on {WIDE_PARTITIONS} partitions)")
     parser.add_argument("--keep", action="store_true", help="keep the topics and the scratch database")
     parser.add_argument("--profile", action="store_true",
                         help="run the workers under pyinstrument; text reports in bench/results/")
@@ -128,6 +137,7 @@ class Context:
     fakes: FakesProcess
     workloads: dict[str, Workload] = field(default_factory=dict)
     ends: dict[str, dict[int, int]] = field(default_factory=dict)
+    partitions: dict[str, int] = field(default_factory=dict)      # by workload name; PARTITIONS if absent
     topics: list[str] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
 
@@ -186,14 +196,15 @@ async def run(ctx: Context) -> dict:
     print(report.environment_text(env, ctx.args, ctx.settings), flush=True)
     await prepare(ctx)
     main_name = "local" if ctx.args.only_local else "full"
-    mixes = [name for name in ("full", "local") if name in ctx.workloads]
+    mixes = [name for name in ("full", "local", WIDE) if name in ctx.workloads]
     rows: list[dict] = []
     if not ctx.args.only_growth:
         if not ctx.args.skip_raw:
             rows.append(await row_a(ctx, ctx.workloads[main_name]))
         if not ctx.args.skip_naive:
             for name in mixes:
-                rows.append(await row_b(ctx, ctx.workloads[name]))
+                if name != WIDE:
+                    rows.append(await row_b(ctx, ctx.workloads[name]))
         if not ctx.args.skip_faust:
             rows.append(await row_c(ctx, ctx.workloads["local"], row="f", app_module="bench.noop_app"))
         for name in mixes:
@@ -215,12 +226,20 @@ async def run(ctx: Context) -> dict:
 async def prepare(ctx: Context) -> None:
     """Build the workloads, create their topics and fill them."""
     names = [] if ctx.args.only_growth else ["local"] if ctx.args.only_local else ["full", "local"]
+    if not ctx.args.only_growth and not ctx.args.skip_wide:
+        names.append(WIDE)
     if not ctx.args.skip_growth:
         names.append("mixed")
     for name in names:
         topic = f"bench-order-event-{name}-{ctx.tag}"
-        ctx.workloads[name] = build(name, ctx.args.events, topic=topic, tag=ctx.tag)
-        shape = ctx.settings.model_copy(update={"order_event_partitions": PARTITIONS, "dlq_partitions": DLQ_PARTITIONS})
+        if name == WIDE:
+            # The local-only mix, record for record, on the seeds' partition count.
+            ctx.workloads[name] = dataclasses.replace(ctx.workloads["local"], name=name, topic=topic)
+            ctx.partitions[name] = WIDE_PARTITIONS
+        else:
+            ctx.workloads[name] = build(name, ctx.args.events, topic=topic, tag=ctx.tag)
+        partitions = ctx.partitions.get(name, PARTITIONS)
+        shape = ctx.settings.model_copy(update={"order_event_partitions": partitions, "dlq_partitions": DLQ_PARTITIONS})
         specs = topic_specs(shape, events=topic, dlq=f"bench-order-event-dlq-{name}-{ctx.tag}")
         await kafka_ops.create_topics(ctx.bootstrap, specs)
         ctx.topics += [spec.name for spec in specs]
@@ -228,7 +247,7 @@ async def prepare(ctx: Context) -> None:
         await kafka_ops.produce(ctx.bootstrap, topic, ctx.workloads[name].records, linger_ms=20,
                                 max_batch_size=1024 * 1024)
         seconds = time.perf_counter() - started
-        ctx.ends[name] = await kafka_ops.end_offsets(ctx.bootstrap, topic, PARTITIONS)
+        ctx.ends[name] = await kafka_ops.end_offsets(ctx.bootstrap, topic, partitions)
         print(f"filled {topic}: {sum(ctx.ends[name].values())} records in {seconds:.1f}s", flush=True)
 
 
@@ -260,7 +279,8 @@ async def row_c(ctx: Context, workload: Workload, row: str | None = None, app_mo
     data_dir = tempfile.mkdtemp(prefix="bench-faust-")
     env = worker_env(order_event_topic=workload.topic, dlq_topic=f"bench-order-event-dlq-{workload.name}-{ctx.tag}",
                      app_id=group, mysql_url=ctx.db.url, logistics_url=ctx.fakes.url, sms_url=ctx.fakes.url,
-                     web_port=str(free_port()), worker_id="bench", order_event_partitions=str(PARTITIONS),
+                     web_port=str(free_port()), worker_id="bench",
+                     order_event_partitions=str(ctx.partitions.get(workload.name, PARTITIONS)),
                      dlq_partitions=str(DLQ_PARTITIONS), log_level="warning", data_dir=data_dir,
                      **(extra_env or {}))
     profile = RESULTS / f"profile-{ctx.stamp}-{row}.txt" if ctx.args.profile else None

@@ -13,6 +13,7 @@ out both the startup and that tail and is reported next to it.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -37,6 +38,10 @@ class WorkerRun:
     first_commit_seconds: float | None = None  # /health answered -> first committed offset seen
     steady_events_per_second: float | None = None
     peak_rss_mb: float | None = None
+    # The worker process's CPU (user + system, every thread) between the first and the last
+    # commit seen, and the events committed in between: its cost per event, whatever the load.
+    steady_cpu_seconds: float | None = None
+    steady_events: int | None = None
     metrics: dict = field(default_factory=dict)
     error: str | None = None
     log: str = ""
@@ -44,6 +49,12 @@ class WorkerRun:
     @property
     def events_per_second(self) -> float | None:
         return self.events / self.seconds if self.seconds else None
+
+    @property
+    def cpu_us_per_event(self) -> float | None:
+        if self.steady_cpu_seconds is None or not self.steady_events:
+            return None
+        return self.steady_cpu_seconds / self.steady_events * 1e6
 
 
 def worker_command(profile_to: Path | None, app_module: str = "app") -> list[str]:
@@ -85,17 +96,18 @@ async def _measure(run: WorkerRun, proc: subprocess.Popen, http: aiohttp.ClientS
     run.startup_seconds = healthy - spawned
     async with admin(bootstrap) as client:
         committed = CommittedOffsets(client, group, topic)
-        first = last = None        # (time, records committed)
+        first = last = None        # (time, records committed, worker CPU seconds)
         progress_at, progress = healthy, 0
         while True:
             now = time.perf_counter()
             done = sum(min(offset, ends[p]) for p, offset in (await committed.read()).items() if offset > 0)
             if done > progress:
                 progress_at, progress = now, done
+                cpu = cpu_seconds(proc.pid)
                 if first is None:
-                    first = (now, done)
+                    first = (now, done, cpu)
                     run.first_commit_seconds = now - healthy
-                last = (now, done)
+                last = (now, done, cpu)
             if done >= run.events:
                 break
             _check(proc, now, spawned, progress_at, timeout, stall, f"committing {done} of {run.events} records")
@@ -103,6 +115,8 @@ async def _measure(run: WorkerRun, proc: subprocess.Popen, http: aiohttp.ClientS
     run.seconds = last[0] - healthy
     if last[0] > first[0]:
         run.steady_events_per_second = (last[1] - first[1]) / (last[0] - first[0])
+        if first[2] is not None and last[2] is not None:
+            run.steady_cpu_seconds, run.steady_events = last[2] - first[2], last[1] - first[1]
 
 
 async def _wait_health(proc: subprocess.Popen, http: aiohttp.ClientSession, url: str, spawned: float,
@@ -126,6 +140,20 @@ def _check(proc: subprocess.Popen, now: float, spawned: float, progress_at: floa
         raise TimeoutError(f"timeout: {timeout:.0f}s after the worker started, still {doing}")
     if now - progress_at > stall:
         raise TimeoutError(f"stalled: no committed offset moved for {stall:.0f}s, still {doing}")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a live process (all its threads), in seconds; None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces: the fields counted from the last ")".
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mb(pid: int) -> float | None:

@@ -1,5 +1,10 @@
 """The ``order-event`` agent: hand each batch to the batch handler, record what happened.
 
+With ``FETCH_BATCHES`` (the default) the agent takes whole fetches from Faust's consumer
+(``app.adapters.kafka_batches``): a batch is acked only by ``batch.ack()``, after the batch
+handler returned (its ledger rows and dead letters written), never implicitly. Without it,
+it reads Faust's stream with ``take_events()``, and the facts below hold as they are.
+
 Faust facts this agent is built around (faust-streaming 0.15.3):
 
 * ``Stream.take_events()`` (like ``take()``) acks every event of the batch in
@@ -31,6 +36,7 @@ import time
 import faust
 
 from app import metrics
+from app.adapters import kafka_batches
 from app.adapters.kafka_records import source_record
 from app.bootstrap import Runtime
 from app.exits import stop_without_ack
@@ -44,17 +50,25 @@ log = logging.getLogger(__name__)
 def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Settings):
     """The ``order-event`` agent on ``app``, handing its batches to ``runtime``."""
 
+    feed = None
+    if settings.fetch_batches:
+        feed = kafka_batches.Feed(app, settings.order_event_topic, max_records=settings.batch_size,
+                                  within=settings.batch_within_seconds)
+
     @app.agent(topic, name="order_events", concurrency=1)
     async def process_order_events(stream):
         rt = await runtime.start()
         freeze_startup_objects()
-        log.info("consuming %s as %s (event loop: %s)", settings.order_event_topic, rt.owner,
-                 type(asyncio.get_running_loop()).__module__)
-        async for batch in stream.take_events(settings.batch_size, within=settings.batch_within_seconds):
+        log.info("consuming %s as %s (event loop: %s; %s)", settings.order_event_topic, rt.owner,
+                 type(asyncio.get_running_loop()).__module__,
+                 "whole fetches" if feed else "Faust's stream, record by record")
+        async for batch in (feed.batches(stream) if feed else _stream_batches(stream, settings)):
             try:
                 started, trips = time.perf_counter(), rt.store.round_trips
                 metrics.IN_FLIGHT_BATCH.set(1)
-                report = await rt.batches.handle([source_record(event.message) for event in batch])
+                report = await rt.batches.handle([source_record(message) for message in batch.messages])
+                # Only now: the batch's ledger rows and dead letters are written.
+                batch.ack()
                 seconds = time.perf_counter() - started
                 _record(report, len(batch), seconds, rt.store.round_trips - trips)
                 if seconds > settings.slow_batch_seconds:
@@ -64,6 +78,26 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
                 stop_without_ack(exc)
 
     return process_order_events
+
+
+class _StreamBatch:
+    """A ``take_events()`` batch: Faust acks it when the loop asks for the next one."""
+
+    __slots__ = ("messages",)
+
+    def __init__(self, events) -> None:
+        self.messages = [event.message for event in events]
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def ack(self) -> None:
+        pass
+
+
+async def _stream_batches(stream, settings: Settings):
+    async for events in stream.take_events(settings.batch_size, within=settings.batch_within_seconds):
+        yield _StreamBatch(events)
 
 
 def _record(report: BatchReport, size: int, seconds: float, round_trips: int) -> None:

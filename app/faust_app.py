@@ -13,7 +13,7 @@ from typing import Awaitable, Callable, Sequence
 import faust
 
 from app import exits
-from app.adapters import kafka_consumer, kafka_ops, kafka_records, mysql_preflight
+from app.adapters import kafka_batches, kafka_consumer, kafka_ops, kafka_records, mysql_preflight
 from app.adapters.kafka_connection import KafkaConfigError, KafkaStartupError, preflight
 from app.adapters.mysql import schema
 from app.db import create_engine
@@ -150,6 +150,9 @@ def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> "Proces
     # Records of aborted transactions are never read; commits go past transaction markers
     # (see app.adapters.kafka_consumer).
     kafka_consumer.install(settings.kafka_isolation_level)
+    # Topics an agent takes in whole fetches skip Faust's per-record path (see
+    # app.adapters.kafka_batches); an app that registers no feed runs Faust's own loop.
+    kafka_batches.install()
     _make_faust_producer_idempotent()
     app = ProcessorApp(
         settings.app_id,

@@ -175,6 +175,9 @@ class Settings(BaseSettings):
     # -- batching -----------------------------------------------------------
     batch_size: int = Field(500, ge=1)
     batch_within_seconds: float = Field(1.0, gt=0)
+    fetch_batches: bool = Field(
+        True, description="The agent takes whole fetches from Faust's consumer (app.adapters.kafka_batches); "
+                          "false: through Faust's stream and take_events(), record by record.")
     retry_backoff_ms: str = Field("200,800,3200", description="Per-record retry delays; their count is the retry limit.")
     batch_deadline_seconds: float = Field(
         15.0, gt=0, description="Records still retrying this long after a batch began are dead-lettered as "

@@ -29,9 +29,14 @@ compacted one), known exactly and at once. :func:`commit_offset` then commits th
 acknowledged offsets and holes only, in order from the committed offset: never past an
 offset that was handed out and not acknowledged, and all the way past trailing markers.
 
+**Acknowledged offsets forgotten on a rebalance.** ``Consumer.on_partitions_revoked`` drops
+the acknowledged offsets of the revoked partitions before the app commits; they are
+committed first here (:func:`_forgetting_holes`).
+
 What the upstream fixes would be: a ``consumer_isolation_level`` setting in Faust; in
 Faust's consumer, commit offsets computed from the fetch position (as Kafka's Java
-consumer commits ``position()``), not from acknowledged offsets plus guessed gaps.
+consumer commits ``position()``), not from acknowledged offsets plus guessed gaps; and a
+commit before the revoked partitions' bookkeeping is dropped.
 """
 
 from __future__ import annotations
@@ -215,6 +220,17 @@ def _new_offset(self, tp):
 def _forgetting_holes(revoked):
     @functools.wraps(revoked)
     async def on_partitions_revoked(self, tps):
+        # Faust's Consumer.on_partitions_revoked forgets the acknowledged offsets of the revoked
+        # partitions (it pops ``_acked``) *before* the app waits for the streams and commits: what
+        # was acknowledged since the last commit tick (up to BROKER_COMMIT_INTERVAL_SECONDS of
+        # work) was never committed and ran again after every rebalance. Commit it first, as
+        # Kafka's own consumers commit before they rejoin; the batch still in flight is
+        # acknowledged and committed later, when Faust waits for it (``wait_empty``).
+        if not self.app.should_stop:
+            try:
+                await self.commit()
+            except Exception as exc:  # noqa: BLE001 -- the rebalance goes on; the work runs again
+                log.warning("commit before the partitions were revoked failed: %r", exc)
         HOLES.forget(tps)
         return await revoked(self, tps)
     return on_partitions_revoked

@@ -1,0 +1,351 @@
+"""Whole fetches handed to an agent as batches: Faust's per-record path, bypassed for one topic.
+
+Faust 0.15.3 moves every record one by one from its fetcher to an agent's stream
+(``Consumer._drain_messages``): a ``wait_first`` that makes four futures per record, the
+conductor's ``on_message`` (a lock, flow control, the producer buffer's size, the schema
+registry's decode into an ``Event``), the stream's queue, the stream iterator, the
+``take_events`` buffer, and one ``ack`` per event. An agent that does nothing pays about
+50 µs of CPU per record there; ours hands whole batches to the pipeline anyway.
+
+:func:`install` replaces ``Consumer._drain_messages`` with :func:`_drain_messages`, which
+does the same for every topic except the ones an agent asked to take in whole fetches
+(:class:`Feed`): their records, as Faust's own ``ConsumerMessage`` objects, go into the
+feed's buffer a fetch at a time, and the agent takes them in batches of up to
+``max_records``. An app with no feed runs Faust's own loop, untouched (the benchmark's
+no-op agent, row f, is measured on it).
+
+What is kept of Faust, so that its commits, rebalances and stop work as before:
+
+* **Fetching, the group, offsets, commits**: Faust's consumer does them, unchanged
+  (``_wait_next_records``, ``perform_seek`` when flow is stopped, read offsets and gaps
+  as Faust keeps them, ``broker_commit_every``, the commit timer).
+* **Tracking**: a record becomes *unacked* (``Consumer._unacked_messages``, what
+  ``wait_empty`` waits for on rebalance and on stop) when the agent takes it, as a
+  stream does when its iterator hands an event on; a record still in the buffer is like
+  one in a stream's queue: never tracked, and dropped when Faust clears its queues
+  (``flow_control.clear()``, and on ``resume()``: the feed is managed like a queue made
+  with ``clear_on_resume=True``) or when its generation is no longer the consumer's.
+  A dropped record is never acked, so nothing is committed past it, and the seek to the
+  committed offsets after the rebalance fetches it again.
+* **Acks**: :meth:`Batch.ack` acks each record through ``Consumer.ack``, Faust's own
+  bookkeeping of acked offsets (then ``_new_offset``, corrected in
+  ``app.adapters.kafka_consumer``, computes what may be committed). Nothing is acked
+  implicitly: not when the agent asks for the next batch, not when it raises or is
+  cancelled (``take_events`` acks in a ``finally``); asking for the next batch with the
+  last one unacked is an error. So a batch is acked only after the agent's own work
+  for it (its ledger rows and dead letters written) is done.
+* **Back-pressure and flow control**: the fetcher waits while the buffer holds a full
+  batch (like the conductor waits on a full stream queue), while Faust's flow control is
+  suspended (the conductor's ``acquire``), and gives up the wait when the consumer stops
+  its flow for a rebalance (``suspend_flow``, as Faust's loop does).
+
+Left out for feed topics: Faust's per-message sensors (``on_message_in`` and the stream's
+events; the worker's monitor ignores them anyway, ``app.monitor``), the conductor's
+decode (values are raw bytes here, read by our decoder), and the round-robin scheduler
+between partitions inside one fetch (a batch holds the whole fetch; per partition the
+records stay in offset order).
+
+What an upstream fix would be: in Faust, a batch-mode channel (``Consumer.getmany``'s
+records handed to one subscriber per fetch, with bulk ``track``/``ack`` on the consumer),
+so ``take_events`` would not cost per record what it costs; and ``wait_first`` in the
+drain loop only when the delivery cannot complete at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import AsyncIterator, Sequence
+
+from faust.transport import consumer as faust_consumer
+
+log = logging.getLogger(__name__)
+
+_ORIGINAL: dict[str, object] = {}
+
+
+def install() -> None:
+    """Let feeds take the records of their topics from Faust's fetcher (idempotent; an app with
+    no :class:`Feed` keeps Faust's own loop)."""
+    consumer = faust_consumer.Consumer
+    if "drain" in _ORIGINAL:
+        return
+    for name in ("_drain_messages", "_wait_next_records", "perform_seek", "_to_message", "ack", "_add_gap"):
+        if not callable(getattr(consumer, name, None)):
+            raise RuntimeError(f"faust-streaming changed: Consumer.{name} is gone; "
+                               "app.adapters.kafka_batches must be revised for this version")
+    _ORIGINAL["drain"] = consumer._drain_messages
+    consumer._drain_messages = _drain_messages
+
+
+def feeds_of(app) -> dict[str, "Feed"]:
+    """The feeds registered on ``app``, by topic name."""
+    feeds = app.__dict__.get("_order_feeds")
+    if feeds is None:
+        feeds = app.__dict__["_order_feeds"] = {}
+    return feeds
+
+
+class Batch:
+    """Records an agent took from a :class:`Feed`; :meth:`ack` once their work is done."""
+
+    __slots__ = ("messages", "_consumer", "acked")
+
+    def __init__(self, messages: list, consumer) -> None:
+        self.messages = messages
+        self._consumer = consumer
+        self.acked = False
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def ack(self) -> None:
+        """Tell Faust's consumer every record of the batch is done: their offsets may be committed."""
+        if self.acked:
+            return
+        self.acked = True
+        ack = self._consumer.ack
+        for message in self.messages:
+            ack(message)
+
+
+class Feed:
+    """The records of one topic, a fetch at a time, for the one agent that reads it.
+
+    Register it before the worker starts (``Feed(app, topic_name, ...)``); in the agent,
+    ``async for batch in feed.batches(stream)`` then ``batch.ack()``."""
+
+    def __init__(self, app, topic: str, *, max_records: int, within: float) -> None:
+        if max_records < 1 or within <= 0:
+            raise ValueError("a feed needs max_records >= 1 and within > 0")
+        feeds = feeds_of(app)
+        if topic in feeds:
+            raise ValueError(f"topic {topic} already has a feed")
+        self.app, self.topic = app, topic
+        self.max_records, self.within = max_records, within
+        self._buffer: deque = deque()
+        self._arrived = asyncio.Event()      # records were added
+        self._room = asyncio.Event()         # the buffer is below a full batch
+        self._room.set()
+        self._taking = False
+        self.dropped = 0                     # records dropped by a clear or a generation change
+        feeds[topic] = self
+        # Cleared like the streams' queues when Faust clears or resumes its flow.
+        app.flow_control.manage_queue(self)
+
+    # -- the fetcher's side -------------------------------------------------------
+
+    def has_room(self) -> bool:
+        return len(self._buffer) < self.max_records
+
+    def offer(self, messages: list) -> None:
+        """Add a fetch's records (the caller checked flow control and room)."""
+        self._buffer.extend(messages)
+        self._arrived.set()
+        if len(self._buffer) >= self.max_records:
+            self._room.clear()
+
+    async def put(self, messages: list) -> None:
+        """Add a fetch's records, waiting for Faust's flow control and for room in the buffer."""
+        flow = self.app.flow_control
+        while True:
+            if not flow.is_active():
+                await flow.acquire()
+                continue
+            if not self.has_room():
+                await self._room.wait()
+                continue
+            break
+        generation = self.app.consumer_generation_id
+        kept = [m for m in messages if m.generation_id == generation]
+        self.dropped += len(messages) - len(kept)
+        if kept:
+            self.offer(kept)
+
+    def clear(self) -> None:
+        """Drop what no agent took yet (untracked, unacked: fetched again after the seek)."""
+        if self._buffer:
+            self.dropped += len(self._buffer)
+            log.debug("feed %s: %d records dropped by Faust's flow control", self.topic, len(self._buffer))
+            self._buffer.clear()
+        self._arrived.clear()
+        self._room.set()
+
+    # -- the agent's side ---------------------------------------------------------
+
+    async def batches(self, stream) -> AsyncIterator[Batch]:
+        """Batches of up to ``max_records``: as soon as that many are there, else what came within
+        ``within`` seconds (like ``take_events``). Each must be acked before the next is asked for."""
+        if self._taking:
+            raise RuntimeError(f"feed {self.topic} already has an agent taking from it")
+        self._taking = True
+        # Iterating the agent's channel subscribes its topic (what Stream.__aiter__ does);
+        # no record will ever reach that channel's queue: the fetcher hands them here.
+        aiter(stream.channel)
+        consumer = self.app.consumer
+        last: Batch | None = None
+        try:
+            while True:
+                messages = await self._take()
+                if last is not None and not last.acked:
+                    raise RuntimeError("the previous batch was not acked: a batch is acked only by Batch.ack()")
+                last = Batch(messages, consumer)
+                yield last
+        finally:
+            self._taking = False
+
+    async def _take(self) -> list:
+        buffer = self._buffer
+        if len(buffer) < self.max_records:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.within
+            while len(buffer) < self.max_records:
+                left = deadline - loop.time()
+                if left <= 0:
+                    if buffer:
+                        break
+                    deadline = loop.time() + self.within
+                    left = self.within
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), left)
+                except asyncio.TimeoutError:
+                    pass
+        return self._track(self.max_records)
+
+    def _track(self, n: int) -> list:
+        """Take up to ``n`` records of the consumer's current generation and mark them unacked
+        (what ``wait_empty`` waits for), in one step: no await between the two."""
+        buffer, generation = self._buffer, self.app.consumer_generation_id
+        unacked = self.app.consumer._unacked_messages
+        taken = []
+        while buffer and len(taken) < n:
+            message = buffer.popleft()
+            if message.generation_id != generation:
+                self.dropped += 1
+                continue
+            message.tracked = True
+            unacked.add(message)
+            taken.append(message)
+        if len(buffer) < self.max_records:
+            self._room.set()
+        return taken
+
+
+# -- Faust's drain loop, with feeds ---------------------------------------------------
+
+async def _drain_messages(self, fetcher) -> None:
+    """``Consumer._drain_messages`` (faust-streaming 0.15.3) with feed topics' records handed over
+    a fetch at a time; every other topic's records go through Faust's callback one by one, as in
+    the original."""
+    feeds = feeds_of(self.app)
+    if not feeds:
+        return await _ORIGINAL["drain"](self, fetcher)
+    callback = self.callback
+    consumer_should_stop = self._stopped.is_set
+    fetcher_should_stop = fetcher._stopped.is_set
+    get_read_offset = self._read_offset.__getitem__
+    set_read_offset = self._read_offset.__setitem__
+    set_flag, unset_flag = self.diag.set_flag, self.diag.unset_flag
+    commit_every = self._commit_every
+    acks_enabled_for = self.app.topics.acks_enabled_for
+    to_message = self._to_message
+    app = self.app
+    monitor = app.monitor
+    try:
+        while not (consumer_should_stop() or fetcher_should_stop()):
+            set_flag(faust_consumer.CONSUMER_FETCHING)
+            records, active_partitions = await self._wait_next_records(1.0)
+            await self.sleep(0)
+            if self.should_stop:
+                break
+            if records is None:
+                continue
+            if not self.flow_active:
+                # Faust's getmany: records fetched while the flow is stopped are not delivered.
+                try:
+                    await self.perform_seek()
+                except Exception as exc:  # noqa: BLE001 -- as Faust does
+                    self.log.warning(f"exception performing seek when flow not active {exc}")
+                continue
+            generation_id = app.consumer_generation_id
+            fetched: dict = {}
+            for tp, tp_records in records.items():
+                if not self.flow_active or app.consumer_generation_id != generation_id:
+                    break
+                if not (active_partitions is None or tp in active_partitions or tp in self._buffered_partitions):
+                    continue
+                monitor.track_tp_end_offset(tp, self.highwater(tp))
+                feed = feeds.get(tp.topic)
+                r_offset = get_read_offset(tp)
+                if feed is None:
+                    if not await _deliver_one_by_one(self, tp, tp_records, r_offset, generation_id, callback,
+                                                     commit_every, acks_enabled_for, to_message, set_read_offset):
+                        break
+                    continue
+                messages = fetched.setdefault(feed, [])
+                for record in tp_records:
+                    offset = record.offset
+                    if r_offset is not None and offset < r_offset:
+                        continue                      # Faust's "DROPPED MESSAGE ROFF"
+                    if r_offset and offset - r_offset > 1 and acks_enabled_for(tp.topic):
+                        await self._add_gap(tp, r_offset + 1, offset)
+                    messages.append(to_message(tp, record))
+                    r_offset = offset
+                if r_offset is not None:
+                    set_read_offset(tp, r_offset)
+            if commit_every is not None and self._n_acked >= commit_every:
+                self._n_acked = 0
+                await self.commit()
+            for feed, messages in fetched.items():
+                if not messages:
+                    continue
+                if app.flow_control.is_active() and feed.has_room():
+                    feed.offer(messages)              # the usual case: no future, no task
+                else:
+                    await self.wait_first(feed.put(messages), self.suspend_flow.wait())
+            unset_flag(faust_consumer.CONSUMER_FETCHING)
+    except self.consumer_stopped_errors:
+        if self.transport.app.should_stop:
+            self.log.info("Broker stopped consumer, shutting down...")
+            return
+        raise
+    except asyncio.CancelledError:
+        if self.transport.app.should_stop:
+            self.log.info("Consumer shutting down for user cancel.")
+            return
+        raise
+    except Exception as exc:
+        self.log.exception("Drain messages raised: %r", exc)
+        raise
+    finally:
+        unset_flag(faust_consumer.CONSUMER_FETCHING)
+
+
+async def _deliver_one_by_one(self, tp, tp_records: Sequence, r_offset, generation_id, callback, commit_every,
+                              acks_enabled_for, to_message, set_read_offset) -> bool:
+    """Faust's own per-record delivery (its getmany's checks and its drain loop's body), for a topic
+    without a feed; False when the flow stopped or the generation changed (the fetch is abandoned)."""
+    app = self.app
+    for n, record in enumerate(tp_records, start=1):
+        if not self.flow_active or app.consumer_generation_id != generation_id:
+            return False
+        if n % 100 == 0:
+            await asyncio.sleep(0)
+        message = to_message(tp, record)
+        offset = message.offset
+        if r_offset is None or offset >= r_offset:
+            gap = offset - (r_offset or 0)
+            if gap > 1 and r_offset and acks_enabled_for(message.topic):
+                await self._add_gap(tp, r_offset + 1, offset)
+            if commit_every is not None and self._n_acked >= commit_every:
+                self._n_acked = 0
+                await self.commit()
+            await self.wait_first(callback(message), self.suspend_flow.wait())
+            set_read_offset(tp, offset)
+            r_offset = offset
+    return True
+
+
+__all__ = ["Batch", "Feed", "feeds_of", "install"]

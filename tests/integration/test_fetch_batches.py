@@ -1,0 +1,80 @@
+"""The order agent taking whole fetches (app.adapters.kafka_batches) with real workers: nothing is
+committed before a batch's dead letters are written, a rebalance waits for the batch in flight,
+and Faust's own stream path (FETCH_BATCHES=false) still works."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import urllib.request
+
+import pytest
+
+from tests.support.events import event, order_no, record
+from tests.support.fakes import FakesProcess
+from tests.support.services import caught_up, committed_offsets, produce, wait_for
+
+pytestmark = pytest.mark.integration
+FAST = {"RETRY_BACKOFF_MS": "50,100,200", "BATCH_WITHIN_SECONDS": "0.5", "BROKER_SESSION_TIMEOUT_SECONDS": "6",
+        "BROKER_HEARTBEAT_INTERVAL_SECONDS": "1", "BATCH_DEADLINE_SECONDS": "5"}
+
+
+@pytest.fixture
+def fakes():
+    process = FakesProcess()
+    yield process
+    process.stop()
+
+
+def outcomes(worker) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10).read().decode()
+
+
+def batches(worker) -> float:
+    found = re.search(r"^order_batches_total (\S+)$", outcomes(worker), re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_nothing_is_committed_while_a_batch_waits_for_its_dead_letter(settings, topics, spawn_worker):
+    # The dead letter cannot be sent (its topic does not exist): the batch waits for it for 6 s,
+    # twelve commit intervals, then the worker stops without acking. A batch acked before its
+    # dead letters were written would be committed in that time.
+    pair = topics(partitions=1)
+    records = [record(event(order_no(prefix="ACK"), "ORDER_CREATED")) for _ in range(10)] + [(b"ORD-BAD", b"\xff")]
+    asyncio.run(produce(settings, pair.events, records))
+    worker = spawn_worker(pair, "w", DLQ_TOPIC=f"{pair.dlq}-missing", DLQ_SEND_TIMEOUT_SECONDS="6",
+                          BROKER_COMMIT_INTERVAL_SECONDS="0.5", **FAST)
+    assert worker.wait_exit(90) == 70, f"expected exit 70; log {worker.log_path}"
+    assert "stopping the worker without committing" in worker.logs()
+    assert asyncio.run(committed_offsets(settings, pair.group, pair.events, 1)) == {0: 0}
+
+
+def test_a_rebalance_waits_for_the_batch_in_flight_and_nothing_runs_twice(settings, topics, spawn_worker, fakes):
+    pair = topics(partitions=4)
+    orders = [order_no(prefix="REBAL") for _ in range(160)]
+    docs = [event(o, t) for o in orders for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
+    asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
+    fakes.configure({"waybill": {"latency_ms": 150}})
+    env = dict(FAST, BATCH_SIZE="60", EFFECT_CONCURRENCY="4", LEASE_SECONDS="100", LOGISTICS_URL=fakes.url)
+
+    first = spawn_worker(pair, "first", **env)
+    wait_for(lambda: len(fakes.ledger()["calls"]) >= 10, timeout=90, what="some waybills", workers=[first])
+    second = spawn_worker(pair, "second", **env)          # joins: the group rebalances mid-batch
+    wait_for(lambda: caught_up(settings, pair.events, pair.group, 4), timeout=240, what="all processed",
+             workers=[first, second])
+    calls = [c for c in fakes.ledger()["calls"] if c["service"] == "waybill"]
+    assert len(calls) == len(orders), "a waybill was asked for twice: a batch ran again after the rebalance"
+    for worker in (first, second):
+        assert 'order_events_total{outcome="duplicate"}' not in outcomes(worker), "events were processed twice"
+    assert batches(second) > 0, "the second worker never got a partition: no rebalance was tested"
+
+
+def test_faust_stream_path_still_works(settings, topics, spawn_worker, scratch_db):
+    pair = topics(partitions=2)
+    docs = [event(order_no(prefix="STRM"), t) for _ in range(100) for t in ("ORDER_CREATED",)]
+    asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
+    worker = spawn_worker(pair, "w", FETCH_BATCHES="false", **FAST)
+    wait_for(lambda: caught_up(settings, pair.events, pair.group, 2), timeout=90, what="all processed",
+             workers=[worker])
+    assert scratch_db.scalar("SELECT COUNT(*) FROM t_order WHERE order_no LIKE %s", "%STRM%") == 100
+    assert "Faust's stream, record by record" in worker.logs()

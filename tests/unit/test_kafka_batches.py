@@ -1,0 +1,203 @@
+"""The feed that hands whole fetches to the order agent (app.adapters.kafka_batches): what it
+tracks, when it acks, what it drops, and how it waits. Faust's consumer is a small stand-in here;
+the real one runs in the integration and chaos suites (SIGTERM, rebalances, crash windows)."""
+
+from __future__ import annotations
+
+import asyncio
+from weakref import WeakSet
+
+import pytest
+from faust.types import TP, ConsumerMessage
+from mode.utils.queues import FlowControlEvent
+
+from app.adapters.kafka_batches import Feed
+
+TOPIC = "order-event"
+
+
+class FakeConsumer:
+    def __init__(self) -> None:
+        self._unacked_messages = WeakSet()
+        self.acked: list[int] = []
+
+    def ack(self, message) -> bool:          # what Faust's Consumer.ack records
+        message.acked = True
+        self._unacked_messages.discard(message)
+        self.acked.append(message.offset)
+        return True
+
+
+class FakeApp:
+    def __init__(self) -> None:
+        self.flow_control = FlowControlEvent(initially_suspended=False)
+        self.consumer = FakeConsumer()
+        self.consumer_generation_id = 1
+
+
+class FakeStream:
+    def __init__(self) -> None:
+        self.channel = self
+
+    def __aiter__(self):          # iterating the channel is what subscribes its topic in Faust
+        self.subscribed = True
+        return self
+
+    async def __anext__(self):
+        raise StopAsyncIteration
+
+
+def messages(offsets, generation=1, partition=0):
+    tp = TP(TOPIC, partition)
+    return [ConsumerMessage(TOPIC, partition, o, 0.0, 0, [], b"k", b"v", None, 1, 1, tp, generation_id=generation)
+            for o in offsets]
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 5))
+
+
+def test_a_full_batch_is_taken_at_once_and_tracked_until_acked():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=3, within=0.05)
+        feed.offer(messages(range(5)))
+        stream = FakeStream()
+        it = feed.batches(stream)
+        batch = await it.__anext__()
+        assert stream.subscribed
+        assert [m.offset for m in batch.messages] == [0, 1, 2]
+        # taken = in flight: what Faust's wait_empty waits for on rebalance and on stop
+        assert {m.offset for m in app.consumer._unacked_messages} == {0, 1, 2}
+        assert app.consumer.acked == []
+        batch.ack()
+        assert app.consumer.acked == [0, 1, 2] and not app.consumer._unacked_messages
+        batch = await it.__anext__()             # the rest, once `within` has passed
+        assert [m.offset for m in batch.messages] == [3, 4]
+    run(scenario())
+
+
+def test_nothing_is_acked_implicitly_and_the_next_batch_needs_the_last_one_acked():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=2, within=0.05)
+        feed.offer(messages(range(4)))
+        it = feed.batches(FakeStream())
+        await it.__anext__()
+        with pytest.raises(RuntimeError, match="not acked"):
+            await it.__anext__()
+        assert app.consumer.acked == []
+    run(scenario())
+
+
+def test_an_agent_cancelled_mid_batch_acks_nothing():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=2, within=0.05)
+        feed.offer(messages(range(2)))
+        taken = asyncio.Event()
+
+        async def agent():
+            async for batch in feed.batches(FakeStream()):
+                taken.set()
+                await asyncio.sleep(10)           # the batch's work, cut short
+                batch.ack()
+
+        task = asyncio.create_task(agent())
+        await taken.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert app.consumer.acked == []
+        assert len(app.consumer._unacked_messages) == 2
+    run(scenario())
+
+
+def test_a_partial_batch_comes_after_within():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=500, within=0.05)
+        it = feed.batches(FakeStream())
+        take = asyncio.create_task(it.__anext__())
+        await asyncio.sleep(0.01)
+        feed.offer(messages([7, 8]))
+        batch = await take
+        assert [m.offset for m in batch.messages] == [7, 8]
+    run(scenario())
+
+
+def test_records_faust_clears_are_dropped_untracked_and_the_batch_in_flight_stays_tracked():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=2, within=0.05)
+        feed.offer(messages(range(4)))
+        it = feed.batches(FakeStream())
+        batch = await it.__anext__()
+        app.flow_control.suspend()
+        app.flow_control.clear()                  # what Faust does when partitions are revoked
+        assert feed.dropped == 2
+        assert {m.offset for m in app.consumer._unacked_messages} == {0, 1}
+        batch.ack()
+        assert app.consumer.acked == [0, 1]
+        app.flow_control.resume()
+        feed.offer(messages([2, 3], generation=2))
+        app.consumer_generation_id = 2
+        batch = await it.__anext__()
+        assert [m.offset for m in batch.messages] == [2, 3]
+    run(scenario())
+
+
+def test_records_of_an_older_generation_are_never_handed_out():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=10, within=0.05)
+        feed.offer(messages([0, 1], generation=1))
+        app.consumer_generation_id = 2
+        feed.offer(messages([0, 1], generation=2))
+        batch = await feed.batches(FakeStream()).__anext__()
+        assert [(m.offset, m.generation_id) for m in batch.messages] == [(0, 2), (1, 2)]
+        assert feed.dropped == 2
+        await feed.put(messages([5], generation=1))       # a fetch of the old generation
+        assert feed.dropped == 3
+    run(scenario())
+
+
+def test_the_fetcher_waits_for_room_and_for_flow_control():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=2, within=0.05)
+        await feed.put(messages([0, 1]))
+        assert not feed.has_room()
+        put = asyncio.create_task(feed.put(messages([2, 3])))
+        await asyncio.sleep(0.02)
+        assert not put.done()                      # a full batch is waiting: the fetcher waits
+        it = feed.batches(FakeStream())
+        batch = await it.__anext__()
+        await asyncio.wait_for(put, 1)
+        batch.ack()
+        batch = await it.__anext__()
+        assert [m.offset for m in batch.messages] == [2, 3]
+        batch.ack()
+        app.flow_control.suspend()
+        put = asyncio.create_task(feed.put(messages([4])))
+        await asyncio.sleep(0.02)
+        assert not put.done()                      # suspended: as the conductor's acquire()
+        app.flow_control.resume()
+        await asyncio.wait_for(put, 1)
+        batch = await it.__anext__()
+        assert [m.offset for m in batch.messages] == [4]
+    run(scenario())
+
+
+def test_one_feed_per_topic_and_one_agent_per_feed():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=2, within=0.05)
+        with pytest.raises(ValueError):
+            Feed(app, TOPIC, max_records=2, within=0.05)
+        feed.offer(messages([0]))
+        first = feed.batches(FakeStream())
+        await first.__anext__()
+        with pytest.raises(RuntimeError, match="already has an agent"):
+            await feed.batches(FakeStream()).__anext__()
+    run(scenario())

@@ -134,14 +134,20 @@ class EffectJob:
         return STILL_UNKNOWN if self.earlier_unknown else NOT_DELIVERED
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class EventPlan:
     """What T1 decided for one event."""
 
-    outcome: Outcome | None = None        # when nothing is left to do
-    error: PipelineError | None = None
-    deferred: bool = False
-    jobs: list[EffectJob] = field(default_factory=list)
+    outcome: Outcome | None        # when nothing is left to do
+    error: PipelineError | None
+    deferred: bool
+    jobs: list[EffectJob]
+
+    def __init__(self, outcome: Outcome | None = None, error: PipelineError | None = None, deferred: bool = False,
+                 jobs: list[EffectJob] | None = None) -> None:
+        # Written out: one of these per event of every batch, and a default_factory costs.
+        self.outcome, self.error, self.deferred = outcome, error, deferred
+        self.jobs = [] if jobs is None else jobs
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ confirmed again").
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Callable, Mapping, Sequence
 
 from app.pipeline.errors import (AttemptsExhausted, EffectOutcomeUnknown, LeaseHeld, PayloadMismatch, PipelineError,
@@ -32,6 +32,12 @@ from app.pipeline.model import (NOT_DELIVERED, SETTLED_FAILURES, STALE, BatchPla
 from app.pipeline.outcomes import Outcome
 from app.pipeline.states import TERMINAL, IdemStatus, Verdict, judge
 from app.pipeline.steps import PIPELINES, Effect, LocalStep
+
+_APPLY = Verdict.APPLY.value
+_VERDICT_VALUE = {verdict: verdict.value for verdict in Verdict}
+_OUTCOME = {outcome.value: outcome for outcome in Outcome}      # Outcome(value), without Enum's call
+_ORDER_FIELDS = tuple(f.name for f in fields(Order))
+
 
 def step_keys(event: OrderEvent) -> list[str]:
     """Every idempotency key the event's pipeline uses, local step first."""
@@ -51,7 +57,7 @@ def orders_needed(events: Sequence[OrderEvent], rows: dict[str, IdemRow],
     for index, event in enumerate(events):
         keys = keys_of[index] if keys_of is not None else step_keys(event)
         local = rows.get(keys[0])
-        if local is None or (local.outcome == Verdict.APPLY.value and any(
+        if local is None or (local.outcome == _APPLY and any(
                 k not in rows or rows[k].status not in TERMINAL for k in keys[1:])):
             needed.add(event.order_no)
     return needed
@@ -98,7 +104,13 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
         keys = keys_of[index] if keys_of is not None else step_keys(event)
         local_key = keys[0]
 
-        clash = next((rows[k] for k in keys if k in rows and rows[k].payload_hash != event.payload_hash), None)
+        clash = None
+        if rows:
+            for k in keys:
+                row = rows.get(k)
+                if row is not None and row.payload_hash != event.payload_hash:
+                    clash = row
+                    break
         if clash is not None:
             claims["mismatch"] += 1
             result.error = PayloadMismatch(
@@ -124,15 +136,15 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                 blocked.add(event.order_no)
                 continue
             plan.inserts.append(NewRow(local_key, event.part_date, pipe.local.name, IdemStatus.DONE,
-                                       event.payload_hash, outcome=verdict.value))
+                                       event.payload_hash, outcome=_VERDICT_VALUE[verdict]))
             claims["new"] += 1
-            local_outcome, fresh = verdict.value, True
+            local_outcome, fresh = _VERDICT_VALUE[verdict], True
         else:
             claims["done"] += 1
             local_outcome, fresh = local_row.outcome, False
 
-        if local_outcome != Verdict.APPLY.value:
-            result.outcome = Outcome(local_outcome) if fresh else _replayed(plan)
+        if local_outcome != _APPLY:
+            result.outcome = _OUTCOME[local_outcome] if fresh else _replayed(plan)
             continue
 
         for step, key in zip(pipe.effects, keys[1:]):
@@ -212,7 +224,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                                          verify=recheck or (row is not None and _outcome_unknown(step.effect, row)),
                                          earlier_unknown=row is not None and row.outcome != NOT_DELIVERED))
         if result.error is None and not result.jobs:
-            result.outcome = Outcome(local_outcome) if fresh else _replayed(plan)
+            result.outcome = _OUTCOME[local_outcome] if fresh else _replayed(plan)
     _drop_stale_jobs(plan, current, rows)
     plan.superseding = {o for o, moved in plan.orders.items()      # moved on: not a stale step's facts
                         if o in orders and orders[o].has_dead_letters and moved.status != orders[o].status}
@@ -275,10 +287,17 @@ def _apply_local(event: OrderEvent, step: LocalStep, current: dict[str, Order], 
     if order is None:
         order = Order(event.order_no, step.moves_order_to)
         plan.new_orders.add(event.order_no)
-    moved = replace(order, status=step.moves_order_to,
-                    **{column: event.data[name] for column, name in step.sets.items()})
+    moved = _moved(order, step.moves_order_to, {column: event.data[name] for column, name in step.sets.items()})
     current[event.order_no] = plan.orders[event.order_no] = moved
     return verdict
+
+
+def _moved(order: Order, status, values: dict) -> Order:
+    """``replace(order, status=status, **values)`` without ``dataclasses.replace``'s field walk."""
+    current = {name: getattr(order, name) for name in _ORDER_FIELDS}
+    current["status"] = status
+    current.update(values)
+    return Order(**current)
 
 
 def _record_facts(event: OrderEvent, step: LocalStep, order: Order, current: dict[str, Order],

@@ -115,7 +115,9 @@ class Processor:
         claimant that may run beside another one of this process needs an owner of its own
         (the compensator gives each redrive one): two claims of one key must never both call.
         """
-        if self.retention is not None:
+        # The cutoff once per batch; only an event dated before it is asked about.
+        cutoff = self.retention.cutoff() if self.retention is not None else None
+        if cutoff is not None and any(event.part_date < cutoff for event in events):
             refused = [self.retention.refusal(event.order_no, event.part_date) for event in events]
             if any(refused):
                 kept = [event for event, error in zip(events, refused) if error is None]

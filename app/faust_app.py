@@ -176,6 +176,7 @@ def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> "Proces
         broker_heartbeat_interval=settings.broker_heartbeat_interval_seconds,
         broker_rebalance_timeout=settings.broker_rebalance_timeout_seconds,
         broker_max_poll_records=settings.broker_max_poll_records,
+        consumer_max_fetch_size=settings.kafka_max_partition_fetch_bytes,
         web_bind=settings.web_bind,
         web_host=settings.web_bind,
         web_port=settings.web_port,

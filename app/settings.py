@@ -84,6 +84,10 @@ class Settings(BaseSettings):
                                   "commit interval, it bounds what a kill -9 replays (the budget command).")
     broker_max_poll_records: int = Field(
         500, ge=1, description="Records handed to Faust per fetch; smaller keeps the event loop fair to batches.")
+    kafka_max_partition_fetch_bytes: int = Field(
+        256 * 1024, ge=64 * 1024,
+        description="The most one fetch brings of one partition (aiokafka's max_partition_fetch_bytes): what a "
+                    "worker holds fetched ahead grows with it times its partitions.")
 
     # -- self-healing ---------------------------------------------------------
     watchdog_enabled: bool = Field(

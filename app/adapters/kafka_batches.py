@@ -188,6 +188,8 @@ class Feed:
         try:
             while True:
                 messages = await self._take()
+                if not messages:               # all of an older generation: nothing to hand out
+                    continue
                 if last is not None and not last.acked:
                     raise RuntimeError("the previous batch was not acked: a batch is acked only by Batch.ack()")
                 last = Batch(messages, consumer)

@@ -162,6 +162,22 @@ def test_records_of_an_older_generation_are_never_handed_out():
     run(scenario())
 
 
+def test_a_buffer_of_an_older_generation_only_hands_out_no_empty_batch():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=10, within=0.02)
+        feed.offer(messages([0, 1], generation=1))
+        app.consumer_generation_id = 2
+        it = feed.batches(FakeStream())
+        take = asyncio.create_task(it.__anext__())
+        await asyncio.sleep(0.1)                            # several `within`s: still nothing
+        assert not take.done()
+        feed.offer(messages([0], generation=2))
+        batch = await asyncio.wait_for(take, 1)
+        assert [(m.offset, m.generation_id) for m in batch.messages] == [(0, 2)]
+    run(scenario())
+
+
 def test_the_fetcher_waits_for_room_and_for_flow_control():
     async def scenario():
         app = FakeApp()

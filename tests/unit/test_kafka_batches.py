@@ -217,3 +217,37 @@ def test_one_feed_per_topic_and_one_agent_per_feed():
         with pytest.raises(RuntimeError, match="already has an agent"):
             await feed.batches(FakeStream()).__anext__()
     run(scenario())
+
+
+def test_acking_a_batch_leaves_faust_consumer_as_its_own_ack_one_by_one_does():
+    import faust
+
+    from app.adapters.kafka_batches import Batch
+
+    async def scenario():
+        states = []
+        for bulk in (False, True):
+            app = faust.App(f"t-bulk-ack-{bulk}", broker="kafka://127.0.0.1:1", store="memory://")
+            consumer = app.consumer                      # built, never started: no broker needed
+            app.topics._acking_topics.add(TOPIC)
+            consumer._committed_offset[TP(TOPIC, 0)] = 3          # offsets 0..2 committed already
+            batch = messages([1, 3, 4, 4, 5]) + messages([7, 8], partition=1) + [
+                ConsumerMessage("other", 0, 9, 0.0, 0, [], b"k", b"v", None, 1, 1, TP("other", 0))]
+            for message in batch:
+                consumer._unacked_messages.add(message)
+            batch[2].acked = True                                  # acked before, by someone else
+            if bulk:
+                Batch(batch, consumer).ack()
+            else:
+                for message in batch:
+                    consumer.ack(message)
+            states.append(({tp: sorted(v) for tp, v in consumer._acked.items()},
+                           {tp: sorted(v) for tp, v in consumer._acked_index.items()},
+                           consumer._n_acked, sorted((m.topic, m.partition, m.offset) for m in consumer._unacked_messages),
+                           [m.acked for m in batch]))
+        assert states[0] == states[1]
+        acked, _, n, left, _ = states[1]
+        assert acked == {TP(TOPIC, 0): [3, 4, 5], TP(TOPIC, 1): [7, 8]} and n == 5
+        # below the committed offset, acked before by someone else, or of a topic without acks: not recorded
+        assert left == [("order-event", 0, 1), ("order-event", 0, 4), ("other", 0, 9)]
+    run(scenario())

@@ -93,7 +93,9 @@ def source_record(message) -> SourceRecord:
     """A consumed record (Faust's ``event.message``) as the pipeline sees it, placeholders included."""
     # Faust hands the timestamp over in seconds (a float); Kafka has it in milliseconds.
     timestamp = None if message.timestamp is None else round(message.timestamp * 1000)
-    headers = tuple(message.headers or ())
+    if not message.headers:              # the usual record: no header, so no placeholder either
+        return SourceRecord(message.topic, message.partition, message.offset, timestamp, message.key, message.value)
+    headers = tuple(message.headers)
     problem = unreadable(headers)
     return SourceRecord(message.topic, message.partition, message.offset, timestamp, message.key, message.value,
                         () if problem else headers, problem)

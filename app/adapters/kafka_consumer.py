@@ -228,7 +228,10 @@ def _forgetting_holes(revoked):
         # acknowledged and committed later, when Faust waits for it (``wait_empty``).
         if not self.app.should_stop:
             try:
-                await self.commit()
+                # A commit already under way is waited for, and this one then commits nothing:
+                # ask again for what was acked meanwhile (nothing to commit costs nothing).
+                if not await self.commit():
+                    await self.commit()
             except Exception as exc:  # noqa: BLE001 -- the rebalance goes on; the work runs again
                 log.warning("commit before the partitions were revoked failed: %r", exc)
         HOLES.forget(tps)

@@ -13,7 +13,7 @@ async def test_flag_overtaken_binds_its_parameters_in_text_order():
     async def execute(sql, params):
         seen.append((sql, list(params)))
 
-    await ledger.flag_overtaken(execute, ["ORD 1"], ["K 1", "K 2"])        # spaces: not inlined
+    await ledger.flag_overtaken(execute, ["ORD'1"], ["K'1", "K'2"])        # quotes: never inlined
     [(sql, params)] = seen
     assert sql.index("order_no IN") < sql.index("biz_key NOT IN") and sql.count("%s") == 3
-    assert params == ["ORD 1", "K 1", "K 2"]
+    assert params == ["ORD'1", "K'1", "K'2"]

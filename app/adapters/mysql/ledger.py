@@ -7,7 +7,7 @@ import hashlib
 import json
 from typing import Sequence
 
-from app.adapters.mysql import orders
+from app.adapters.mysql import groups, orders
 from app.adapters.mysql.sql import Execute, Sql, marks
 from app.pipeline.compensation import LedgerRow, SourceKey, Status
 from app.pipeline.ports import DeadLetter, SourceRecord
@@ -110,9 +110,19 @@ async def record(execute: Execute, letters: Sequence[DeadLetter], *, group: str,
             f"may_be_superseded, truncated, worker_id, first_failure_at, {RECORD_COLUMNS}, gmt_create, gmt_modified) "
             f"VALUES {', '.join(sql for sql, _, _ in chunk)} ON DUPLICATE KEY UPDATE {update}",
             [value for _, params, _ in chunk for value in params])
+    await _group_letters(execute, letters, group)
     order_nos = sorted({letter.order_no for letter in letters if letter.order_no})
     if order_nos:
         await orders.mark_dead_letters(execute, order_nos)
+
+
+async def _group_letters(execute: Execute, letters: Sequence[DeadLetter], group: str) -> None:
+    """The error group of every row that now holds its letter's reason and message (a new row, or
+    one that came back for another reason); a replay's row already has it."""
+    written = {SourceKey(group, s.topic, s.partition, s.offset, -1 if s.timestamp_ms is None else s.timestamp_ms):
+               (letter.reason[:64], letter.message[:1024]) for letter in letters for s in (letter.record,)}
+    rows = await groups.by_source(execute, group, sorted(written, key=lambda k: (k.topic, k.partition, k.offset)))
+    await groups.regroup(execute, [row for source, row in rows.items() if (row.reason, row.message) == written[source]])
 
 
 def _chunks(rows: list[tuple[str, list, int]], budget: int):
@@ -168,6 +178,8 @@ async def add_manual(execute: Execute, source: SourceKey, record_: SourceRecord,
         "%s, %s, %s, %s, %s, NOW(3), NOW(3)) ON DUPLICATE KEY UPDATE src_offset = src_offset",
         [source.topic, source.partition, source.offset, source.timestamp_ms, source.group, reason, message[:1024],
          *kept])
+    rows = await groups.by_source(execute, source.group, [source])
+    await groups.regroup(execute, [row for row in rows.values() if (row.reason, row.message) == (reason, message[:1024])])
 
 
 ABANDONED = f"(status = {int(Status.RETRYING)} AND lease_until < NOW(3))"
@@ -224,7 +236,13 @@ async def settle(execute: Execute, row_id: int, owner: str, status: Status, *, r
         f"WHERE id = %s AND owner = %s AND status = {int(Status.RETRYING)}",
         [int(status), redrives, message[:1024], status is Status.OPEN, None if reason is None else reason[:64],
          row_id, owner])
-    return result.rowcount == 1
+    if result.rowcount != 1:
+        return False
+    if reason is not None:
+        # A failure of its own: the row joins the group of its new reason and message. A run that
+        # failed nobody's way (deferred, superseded, done) keeps the group it came in with.
+        await groups.regroup(execute, await groups.by_id(execute, [row_id]))
+    return True
 
 
 async def move(execute: Execute, row_id: int, to: Status, allowed: frozenset[Status]) -> bool:

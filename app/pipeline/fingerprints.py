@@ -15,7 +15,8 @@ the same across one outage:
 
 The ledger's message is all it has (the pipeline's errors carry their service's status and
 class only in their text), so the parts are read back from it. The compensator's wording
-around an error (``gave up after 3 redrives: effect_unavailable: ...``) is taken off first:
+around an error (``gave up after 3 redrives: effect_unavailable: ...``, or a redrive's
+``effect_unavailable: ...``) is taken off first:
 a letter dead-lettered by the batch and one given up by the compensator, for one cause, are
 one group. Pure: the ledger computes it on every write of a reason or message, a migration
 for the rows written before.
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 # Wording the compensator and the batch put around an error's own text (compensation.judge,
 # letters.same_request): not part of the cause.
-WRAPPERS = (re.compile(r"^not retriable: [a-z_]+: "), re.compile(r"^gave up after \d+ redrives: [a-z_]+: "),
+WRAPPERS = (re.compile(r"^not retriable: "), re.compile(r"^gave up after \d+ redrives: "),
             re.compile(r"^same request as \S+, which ended: "))
 EFFECT = re.compile(r"(?:^|: )([A-Za-z][A-Za-z0-9_-]{0,31}) for \S+?:")
 STATUS = re.compile(r"\b(?:answered|refused with|status|HTTP) ?:? ?([1-5][0-9]{2})\b")
@@ -68,10 +69,12 @@ class ErrorShape:
         return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
-def unwrap(message: str) -> str:
+def unwrap(reason: str, message: str) -> str:
+    """The error's own text: without the wording around it, nor the reason it starts with (a
+    redrive's message is ``<reason>: <error>``)."""
     for wrapper in WRAPPERS:
         message = wrapper.sub("", message, count=1)
-    return message
+    return message[len(reason) + 2:] if message.startswith(f"{reason}: ") else message
 
 
 def normalise(message: str) -> str:
@@ -82,7 +85,7 @@ def normalise(message: str) -> str:
 
 def shape(reason: str, message: str | None) -> ErrorShape:
     """The parts of a dead letter's cause, read from its reason and message."""
-    text = unwrap(message or "")
+    text = unwrap(reason, message or "")
     effect = EFFECT.search(text)
     status = STATUS.search(text)
     error_class = ERROR_CLASS.search(text)

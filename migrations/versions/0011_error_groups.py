@@ -68,11 +68,14 @@ def _backfill(bind) -> None:
             f"ORDER BY id LIMIT {BATCH}"), {"last": last}).all()
         if not rows:
             break
+        ids: dict[str, list[int]] = {}
         for row_id, group, reason, message in rows:
             cause = shape(reason, message)
-            bind.execute(sa.text("UPDATE t_compensation SET fingerprint = :f WHERE id = :id"),
-                         {"f": cause.fingerprint, "id": row_id})
+            ids.setdefault(cause.fingerprint, []).append(row_id)
             groups[(group, cause.fingerprint)] = (cause, message)     # the latest id's message stays
+        for fingerprint, some in ids.items():       # one statement per group in the batch
+            bind.execute(sa.text("UPDATE t_compensation SET fingerprint = :f WHERE id IN :ids").bindparams(
+                sa.bindparam("ids", expanding=True)), {"f": fingerprint, "ids": some})
         last = rows[-1][0]
     for (group, fingerprint), (cause, message) in sorted(groups.items()):
         bind.execute(sa.text(

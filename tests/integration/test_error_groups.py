@@ -82,6 +82,9 @@ async def test_a_redrive_that_fails_for_a_new_reason_moves_its_row_to_the_new_gr
     harness.fakes.configure({"waybill": {"fail_orders": orders, "fail_status": 503}})
     letters = await d.dead_letters([event(order, "ORDER_CONFIRM") for order in orders])
     [before] = {d.row(letter)["fingerprint"] for letter in letters}
+    assert await d.compensator.handle_dead_letter(letters[0], d.guard) == "open"      # still 503: same group
+    assert d.row(letters[0])["fingerprint"] == before and d.row(letters[0])["redrives"] == 1
+    await asyncio.sleep(0.5)                                                         # its backoff runs out
 
     harness.fakes.configure({"waybill": {"fail_orders": [], "reject_orders": [orders[0]]}})   # now refused
     assert await d.compensator.handle_dead_letter(letters[0], d.guard) == "manual"

@@ -9,6 +9,8 @@ def test_letters_of_one_outage_that_differ_only_in_ids_and_times_have_one_finger
         ("effect_unavailable", "logistics for ORD-20261201-AB12: answered 503"),
         ("effect_unavailable", "logistics for ORD-20261130-ZZZ999: answered 503"),
         ("effect_unavailable", "gave up after 5 redrives: effect_unavailable: logistics for ORD-20261201-Q1: answered 503"),
+        ("effect_unavailable", "effect_unavailable: logistics for ORD-20261201-Q2: answered 503"),       # a redrive's
+        ("effect_unavailable", "not retriable: effect_unavailable: logistics for ORD-20261201-Q3: answered 503"),
     ]
     assert len({fingerprint(*letter) for letter in outage}) == 1
     refused = [("effect_rejected", f"logistics for ORD-20261201-{n}: refused with 422: b'{{\"error\": \"order "

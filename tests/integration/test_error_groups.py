@@ -19,6 +19,7 @@ from tests.support import sql_modes
 from tests.support.desk import desk
 from tests.support.events import event, order_no
 from tests.support.pipeline import paid_orders
+from tests.support.services import ScratchDatabase
 
 pytestmark = pytest.mark.integration
 settings, scratch_db = sql_modes.each_sql_mode()
@@ -144,3 +145,26 @@ async def test_a_replay_or_two_workers_writing_the_same_letters_count_each_once(
         counts[f] = counts.get(f, 0) + n
     assert counts.pop(fp) == 25 and list(counts.values()) == [15]
     assert_summary_is_the_ledger(harness, group)
+
+
+def test_the_migration_gives_the_rows_written_before_it_their_groups_and_counts(settings):
+    db = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create(migrated=False)
+    try:
+        db.migrate("0009")
+        for i, (reason, message) in enumerate([("effect_unavailable", "logistics for ORD-20261201-A1: answered 503"),
+                                               ("effect_unavailable", "logistics for ORD-20261201-B2: answered 503"),
+                                               ("malformed", "not JSON at byte 17")]):
+            db.query("INSERT INTO t_compensation (src_topic, src_partition, src_offset, consumer_group, status, "
+                     "reason, message, retriable, attempts, first_failure_at) VALUES ('t', 0, %s, 'g', 4, %s, %s, 0, "
+                     "1, UTC_TIMESTAMP(3) - INTERVAL %s HOUR)", i, reason, message, 30 * i)
+        db.migrate("head")
+        rows = db.query("SELECT reason, message, fingerprint FROM t_compensation ORDER BY src_offset")
+        assert [r["fingerprint"] for r in rows] == [fingerprint(r["reason"], r["message"]) for r in rows]
+        assert rows[0]["fingerprint"] == rows[1]["fingerprint"] != rows[2]["fingerprint"]
+        assert sorted(r["letters"] for r in db.query("SELECT letters FROM t_error_group_hour")) == [1, 1, 1]
+        assert {r["fingerprint"]: r["reason"] for r in db.query("SELECT * FROM t_error_group")} == \
+            {rows[0]["fingerprint"]: "effect_unavailable", rows[2]["fingerprint"]: "malformed"}
+        db.migrate("0009", down=True)
+        assert not db.query("SHOW TABLES LIKE 't_error_group%%'")
+    finally:
+        db.drop()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Sequence
 
 from app.adapters.mysql.groups import hour_of
 from app.adapters.mysql.sql import marks
@@ -63,7 +63,7 @@ class GroupQueries:
                 "SELECT fingerprint, SUM(letters), MIN(first_at), MAX(last_at) FROM t_error_group_hour "
                 "WHERE consumer_group = %s AND hour >= %s AND letters > 0 GROUP BY fingerprint",
                 [self.consumer_group, since])}
-            unsettled = await _unsettled(execute, self.consumer_group, since)
+            unsettled = await _unsettled(execute, self.consumer_group, [since], orders_since=[since])
             names = set(unsettled) if unsettled_only else set(unsettled) | set(totals)
             ranked = sorted(names, key=lambda fp: (-unsettled.get(fp, OPEN_NONE)["open_total"],
                                                    -totals.get(fp, (0,))[0], fp or ""))
@@ -72,7 +72,7 @@ class GroupQueries:
             return {"now": now, "window": window.name, "since": since,
                     "queue": _depth(unsettled, now),
                     "groups": [_group(fp, totals.get(fp), unsettled.get(fp, OPEN_NONE), described.get(fp), now)
-                               for fp in shown],
+                               for fp in shown],   # open[0], orders[0]: of the window
                     "more_groups": max(len(ranked) - GROUPS_MAX, 0)}
         return await self._read(work)
 
@@ -88,14 +88,16 @@ class GroupQueries:
             hours = {hour: int(n) for hour, n in await execute(
                 "SELECT hour, letters FROM t_error_group_hour WHERE consumer_group = %s AND fingerprint = %s "
                 "AND hour >= %s ORDER BY hour", [self.consumer_group, fingerprint, start])}
-            queue = _depth(await _unsettled(execute, self.consumer_group, longest.since(now)), now)
+            sinces = [window.since(now) for window in WINDOWS.values()]
+            unsettled = await _unsettled(execute, self.consumer_group, sinces, orders_of=fingerprint,
+                                         orders_since=sinces)
+            queue = _depth(unsettled, now)
+            ours = unsettled.get(fingerprint, OPEN_NONE)
             figures = {}
-            for window in WINDOWS.values():
-                since = window.since(now)
-                unsettled = await _unsettled(execute, self.consumer_group, since, fingerprint=fingerprint)
+            for index, (window, since) in enumerate(zip(WINDOWS.values(), sinces)):
                 letters = sum(n for hour, n in hours.items() if hour >= since)
                 figures[window.name] = {
-                    **_open_figures(unsettled.get(fingerprint, OPEN_NONE), letters, now), "letters": letters,
+                    **_open_figures(ours, letters, now, index), "letters": letters,
                     "since": since,
                     "series": [{"at": at, "letters": sum(n for hour, n in hours.items()
                                                          if at <= hour < at + timedelta(hours=window.step)
@@ -112,24 +114,43 @@ class GroupQueries:
         return await self._read(work)
 
 
-OPEN_NONE = {"open_total": 0, "open": 0, "orders": 0, "oldest": None}
+OPEN_NONE = {"open_total": 0, "open": [0, 0], "orders": [0, 0], "oldest": None}
 
 
 async def _now(execute) -> datetime:
     return (await execute("SELECT NOW(3)")).first()[0]       # the session is UTC
 
 
-async def _unsettled(execute, group: str, since: datetime, *, fingerprint: str | None = None) -> dict:
-    """Per group: the letters still open, retrying or manual (all, and of the window), the orders
-    among those of the window, and the oldest's first failure. Read from the index alone."""
-    only = " AND fingerprint = %s" if fingerprint is not None else ""
+async def _unsettled(execute, group: str, sinces: Sequence[datetime], *, orders_of: str | None = None,
+                     orders_since: Sequence[datetime] = ()) -> dict:
+    """Per group: the letters still open, retrying or manual (all of them, and since each of
+    ``sinces``), the oldest one's first failure, and the orders among those since each of
+    ``orders_since`` (of the group ``orders_of`` only, if given). Read from the index alone:
+    grouped by status first, in the index's order (a GROUP BY fingerprint alone, with a
+    COUNT(DISTINCT), sorted the rows' ids and read every row back: 1.4 s at 29,000 open rows
+    instead of 17 ms), then summed here."""
+    windows = "".join(f", SUM(first_failure_at >= %s)" for _ in sinces)
     result = await execute(
-        "SELECT fingerprint, COUNT(*), SUM(first_failure_at >= %s), "
-        "COUNT(DISTINCT CASE WHEN first_failure_at >= %s THEN order_no END), MIN(first_failure_at) "
-        f"FROM t_compensation WHERE consumer_group = %s AND status IN ({UNSETTLED}){only} GROUP BY fingerprint",
-        [since, since, group] + ([fingerprint] if fingerprint is not None else []))
-    return {fp: {"open_total": int(n), "open": int(recent or 0), "orders": int(orders), "oldest": oldest}
-            for fp, n, recent, orders, oldest in result}
+        f"SELECT fingerprint, COUNT(*), MIN(first_failure_at){windows} FROM t_compensation "
+        f"WHERE consumer_group = %s AND status IN ({UNSETTLED}) GROUP BY status, fingerprint",
+        [*sinces, group])
+    found: dict[str | None, dict] = {}
+    for fp, n, oldest, *recent in result:
+        u = found.setdefault(fp, {"open_total": 0, "open": [0] * len(sinces), "orders": [0] * len(orders_since),
+                                  "oldest": None})
+        u["open_total"] += int(n)
+        u["open"] = [a + int(b or 0) for a, b in zip(u["open"], recent)]
+        u["oldest"] = oldest if u["oldest"] is None else min(u["oldest"], oldest)
+    only = " AND fingerprint = %s" if orders_of is not None else ""
+    for index, since in enumerate(orders_since):
+        # An order with letters of one group in two statuses is one order: DISTINCT over the index's columns.
+        for fp, orders in await execute(
+                "SELECT fingerprint, COUNT(order_no) FROM (SELECT DISTINCT fingerprint, order_no FROM t_compensation "
+                f"WHERE consumer_group = %s AND status IN ({UNSETTLED}) AND first_failure_at >= %s{only}) AS d "
+                "GROUP BY fingerprint", [group, since] + ([orders_of] if orders_of is not None else [])):
+            if fp in found:
+                found[fp]["orders"][index] = int(orders)
+    return found
 
 
 async def _described(execute, group: str, fingerprints: list[str]) -> dict[str, dict]:
@@ -152,10 +173,12 @@ def _depth(unsettled: dict, now: datetime) -> dict[str, Any]:
             "oldest_open_age_seconds": _age(oldest, now)}
 
 
-def _open_figures(unsettled: dict, letters: int, now: datetime) -> dict[str, Any]:
-    return {"open": unsettled["open"], "open_total": unsettled["open_total"],
-            "open_share": round(unsettled["open"] / letters, 4) if letters else None,
-            "orders": unsettled["orders"], "oldest_open_at": unsettled["oldest"],
+def _open_figures(unsettled: dict, letters: int, now: datetime, window: int = 0) -> dict[str, Any]:
+    """The open letters of a group's window (``window``: which of the ``sinces`` it is)."""
+    opened = unsettled["open"][window]
+    return {"open": opened, "open_total": unsettled["open_total"],
+            "open_share": round(opened / letters, 4) if letters else None,
+            "orders": unsettled["orders"][window], "oldest_open_at": unsettled["oldest"],
             "oldest_open_age_seconds": _age(unsettled["oldest"], now)}
 
 

@@ -1,7 +1,9 @@
 """Error groups on real MariaDB with the fake services over real HTTP: the dead letters of one
 outage are one group with the right counts and inflow; a redrive that fails for a new reason
 moves its row to the new group; a replay, or two workers writing the same letters at once,
-counts nothing twice. After each, the hourly summary equals a recount of the ledger."""
+counts nothing twice; the migration groups the rows written before it; a row the compensator
+opens for an unreadable letter joins its group once. After each, the hourly summary equals a
+recount of the ledger."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from datetime import datetime, timezone
 
 import pytest
 
+from app.adapters.mysql.compensations import MySqlLedger
 from app.adapters.mysql.group_queries import WINDOWS, GroupQueries
-from app.pipeline.compensation import Backoff, Status
+from app.pipeline.compensation import Backoff, SourceKey, Status
 from app.pipeline.fingerprints import fingerprint
 from app.pipeline.ports import DeadLetter, SourceRecord
 from tests.support import sql_modes
@@ -168,3 +171,17 @@ def test_the_migration_gives_the_rows_written_before_it_their_groups_and_counts(
         assert not db.query("SHOW TABLES LIKE 't_error_group%%'")
     finally:
         db.drop()
+
+
+async def test_a_row_the_compensator_opens_for_an_unreadable_letter_joins_its_group_once(harness):
+    store = (await harness.processor(owner=f"w/main/{order_no()}")).store
+    ledger = MySqlLedger(store)
+    group = f"grp-{order_no()[-8:]}"
+    for offset in (1, 2, 2):                              # the second letter read twice
+        source = SourceKey(group, "test-dlq", 0, offset, 5)
+        await ledger.add_manual(source, SourceRecord("test-dlq", 0, offset, 5, None, b"?"), "unreadable_dead_letter",
+                                f"missing dlq.original.topic in the letter at offset {offset}")
+    [(fp, _)] = summary(harness, group)
+    assert sum(summary(harness, group).values()) == 2
+    assert fp == fingerprint("unreadable_dead_letter", "missing dlq.original.topic in the letter at offset 9")
+    assert_summary_is_the_ledger(harness, group)

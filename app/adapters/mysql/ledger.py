@@ -81,7 +81,8 @@ async def record(execute: Execute, letters: Sequence[DeadLetter], *, group: str,
     (see ``KEPT_WHEN_CUT``), so it can be shown and run again without the topic; the letters
     are written in statements of at most about ``STATEMENT_BYTES``. The letters' orders are
     marked ``has_dead_letters``: their next move, in a later batch, flags these rows
-    ``may_be_superseded``."""
+    ``may_be_superseded``. Every row that now holds its letter's reason and message is in that
+    cause's error group (``groups.regroup``, same transaction)."""
     due = f"NOW(3) + INTERVAL {int(retry_after_seconds)} SECOND"
     rows: list[tuple[str, list, int]] = []
     for letter in letters:
@@ -169,7 +170,8 @@ async def get(execute: Execute, row_id: int, *, group: str | None = None, lock: 
 
 async def add_manual(execute: Execute, source: SourceKey, record_: SourceRecord, reason: str, message: str) -> None:
     """A row for a dead letter that has none, or that cannot be read: for a person. Its
-    record is kept like any letter's (a value that may be an event up to 4 MiB whole)."""
+    record is kept like any letter's (a value that may be an event up to 4 MiB whole), and
+    it joins the error group of its reason and message."""
     kept, _ = _record_params(record_, whole=record_.value is not None and len(record_.value) <= WHOLE_VALUE_MAX)
     await execute(
         "INSERT INTO t_compensation (src_topic, src_partition, src_offset, src_timestamp, consumer_group, status, "
@@ -228,7 +230,8 @@ async def claim_due(execute: Execute, group: str, limit: int, owner: str, lease_
 async def settle(execute: Execute, row_id: int, owner: str, status: Status, *, redrives: int,
                  retry_in: float | None, message: str, reason: str | None) -> bool:
     """retrying -> where the attempt left it, fenced on the owner. A row left open is retriable
-    (it is due for another run); a row that failed for a reason of its own takes that reason."""
+    (it is due for another run); a row that failed for a reason of its own takes that reason,
+    and moves to that reason's error group."""
     retry = "NULL" if retry_in is None else f"NOW(3) + INTERVAL {int(retry_in * 1_000_000)} MICROSECOND"
     result = await execute(
         f"UPDATE t_compensation SET status = %s, redrives = %s, next_retry_at = {retry}, owner = NULL, "

@@ -24,14 +24,13 @@ is short (one batch's dead letters).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Sequence
 
 from app.adapters.mysql.sql import Execute, marks
-from app.pipeline.fingerprints import ErrorShape, shape
 from app.pipeline.compensation import SourceKey
+from app.pipeline.fingerprints import ErrorShape, shape
 
 GROUPED = "id, consumer_group, fingerprint, first_failure_at, reason, message"
 
@@ -86,15 +85,16 @@ async def regroup(execute: Execute, rows: Iterable[Grouped]) -> None:
     cases = " ".join("WHEN %s THEN %s" for _ in moves)
     await execute(f"UPDATE t_compensation SET fingerprint = CASE id {cases} END WHERE id IN ({marks(len(moves))})",
                   [v for row, cause in moves for v in (row.id, cause.fingerprint)] + [row.id for row, _ in moves])
-    buckets: dict[tuple[str, str, datetime], list] = defaultdict(lambda: [0, None, None])
+    # (group, fingerprint, hour) -> [letters to add, earliest and latest first failure that joined]
+    buckets: dict[tuple[str, str, datetime], list] = {}
     for row, cause in moves:
         hour = hour_of(row.first_failure_at)
         if row.fingerprint is not None:
-            buckets[(row.group, row.fingerprint, hour)][0] -= 1
-        bucket = buckets[(row.group, cause.fingerprint, hour)]
-        bucket[0] += 1
-        bucket[1] = min(filter(None, (bucket[1], row.first_failure_at)))
-        bucket[2] = max(filter(None, (bucket[2], row.first_failure_at)))
+            buckets.setdefault((row.group, row.fingerprint, hour), [0, hour, hour])[0] -= 1
+        joined = buckets.setdefault((row.group, cause.fingerprint, hour), [0, row.first_failure_at,
+                                                                           row.first_failure_at])
+        joined[0] += 1
+        joined[1], joined[2] = min(joined[1], row.first_failure_at), max(joined[2], row.first_failure_at)
     # In key order, like every writer of these rows: two transactions never wait for each other in a circle.
     keys = sorted(buckets)
     await execute(
@@ -104,8 +104,7 @@ async def regroup(execute: Execute, rows: Iterable[Grouped]) -> None:
         "first_at = IF(VALUES(letters) > 0, LEAST(first_at, VALUES(first_at)), first_at), "
         "last_at = IF(VALUES(letters) > 0, GREATEST(last_at, VALUES(last_at)), last_at), "
         "letters = letters + VALUES(letters)",
-        [v for key in keys for v in (*key, buckets[key][0], buckets[key][1] or hour_of(key[2]),
-                                     buckets[key][2] or hour_of(key[2]))])
+        [v for key in keys for v in (*key, *buckets[key])])
     causes = {(row.group, cause.fingerprint): (cause, row.message) for row, cause in moves}
     names = sorted(causes)
     await execute(

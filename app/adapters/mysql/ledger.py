@@ -230,8 +230,8 @@ async def claim_due(execute: Execute, group: str, limit: int, owner: str, lease_
 async def settle(execute: Execute, row_id: int, owner: str, status: Status, *, redrives: int,
                  retry_in: float | None, message: str, reason: str | None) -> bool:
     """retrying -> where the attempt left it, fenced on the owner. A row left open is retriable
-    (it is due for another run); a row that failed for a reason of its own takes that reason,
-    and moves to that reason's error group."""
+    (it is due for another run); a row that failed for a reason of its own takes that reason
+    (the caller then moves it to that reason's error group: ``groups.regroup``)."""
     retry = "NULL" if retry_in is None else f"NOW(3) + INTERVAL {int(retry_in * 1_000_000)} MICROSECOND"
     result = await execute(
         f"UPDATE t_compensation SET status = %s, redrives = %s, next_retry_at = {retry}, owner = NULL, "
@@ -239,13 +239,7 @@ async def settle(execute: Execute, row_id: int, owner: str, status: Status, *, r
         f"WHERE id = %s AND owner = %s AND status = {int(Status.RETRYING)}",
         [int(status), redrives, message[:1024], status is Status.OPEN, None if reason is None else reason[:64],
          row_id, owner])
-    if result.rowcount != 1:
-        return False
-    if reason is not None:
-        # A failure of its own: the row joins the group of its new reason and message. A run that
-        # failed nobody's way (deferred, superseded, done) keeps the group it came in with.
-        await groups.regroup(execute, await groups.by_id(execute, [row_id]))
-    return True
+    return result.rowcount == 1
 
 
 async def move(execute: Execute, row_id: int, to: Status, allowed: frozenset[Status]) -> bool:

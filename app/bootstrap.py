@@ -27,6 +27,7 @@ from app.adapters.mysql.clock import DatabaseClock
 from app.adapters.mysql.compensations import MySqlLedger
 from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.partitions import Partitions
+from app.adapters.mysql.group_queries import GroupQueries
 from app.adapters.mysql.queries import Queries
 from app.adapters.mysql.views import ViewAudit
 from app.adapters.mysql.recovery import RecoveryWindows
@@ -118,6 +119,7 @@ class Runtime:
             self.leases = MySqlLeases(self.store)
             self.queries = Queries(self.store, group=s.app_id)
             self.view_audit = ViewAudit(self.store, group=s.app_id)
+            self.groups = GroupQueries(self.store, group=s.app_id)
             self.watch = Watch(self.store)
             self.recovery = RecoveryWindows(self.store)
             self.partitions = Partitions(self.store, hold_seconds=s.partition_lock_wait_seconds)

@@ -126,6 +126,8 @@ t_compensation = Table(
     Index("idx_reason_id", "reason", "id"),
     Index("idx_group_fingerprint", "consumer_group", "fingerprint", "id"),
     Index("idx_group_first_failure", "consumer_group", "first_failure_at"),
+    # the unsettled part of every error group, read from the index alone (app.adapters.mysql.groups)
+    Index("idx_group_status_fingerprint", "consumer_group", "status", "fingerprint", "order_no", "first_failure_at"),
     **TABLE_ARGS,
 )
 
@@ -206,5 +208,34 @@ t_view_audit = Table(
     Column("compensation_id", BigInteger, nullable=True),
     Column("order_no", String(64), nullable=True),
     Index("idx_group_id", "consumer_group", "id"),
+    **TABLE_ARGS,
+)
+
+# Error groups (app.pipeline.fingerprints): what each group of dead letters is, and how many
+# letters it holds per hour of their first failure, kept in the same transaction as every
+# ledger write that sets or changes a row's fingerprint (app.adapters.mysql.groups).
+t_error_group = Table(
+    "t_error_group",
+    metadata,
+    Column("consumer_group", String(255), primary_key=True),
+    Column("fingerprint", String(16), primary_key=True),
+    Column("reason", String(64), nullable=False),
+    Column("effect", String(32), nullable=False, comment="the effect the message names, - if none"),
+    Column("detail", String(64), nullable=False, comment="the service's status or the error class, - if neither"),
+    Column("sample", String(1024), nullable=True, comment="the message of the latest letter that joined the group"),
+    *_timestamps(),
+    **TABLE_ARGS,
+)
+
+t_error_group_hour = Table(
+    "t_error_group_hour",
+    metadata,
+    Column("consumer_group", String(255), primary_key=True),
+    Column("fingerprint", String(16), primary_key=True),
+    Column("hour", DATETIME(fsp=0), primary_key=True, comment="the UTC hour of the letters' first failure"),
+    Column("letters", Integer, nullable=False, comment="ledger rows of the group whose first failure is in the hour"),
+    Column("first_at", DATETIME(fsp=3), nullable=False, comment="the earliest first failure that joined the bucket"),
+    Column("last_at", DATETIME(fsp=3), nullable=False, comment="the latest first failure that joined the bucket"),
+    Index("idx_group_hour", "consumer_group", "hour"),
     **TABLE_ARGS,
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable, Sequence, TypeVar
 
-from app.adapters.mysql import idem, ledger
+from app.adapters.mysql import groups, idem, ledger
 from app.adapters.mysql.sql import Execute
 from app.adapters.mysql.store import MySqlStore
 from app.pipeline.compensation import AUTOMATIC_CLAIMS, LedgerRow, Settlement, SourceKey, Status
@@ -54,15 +54,21 @@ class MySqlLedger:
         """Every settlement in one transaction; the ids that were still ``owner``'s to settle.
         The claims ``owner`` holds on their released steps are given up with them."""
         async def work(execute: Execute) -> set[int]:
-            settled = set()
+            settled, failed = set(), []
             for s in settlements:
                 v = s.verdict
                 if not await ledger.settle(execute, s.row_id, owner, v.status, redrives=v.redrives,
                                            retry_in=v.retry_in, message=v.detail, reason=v.reason):
                     continue
                 settled.add(s.row_id)
+                if v.reason is not None:
+                    failed.append(s.row_id)
                 await ledger.audit(execute, s.row_id, actor=actor, action=action, from_status=Status.RETRYING,
                                    to_status=v.status, note=s.note, detail=v.detail)
+            # Rows that failed for a reason of their own join its error group, all in one go (their
+            # buckets locked in one order). A run that failed nobody's way (deferred, superseded,
+            # done) keeps the group the row came in with.
+            await groups.regroup(execute, await groups.by_id(execute, sorted(failed)))
             keys = sorted({key for s in settlements if s.row_id in settled for key in s.release})
             if keys:
                 await idem.release(execute, keys, owner=owner)

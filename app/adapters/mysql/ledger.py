@@ -7,7 +7,7 @@ import hashlib
 import json
 from typing import Sequence
 
-from app.adapters.mysql import orders
+from app.adapters.mysql import groups, orders
 from app.adapters.mysql.sql import Execute, Sql, marks
 from app.pipeline.compensation import LedgerRow, SourceKey, Status
 from app.pipeline.ports import DeadLetter, SourceRecord
@@ -81,7 +81,8 @@ async def record(execute: Execute, letters: Sequence[DeadLetter], *, group: str,
     (see ``KEPT_WHEN_CUT``), so it can be shown and run again without the topic; the letters
     are written in statements of at most about ``STATEMENT_BYTES``. The letters' orders are
     marked ``has_dead_letters``: their next move, in a later batch, flags these rows
-    ``may_be_superseded``."""
+    ``may_be_superseded``. Every row that now holds its letter's reason and message is in that
+    cause's error group (``groups.regroup``, same transaction)."""
     due = f"NOW(3) + INTERVAL {int(retry_after_seconds)} SECOND"
     rows: list[tuple[str, list, int]] = []
     for letter in letters:
@@ -110,9 +111,19 @@ async def record(execute: Execute, letters: Sequence[DeadLetter], *, group: str,
             f"may_be_superseded, truncated, worker_id, first_failure_at, {RECORD_COLUMNS}, gmt_create, gmt_modified) "
             f"VALUES {', '.join(sql for sql, _, _ in chunk)} ON DUPLICATE KEY UPDATE {update}",
             [value for _, params, _ in chunk for value in params])
+    await _group_letters(execute, letters, group)
     order_nos = sorted({letter.order_no for letter in letters if letter.order_no})
     if order_nos:
         await orders.mark_dead_letters(execute, order_nos)
+
+
+async def _group_letters(execute: Execute, letters: Sequence[DeadLetter], group: str) -> None:
+    """The error group of every row that now holds its letter's reason and message (a new row, or
+    one that came back for another reason); a replay's row already has it."""
+    written = {SourceKey(group, s.topic, s.partition, s.offset, -1 if s.timestamp_ms is None else s.timestamp_ms):
+               (letter.reason[:64], letter.message[:1024]) for letter in letters for s in (letter.record,)}
+    rows = await groups.by_source(execute, group, sorted(written, key=lambda k: (k.topic, k.partition, k.offset)))
+    await groups.regroup(execute, [row for source, row in rows.items() if (row.reason, row.message) == written[source]])
 
 
 def _chunks(rows: list[tuple[str, list, int]], budget: int):
@@ -159,7 +170,8 @@ async def get(execute: Execute, row_id: int, *, group: str | None = None, lock: 
 
 async def add_manual(execute: Execute, source: SourceKey, record_: SourceRecord, reason: str, message: str) -> None:
     """A row for a dead letter that has none, or that cannot be read: for a person. Its
-    record is kept like any letter's (a value that may be an event up to 4 MiB whole)."""
+    record is kept like any letter's (a value that may be an event up to 4 MiB whole), and
+    it joins the error group of its reason and message."""
     kept, _ = _record_params(record_, whole=record_.value is not None and len(record_.value) <= WHOLE_VALUE_MAX)
     await execute(
         "INSERT INTO t_compensation (src_topic, src_partition, src_offset, src_timestamp, consumer_group, status, "
@@ -168,6 +180,8 @@ async def add_manual(execute: Execute, source: SourceKey, record_: SourceRecord,
         "%s, %s, %s, %s, %s, NOW(3), NOW(3)) ON DUPLICATE KEY UPDATE src_offset = src_offset",
         [source.topic, source.partition, source.offset, source.timestamp_ms, source.group, reason, message[:1024],
          *kept])
+    rows = await groups.by_source(execute, source.group, [source])
+    await groups.regroup(execute, [row for row in rows.values() if (row.reason, row.message) == (reason, message[:1024])])
 
 
 ABANDONED = f"(status = {int(Status.RETRYING)} AND lease_until < NOW(3))"
@@ -216,7 +230,8 @@ async def claim_due(execute: Execute, group: str, limit: int, owner: str, lease_
 async def settle(execute: Execute, row_id: int, owner: str, status: Status, *, redrives: int,
                  retry_in: float | None, message: str, reason: str | None) -> bool:
     """retrying -> where the attempt left it, fenced on the owner. A row left open is retriable
-    (it is due for another run); a row that failed for a reason of its own takes that reason."""
+    (it is due for another run); a row that failed for a reason of its own takes that reason
+    (the caller then moves it to that reason's error group: ``groups.regroup``)."""
     retry = "NULL" if retry_in is None else f"NOW(3) + INTERVAL {int(retry_in * 1_000_000)} MICROSECOND"
     result = await execute(
         f"UPDATE t_compensation SET status = %s, redrives = %s, next_retry_at = {retry}, owner = NULL, "

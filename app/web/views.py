@@ -6,7 +6,7 @@ import faust
 
 from app.bootstrap import Runtime
 from app.settings import Settings
-from app.web import compensation, console, health, http, orders
+from app.web import bulk, compensation, console, health, http, orders
 
 
 def middlewares(settings: Settings) -> list:
@@ -19,3 +19,4 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     compensation.register(app, runtime, settings)
     orders.register(app, runtime, settings)
     console.register(app, settings)
+    bulk.register(app, runtime, settings)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 import urllib.request
 import uuid
@@ -48,6 +49,7 @@ def _answers(port: int) -> bool:
 
 
 def run_once(settings: Settings, rows: int, latency_ms: float, rate: float | None) -> dict:
+    load = os.getloadavg()
     db = ScratchDatabase(settings.mysql_url, label=f"bench_bulk_{uuid.uuid4().hex[:6]}").create()
     suffix = uuid.uuid4().hex[:8]
     events, dlq, group = f"bench-bulk-{suffix}", f"bench-bulk-dlq-{suffix}", f"bench-bulk-{suffix}"
@@ -78,7 +80,8 @@ def run_once(settings: Settings, rows: int, latency_ms: float, rate: float | Non
                 "latency_ms": latency_ms, "bulk_rate_per_second": rate or Settings().bulk_rate_per_second,
                 "steady_rows_per_second": round(settled / steady, 1) if steady else None,
                 "clocked_rows_per_second": round(settled / clocked, 1), "clocked_seconds": round(clocked, 1),
-                "one_waybill_each": all(len(waybills.get(o, [])) == 1 for o in orders)}
+                "one_waybill_each": all(len(waybills.get(o, [])) == 1 for o in orders),
+                "load_average_at_start": [round(x, 2) for x in load]}
     finally:
         if worker is not None:
             worker.kill()

@@ -140,6 +140,21 @@ def test_a_job_is_paused_resumed_and_aborted_by_a_person(scratch_db, topics, spa
     status, resumed = call(worker, "POST", f"/bulk/{jid}/resume", {"actor": "carol"})
     assert status == 200 and resumed["status"] == "running"
     wait_for(lambda: job(worker, jid)["done"] >= at_pause["done"] + 20, timeout=60, what="the job moving again")
+
+    # SIGTERM: the chunk in flight finishes, the lease is given up, the worker exits 0.
+    assert worker.stop() == 0
+    after_stop = scratch_db.query("SELECT owner, status, done_count FROM t_bulk_job WHERE id = %s", jid)[0]
+    assert after_stop["owner"] is None and after_stop["status"] == 1
+    assert scratch_db.scalar("SELECT COUNT(*) FROM t_compensation WHERE consumer_group = %s AND status = 2",
+                             pair.group) == 0, "a chunk was left claimed"
+    assert scratch_db.scalar("SELECT COUNT(*) FROM t_compensation WHERE consumer_group = %s AND status = 5",
+                             pair.group) == after_stop["done_count"]
+    worker = spawn_worker(pair, "again", LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, BULK_RATE_PER_SECOND="20",
+                          BULK_CHUNK_SIZE="10", **FAST)
+    wait_for(lambda: answering(worker), timeout=90, what="the worker's web views", workers=[worker])
+    wait_for(lambda: job(worker, jid)["done"] >= after_stop["done_count"] + 10, timeout=60,
+             what="the job taken up by the next worker", workers=[worker])
+    assert "taken over from" not in worker.logs()         # it was given up, not taken over
     status, aborted = call(worker, "POST", f"/bulk/{jid}/abort", {"actor": "dave"})
     assert status == 200 and aborted["status"] == "aborted" and aborted["aborted_by"] == "web:dave"
     assert call(worker, "POST", f"/bulk/{jid}/resume", {"actor": "dave"})[0] == 409

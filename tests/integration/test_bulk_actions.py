@@ -170,6 +170,7 @@ def test_a_job_is_paused_resumed_and_aborted_by_a_person(scratch_db, topics, spa
 
 def test_ten_thousand_dead_letters_retried_through_a_worker_kill_are_settled_once(scratch_db, topics, spawn_worker,
                                                                                   fakes):
+    fakes.configure({"waybill": {"latency_ms": 40}})       # a chunk's calls take a while: the kill lands among them
     pair = topics(partitions=2)
     confirms = write_dead_letters(scratch_db, pair.group, pair.events, 9_000, prefix="BKILL")
     cancels = write_dead_letters(scratch_db, pair.group, pair.events, 1_000, type_="ORDER_CANCEL", first_offset=9_000,
@@ -191,6 +192,16 @@ def test_ten_thousand_dead_letters_retried_through_a_worker_kill_are_settled_onc
     wait_for(lambda: answering(second), timeout=90, what="the second worker's web views", workers=[second])
     held = job(second, jid)
     assert held["status"] == "running" and held["owner"] and "-a/bulk/" in held["owner"], held
+
+    def calls_not_yet_recorded() -> bool:
+        """Waybills the fake issued whose step the first worker has not marked done yet: its
+        chunk is between the calls and their T3, the window a takeover must redo safely."""
+        done = scratch_db.scalar("SELECT COUNT(*) FROM t_idem WHERE step = 'issue_waybill' AND status = 2 "
+                                 "AND biz_key LIKE 'ORD-%%-BKILL%%'")
+        return fakes.ledger()["counts"]["waybills"] > done
+
+    wait_for(calls_not_yet_recorded, timeout=60, interval=0.02, what="a chunk between its calls and their T3",
+             workers=[first])
     first.kill()
     first.wait_exit(30)
     at_kill = job(second, jid)["done"]
@@ -217,6 +228,8 @@ def test_ten_thousand_dead_letters_retried_through_a_worker_kill_are_settled_onc
     assert len(changed) > 9_000
 
     ledger = fakes.ledger()
+    keys = Counter(c["key"] for c in ledger["calls"] if c["service"] == "waybill")
+    assert any(n > 1 for n in keys.values()), "no row whose call was made was redone after the takeover"
     assert all(len(ledger["waybills"].get(o, [])) == 1 for o in confirms), "a second waybill, or none"
     assert all(len(ledger["sms"].get(o, [])) == 1 for o in cancels), "a second SMS, or none"
     assert ledger["counts"]["waybills"] == 9_000 and ledger["counts"]["sms"] == 1_000

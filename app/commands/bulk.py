@@ -27,6 +27,7 @@ from app.settings import Settings
 BULK_COMMANDS = (*ACTIONS, "status", *TRANSITIONS)
 STATUSES = {"open": Status.OPEN, "manual": Status.MANUAL}
 SAMPLE = 10
+DONE = {"retry": "retried", "resolve": "resolved", "discard": "discarded"}
 
 
 def _moment(value: str | None, name: str) -> datetime | None:
@@ -88,9 +89,8 @@ async def bulk_command(cmd, rt: Runtime, settings: Settings, command: str, job_i
     if dry_run or expect is None:
         found = await jobs.dry_run(f, cap=cap, sample=SAMPLE)
         say({"action": command, **found}, "\n".join(
-            [f"{found['count']}{'+' if found['capped'] else ''} dead letters would be {command}"
-             f"{'d' if command.endswith('e') else 'ed'}" + (f" (more than BULK_MAX_ROWS={cap}: narrow the filter)"
-                                                            if found["capped"] else "")]
+            [f"{found['count']}{'+' if found['capped'] else ''} dead letters would be {DONE[command]}"
+             + (f" (more than BULK_MAX_ROWS={cap}: narrow the filter)" if found["capped"] else "")]
             + [f"  {r['id']}  {r['status']}  {r['reason']}  {r['order_no'] or ''}" for r in found["sample"]]))
         if dry_run:
             return

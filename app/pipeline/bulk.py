@@ -150,7 +150,8 @@ class Meter:
             self.samples.popleft()
 
     def rate(self) -> float | None:
-        if len(self.samples) < 2:
+        # Two chunks at least: the first alone does not include the wait the rate limit adds.
+        if len(self.samples) < 3:
             return None
         span = self.samples[-1][0] - self.samples[0][0]
         rows = sum(n for _, n in list(self.samples)[1:])

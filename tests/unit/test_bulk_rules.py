@@ -60,6 +60,7 @@ def test_the_meter_measures_rows_per_second_over_its_window():
     assert meter.rate() is None
     meter.add(0, 0.0)
     meter.add(100, 1.0)
+    assert meter.rate() is None                # one chunk says nothing of the pace between chunks
     meter.add(100, 2.0)
     assert meter.rate() == 100.0
     for t in range(3, 30):

@@ -10,8 +10,7 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 from app.adapters.mysql.queries import QueueFilter
 from app.adapters.mysql.sql import Execute, marks
 from app.adapters.mysql.store import MySqlStore
-from app.pipeline.bulk import (CHANGED, FAILED, ItemOutcome, Job, JobStatus, Progress, TransitionRefused, tolerated,
-                               transition)
+from app.pipeline.bulk import CHANGED, FAILED, ItemOutcome, Job, JobStatus, Progress, tolerated, transition
 from app.pipeline.compensation import Status
 
 T = TypeVar("T")
@@ -150,7 +149,7 @@ class MySqlBulkJobs:
         return _dicts(rows)
 
     async def command(self, job_id: int, command: str, *, actor: str) -> tuple[dict[str, Any] | None, bool]:
-        """A person's pause, resume or abort; (the job, whether it changed). :class:`TransitionRefused`
+        """A person's pause, resume or abort; (the job, whether it changed). ``TransitionRefused``
         from a status the command cannot start from. Leaving ``running`` gives the lease up: the
         runner's chunk in flight finishes, and it runs no other."""
         async def work(execute: Execute) -> tuple[dict[str, Any] | None, bool]:
@@ -176,8 +175,9 @@ class MySqlBulkJobs:
 
         async def work(execute: Execute) -> Job | None:
             found = (await execute(
-                "SELECT id, owner FROM t_bulk_job WHERE consumer_group = %s AND status = %s AND (owner IS NULL OR owner = %s "
-                "OR lease_until < NOW(3)) ORDER BY owner = %s DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+                "SELECT id, owner FROM t_bulk_job WHERE consumer_group = %s AND status = %s AND (owner IS NULL "
+                # The lease check: a holder that died lets its lease run out, and the job is ours then.
+                "OR owner = %s OR lease_until < NOW(3)) ORDER BY owner = %s DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED",
                 [group, int(JobStatus.RUNNING), owner, owner])).first()
             if found is None:
                 return None
@@ -254,6 +254,3 @@ class MySqlBulkJobs:
     async def release(self, job_id: int, owner: str) -> None:
         await self._run(lambda execute: execute(
             "UPDATE t_bulk_job SET owner = NULL, lease_until = NULL WHERE id = %s AND owner = %s", [job_id, owner]))
-
-
-__all__ = ["CountMoved", "MySqlBulkJobs", "TransitionRefused", "selection"]

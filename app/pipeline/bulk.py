@@ -209,6 +209,7 @@ class BulkRunner:
     async def step(self, guard) -> float | None:
         """One chunk of one job. The seconds to wait before the next (the rate limit), or
         None when no job needs this worker now."""
+        started = time.monotonic()
         job = await guard(lambda: self.jobs.take(self.group, self.owner, self.lease_seconds))
         if job is None:
             self.held = None
@@ -219,7 +220,6 @@ class BulkRunner:
         elif self.held != job.id:
             log.info("bulk job %s (%s): running it", job.id, job.action)
         self.held = job.id
-        started = time.monotonic()
         ids = await guard(lambda: self.jobs.pending(job.id, self.chunk_size))
         if not ids:
             # Nothing pending: the job is done, unless rows wait for someone else's claim.

@@ -106,12 +106,24 @@ def test_a_dry_run_counts_exactly_and_a_start_on_a_stale_count_is_refused(scratc
     waybills = fakes.ledger()["waybills"]
     assert all(len(v) == 1 for v in waybills.values()) and len(waybills) == 310
 
-    # The CLI's dry run counts the same queue: the 5 later rows.
-    result = subprocess.run([str(Path(sys.executable).with_name("faust")), "-A", "app", "dlq", "bulk", "retry",
-                             "--reason", "effect_unavailable", "--dry-run", "--json"], cwd=ROOT, env=worker.env,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout[result.stdout.index("{"):])["count"] == 5
+    # The CLI's dry run counts the same queue: the 5 later rows; its start carries the count.
+    assert cli(worker, "retry", "--reason", "effect_unavailable", "--dry-run")["count"] == 5
+    assert cli(worker, "discard", "--reason", "effect_unavailable", "--expect", "9", "--yes", code=1) is None
+    started = cli(worker, "discard", "--reason", "effect_unavailable", "--expect", "5", "--yes", "--note", "test data",
+                  "--actor", "gina")
+    assert started["total"] == 5 and started["created_by"] == "cli:gina" and started["action"] == "discard"
+    ended = wait_for(lambda: (j := cli(worker, "status", str(started["id"])))["status"] == "done" and j, timeout=60,
+                     what="the CLI's job done", workers=[worker])
+    assert ended["changed"] == 5 and ended["failures"] == []
+    assert cli(worker, "pause", str(started["id"]), code=1) is None           # a finished job stays finished
+
+
+def cli(worker, *args: str, code: int = 0) -> dict | None:
+    """``faust -A app dlq bulk ... --json`` with the worker's settings; its JSON when it succeeds."""
+    result = subprocess.run([str(Path(sys.executable).with_name("faust")), "-A", "app", "dlq", "bulk", *args, "--json"],
+                            cwd=ROOT, env=worker.env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == code, (result.stdout[-2000:], result.stderr[-2000:])
+    return json.loads(result.stdout[result.stdout.index("{"):]) if code == 0 else None
 
 
 def test_a_job_is_paused_resumed_and_aborted_by_a_person(scratch_db, topics, spawn_worker, fakes):

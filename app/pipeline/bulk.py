@@ -214,11 +214,13 @@ class BulkRunner:
         if job is None:
             self.held = None
             return None
-        if job.previous_owner not in (None, self.owner):
-            log.warning("bulk job %s: taken over from %s (its lease ran out or was given up)", job.id,
-                        job.previous_owner)
-        elif self.held != job.id:
-            log.info("bulk job %s (%s): running it", job.id, job.action)
+        if self.held != job.id:
+            # A job (re)taken: its rate is measured afresh (a pause, or another's run, is no work of ours).
+            self._meters = {}
+            if job.previous_owner not in (None, self.owner):
+                log.warning("bulk job %s: taken over from %s (its lease ran out)", job.id, job.previous_owner)
+            else:
+                log.info("bulk job %s (%s): running it", job.id, job.action)
         self.held = job.id
         ids = await guard(lambda: self.jobs.pending(job.id, self.chunk_size))
         if not ids:
@@ -226,7 +228,6 @@ class BulkRunner:
             if await guard(lambda: self.jobs.finish(job.id, self.owner)):
                 log.info("bulk job %s (%s): done", job.id, job.action)
                 self.held = None
-                self._meters.pop(job.id, None)
                 return 0.0
             return self.busy_retry_seconds
         outcomes = await self.work(job, ids, guard)

@@ -6,7 +6,7 @@ import faust
 
 from app.bootstrap import Runtime
 from app.settings import Settings
-from app.web import compensation, console, groups, health, http, orders, roles
+from app.web import bulk, compensation, console, groups, health, http, orders, roles
 
 
 def middlewares(settings: Settings) -> list:
@@ -21,3 +21,4 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     roles.register(app, runtime, settings)
     console.register(app, settings)
     groups.register(app, runtime, settings)
+    bulk.register(app, runtime, settings)

@@ -103,7 +103,7 @@ def site(settings, scratch_db):
 def views(site: Site) -> list[str]:
     rows = site.rows()
     paths = ["/compensation/", f"/compensation/?order_no={site.order}", f"/orders/{site.order}", "/idem/stuck/",
-             f"/idem/{site.order}:ORDER_CREATED:create_order", "/groups/?status=all", "/groups/?window=7d"]
+             f"/idem/{site.order}:ORDER_CREATED:create_order", "/groups/?status=all", "/groups/?window=7d", "/bulk/"]
     _, raw, _ = get(f"{site.base}/groups/?status=all", TOKEN)
     groups = [f"/groups/{group['fingerprint']}" for group in json.loads(raw)["groups"]]
     return paths + groups + [f"/compensation/{row['id']}" for row in rows.values()]

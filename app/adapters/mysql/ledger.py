@@ -251,10 +251,44 @@ async def move(execute: Execute, row_id: int, to: Status, allowed: frozenset[Sta
 
 
 async def audit(execute: Execute, row_id: int, *, actor: str, action: str, from_status: Status | None,
-                to_status: Status | None, note: str | None, detail: str | None) -> None:
+                to_status: Status | None, note: str | None, detail: str | None, job_id: int | None = None) -> None:
+    """One line of the row's history; ``job_id``: the bulk job that did it, if one did."""
     await execute(
-        "INSERT INTO t_compensation_audit (compensation_id, at, actor, action, from_status, to_status, note, detail) "
-        "VALUES (%s, NOW(3), %s, %s, %s, %s, %s, %s)",
+        "INSERT INTO t_compensation_audit (compensation_id, at, actor, action, from_status, to_status, note, detail, "
+        "job_id) VALUES (%s, NOW(3), %s, %s, %s, %s, %s, %s, %s)",
         [row_id, actor[:128], action[:32], None if from_status is None else int(from_status),
          None if to_status is None else int(to_status), None if note is None else note[:1024],
-         None if detail is None else detail[:1024]])
+         None if detail is None else detail[:1024], job_id])
+
+
+# -- a bulk job's statements ----------------------------------------------------------
+
+async def get_many(execute: Execute, row_ids: Sequence[int], *, group: str) -> list[LedgerRow]:
+    if not row_ids:
+        return []
+    result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id IN ({marks(len(row_ids))}) "
+                           "AND consumer_group = %s ORDER BY id", [*row_ids, group])
+    return [row_of(values) for values in result]
+
+
+async def claim_many(execute: Execute, row_ids: Sequence[int], owner: str, lease_seconds: float, *, group: str,
+                     allowed: frozenset[Status]) -> list[LedgerRow]:
+    """Claim those of ``row_ids`` that are in one of ``allowed`` (or retrying with a claim that
+    ran out), skipping rows another transaction is claiming; the rows that are ours now."""
+    if not row_ids:
+        return []
+    lease_us = int(lease_seconds * 1_000_000)
+    result = await execute(
+        f"SELECT id FROM t_compensation WHERE id IN ({marks(len(row_ids))}) AND consumer_group = %s "
+        f"AND (status IN ({', '.join(str(int(s)) for s in sorted(allowed))}) OR {ABANDONED}) "
+        "FOR UPDATE SKIP LOCKED", [*row_ids, group])
+    ids = [row[0] for row in result]
+    if not ids:
+        return []
+    await execute(
+        f"UPDATE t_compensation SET status = {int(Status.RETRYING)}, owner = %s, "
+        f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) "
+        f"WHERE id IN ({marks(len(ids))})", [owner, *ids])
+    result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id IN ({marks(len(ids))}) AND owner = %s "
+                           "ORDER BY id", [*ids, owner])
+    return [row_of(values) for values in result]

@@ -30,7 +30,7 @@ SAMPLE = 10
 DONE = {"retry": "retried", "resolve": "resolved", "discard": "discarded"}
 
 
-def _moment(value: str | None, name: str) -> datetime | None:
+def moment(value: str | None, name: str) -> datetime | None:
     if not value:
         return None
     try:
@@ -46,8 +46,8 @@ def selection_filter(selection: dict) -> QueueFilter:
         raise SystemExit("--status must be open or manual for a bulk job (it acts on those only)")
     return QueueFilter(status=STATUSES[status] if status else None, reason=selection.get("reason"),
                        order_no=selection.get("order_no"), older_than_seconds=selection.get("older_than"),
-                       fingerprint=selection.get("fingerprint"), since=_moment(selection.get("since"), "since"),
-                       until=_moment(selection.get("until"), "until"))
+                       fingerprint=selection.get("fingerprint"), since=moment(selection.get("since"), "since"),
+                       until=moment(selection.get("until"), "until"))
 
 
 def _line(job: dict) -> str:

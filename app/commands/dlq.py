@@ -23,7 +23,7 @@ from app.adapters.mysql.queries import QueueFilter
 from app.adapters.mysql.views import Seen
 from app.bootstrap import Runtime
 from app.commands import database_explained
-from app.commands.bulk import BULK_COMMANDS, bulk_command
+from app.commands.bulk import BULK_COMMANDS, bulk_command, moment
 from app.pipeline.compensation import ACTIONS, Status
 from app.settings import Settings
 from app.masking import mask_letter
@@ -40,10 +40,11 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
         option("--status", type=click.Choice(sorted(STATUSES)), help="list, bulk: only this status"),
         option("--reason", help="list, bulk: only this reason"),
         option("--order-no", "order_no", help="list, bulk: only this order"),
-        option("--fingerprint", help="bulk: only this error group (16 hex digits)"),
-        option("--older-than", "older_than", type=int, help="bulk: only rows that first failed this many seconds ago"),
-        option("--since", help="bulk: only rows that first failed at or after this time (ISO 8601, UTC)"),
-        option("--until", help="bulk: only rows that first failed before this time (ISO 8601, UTC)"),
+        option("--fingerprint", help="list, bulk: only this error group (16 hex digits)"),
+        option("--older-than", "older_than", type=int,
+               help="list, bulk: only rows that first failed this many seconds ago"),
+        option("--since", help="list, bulk: only rows that first failed at or after this time (ISO 8601, UTC)"),
+        option("--until", help="list, bulk: only rows that first failed before this time (ISO 8601, UTC)"),
         option("--dry-run", "dry_run", is_flag=True, help="bulk: the count and a sample; change nothing"),
         option("--expect", type=int, help="bulk: the count you saw in the dry run (refused if the queue moved)"),
         option("--yes", is_flag=True, help="bulk: do not ask (needs --expect)"),
@@ -83,7 +84,8 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 elif action == "list":
                     rows = await rt.queries.compensations(QueueFilter(
                         status=STATUSES[status] if status else None, reason=reason, order_no=order_no,
-                        before_id=before, limit=max(1, min(limit, 200))))
+                        fingerprint=fingerprint, older_than_seconds=older_than, since=moment(since, "since"),
+                        until=moment(until, "until"), before_id=before, limit=max(1, min(limit, 200))))
                     self.say(self.tabulate(
                         [(r["id"], r["status"], r["reason"], r["order_no"] or "", r["attempts"],
                           str(r["first_failure_at"]), str(r["next_retry_at"] or "")) for r in rows],

@@ -260,8 +260,7 @@ class Compensator:
                 return ActionResult(True, False, "it is being retried right now; look again in a moment",
                                     row.status, row.message)
             if row.reason in PERSON_ONLY:
-                return ActionResult(True, False, f"a retry cannot settle a {row.reason} row: {PERSON_ONLY[row.reason]}",
-                                    row.status, row.message)
+                return ActionResult(True, False, _person_only(row), row.status, row.message)
             status = await self.work(row, guard, actor=actor, note=note, action="retry")
             after = await guard(lambda: self.ledger.get(row_id, self.group))
             if status is None:
@@ -313,8 +312,7 @@ class Compensator:
             elif row.status in SETTLED:
                 outcomes[row_id] = ItemOutcome(row_id, UNCHANGED, f"already {row.status.name.lower()}")
             elif row.reason in PERSON_ONLY:
-                outcomes[row_id] = ItemOutcome(row_id, FAILED, f"a retry cannot settle a {row.reason} row: "
-                                                               f"{PERSON_ONLY[row.reason]}")
+                outcomes[row_id] = ItemOutcome(row_id, FAILED, _person_only(row))
             else:
                 wanted.append(row_id)
         owner = self._owner()
@@ -347,3 +345,8 @@ class Compensator:
             return tuple(step_keys(decode(row.key, row.value, max_bytes=self.max_event_bytes))[1:])
         except MalformedEvent:
             return ()
+
+
+def _person_only(row: LedgerRow) -> str:
+    """Why a retry is refused a case only a person can close."""
+    return f"a retry cannot settle a {row.reason} row: {PERSON_ONLY[row.reason]}"

@@ -22,13 +22,12 @@ from faust.web import View
 from app.adapters.mysql.bulk import CountMoved
 from app.adapters.mysql.queries import QueueFilter
 from app.bootstrap import Runtime
-from app.masking import mask_answer
 from app.pipeline.bulk import ACTIONS, TRANSITIONS, TransitionRefused, tolerance
 from app.pipeline.compensation import Status
 from app.pipeline.events import ORDER_NO
 from app.settings import Settings
 from app.web.compensation import FINGERPRINT, REASON
-from app.web.http import (OPERATOR, Refused, authorize, body, integer, json_response, moment, note_and_actor, refused,
+from app.web.http import (Refused, as_seen, authorize, body, integer, json_response, moment, note_and_actor, refused,
                           role, text)
 
 SAMPLE = 20
@@ -87,7 +86,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
         async def get(self, request: web.Request) -> web.Response:
             rt = await runtime.start()
             answer = {"items": await rt.bulk_jobs.jobs()}
-            return json_response(answer if role(request, settings) == OPERATOR else mask_answer(answer))
+            return json_response(as_seen(role(request, settings), answer))
 
         async def post(self, request: web.Request) -> web.Response:
             try:
@@ -121,7 +120,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             if job is None:
                 return json_response({"error": f"no bulk job {number}"}, status=404)
             answer = {**job, "failures": await rt.bulk_jobs.failures(number)}
-            return json_response(answer if role(request, settings) == OPERATOR else mask_answer(answer))
+            return json_response(as_seen(role(request, settings), answer))
 
     @app.page("/bulk/{job_id}/{command}")
     class Command(View):

@@ -21,8 +21,7 @@ from app.adapters.mysql.group_queries import WINDOWS
 from app.bootstrap import Runtime
 from app.settings import Settings
 from app.web.compensation import FINGERPRINT
-from app.masking import mask_answer
-from app.web.http import OPERATOR, Refused, json_response, refused, role, text
+from app.web.http import Refused, as_seen, json_response, refused, role, text
 
 LISTS = ("unsettled", "all")
 
@@ -40,7 +39,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 return refused(Refused(400, f"status must be one of {', '.join(LISTS)}"))
             rt = await runtime.start()
             answer = await rt.groups.groups(WINDOWS[window], unsettled_only=status == "unsettled")
-            return json_response(answer if role(request, settings) == OPERATOR else mask_answer(answer))
+            return json_response(as_seen(role(request, settings), answer))
 
     @app.page("/groups/{fingerprint}")
     class Group(View):
@@ -53,4 +52,4 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             found = await rt.groups.group(fingerprint)
             if found is None:
                 return json_response({"error": f"no error group {fingerprint}"}, status=404)
-            return json_response(found if role(request, settings) == OPERATOR else mask_answer(found))
+            return json_response(as_seen(role(request, settings), found))

@@ -25,10 +25,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from app.masking import mask_answer
 from app.render import ACTOR, json_default, readable
 from app.settings import Settings
 
-__all__ = ["ACTOR", "OPERATOR", "Refused", "VIEWER", "access", "authorize", "body", "integer", "json_response", "moment",
+__all__ = ["ACTOR", "OPERATOR", "Refused", "as_seen", "VIEWER", "access", "authorize", "body", "integer", "json_response", "moment",
            "note_and_actor", "operator", "readable", "refused", "role", "text", "viewer_name"]
 
 
@@ -107,6 +108,11 @@ def role(request: web.Request, settings: Settings) -> str:
     """Who asks a ``GET``: :data:`OPERATOR` (``WEB_TOKEN``: whole values, downloads, actions) or
     :data:`VIEWER` (``WEB_READ_TOKEN``: personal fields masked, see ``app.masking``)."""
     return _token(request, settings, read=True)
+
+
+def as_seen(who: str, answer: dict) -> dict:
+    """``answer`` as ``who`` may see it: whole for an operator, personal fields masked for a viewer."""
+    return answer if who == OPERATOR else mask_answer(answer)
 
 
 def operator(request: web.Request, settings: Settings, what: str) -> None:

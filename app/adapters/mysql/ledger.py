@@ -217,13 +217,19 @@ async def claim_due(execute: Execute, group: str, limit: int, owner: str, lease_
             f"SELECT id FROM t_compensation WHERE {where} AND consumer_group = %s ORDER BY {order}, id "
             f"LIMIT {int(limit - len(ids))} FOR UPDATE SKIP LOCKED", [group])
         ids += [row[0] for row in result]
+    return await _take(execute, ids, owner, lease_us)
+
+
+async def _take(execute: Execute, ids: list[int], owner: str, lease_us: int) -> list[LedgerRow]:
+    """Rows the caller has locked (``FOR UPDATE``) become ``owner``'s claim; the claimed rows."""
     if not ids:
         return []
     await execute(
         f"UPDATE t_compensation SET status = {int(Status.RETRYING)}, owner = %s, "
         f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) "
         f"WHERE id IN ({marks(len(ids))})", [owner, *ids])
-    result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id IN ({marks(len(ids))}) ORDER BY id", ids)
+    result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id IN ({marks(len(ids))}) AND owner = %s "
+                           "ORDER BY id", [*ids, owner])
     return [row_of(values) for values in result]
 
 
@@ -282,13 +288,4 @@ async def claim_many(execute: Execute, row_ids: Sequence[int], owner: str, lease
         f"SELECT id FROM t_compensation WHERE id IN ({marks(len(row_ids))}) AND consumer_group = %s "
         f"AND (status IN ({', '.join(str(int(s)) for s in sorted(allowed))}) OR {ABANDONED}) "
         "FOR UPDATE SKIP LOCKED", [*row_ids, group])
-    ids = [row[0] for row in result]
-    if not ids:
-        return []
-    await execute(
-        f"UPDATE t_compensation SET status = {int(Status.RETRYING)}, owner = %s, "
-        f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) "
-        f"WHERE id IN ({marks(len(ids))})", [owner, *ids])
-    result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id IN ({marks(len(ids))}) AND owner = %s "
-                           "ORDER BY id", [*ids, owner])
-    return [row_of(values) for values in result]
+    return await _take(execute, [row[0] for row in result], owner, lease_us)

@@ -7,8 +7,10 @@ and every row is settled once, with no second waybill and no second SMS."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -215,9 +217,21 @@ def test_ten_thousand_dead_letters_retried_through_a_worker_kill_are_settled_onc
                                  "AND biz_key LIKE 'ORD-%%-BKILL%%'")
         return fakes.ledger()["counts"]["waybills"] > done
 
-    wait_for(calls_not_yet_recorded, timeout=60, interval=0.02, what="a chunk between its calls and their T3",
+    def frozen_between_calls_and_t3() -> bool:
+        """Stop the first worker (SIGSTOP) and look: kill it frozen in that window, or let it go
+        on. Looking at a running worker and then killing it races its T3 (a run once saw the T3
+        commit in between, and nothing was left to redo). A T3 sent just before the stop still
+        commits on the server: the second look, half a second later, sees it."""
+        first.kill(signal.SIGSTOP)
+        caught = False
+        try:
+            caught = calls_not_yet_recorded() and (time.sleep(0.5) or calls_not_yet_recorded())
+        finally:
+            first.kill(signal.SIGKILL if caught else signal.SIGCONT)
+        return caught
+
+    wait_for(frozen_between_calls_and_t3, timeout=60, interval=0.02, what="a chunk between its calls and their T3",
              workers=[first])
-    first.kill()
     first.wait_exit(30)
     fakes.configure({"waybill": {"latency_ms": 0}})
     at_kill = job(second, jid)["done"]

@@ -23,10 +23,12 @@ from app.adapters.effects.sms import SmsClient
 from app.adapters.kafka_dlq import KafkaDeadLetterSink
 from app.adapters.kafka_ops import GroupLag
 from app.adapters.mysql import MySqlStore
+from app.adapters.mysql.bulk import MySqlBulkJobs
 from app.adapters.mysql.clock import DatabaseClock
 from app.adapters.mysql.compensations import MySqlLedger
 from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.partitions import Partitions
+from app.adapters.mysql.group_queries import GroupQueries
 from app.adapters.mysql.queries import Queries
 from app.adapters.mysql.views import ViewAudit
 from app.adapters.mysql.recovery import RecoveryWindows
@@ -34,6 +36,7 @@ from app.adapters.mysql.watch import Watch
 from app.chaos import cut_hook
 from app.db import create_engine
 from app.pipeline.batch import BatchHandler
+from app.pipeline.bulk import BulkRunner
 from app.pipeline.compensation import Backoff
 from app.pipeline.compensator import Compensator
 from app.pipeline.outage import OutageGuard
@@ -116,8 +119,14 @@ class Runtime:
                 backoff=Backoff(s.compensation_backoff_seconds, s.compensation_backoff_max_seconds,
                                 s.compensation_max_attempts))
             self.leases = MySqlLeases(self.store)
+            self.bulk_jobs = MySqlBulkJobs(self.store, group=s.app_id)
+            self.bulk = BulkRunner(
+                self.bulk_jobs, self._bulk_chunk, group=s.app_id, owner=self.owner.replace(f"/{self.role}/", "/bulk/"),
+                lease_seconds=s.bulk_lease_seconds, chunk_size=min(s.bulk_chunk_size, s.batch_size),
+                rate=s.bulk_rate_per_second, busy_retry_seconds=min(s.bulk_lease_seconds, 5.0))
             self.queries = Queries(self.store, group=s.app_id)
             self.view_audit = ViewAudit(self.store, group=s.app_id)
+            self.groups = GroupQueries(self.store, group=s.app_id)
             self.watch = Watch(self.store)
             self.recovery = RecoveryWindows(self.store)
             self.partitions = Partitions(self.store, hold_seconds=s.partition_lock_wait_seconds)
@@ -145,6 +154,10 @@ class Runtime:
                          lease_margin=s.lease_margin_seconds, on_cut=cut_hook(s.chaos_kill_at),
                          attempt_cap=s.idem_max_attempts, retention=self.retention,
                          observer=PipelineMetrics())
+
+    async def _bulk_chunk(self, job, row_ids, guard):
+        """A bulk job's action on a chunk of its rows, as the job's creator (``app.pipeline.bulk``)."""
+        return await self.compensator.bulk(job.action, row_ids, guard, actor=job.actor, note=job.note, job_id=job.id)
 
     def redrive_seconds(self) -> float:
         """How long a claim of a ledger row lasts: longer than a redrive of a batch can take
@@ -205,9 +218,18 @@ class Runtime:
         await self._idle.wait()
         async with self._lock:
             if self._started:
+                await self._release_bulk_job()
                 if self._kafka:
                     await self.dead_letters.stop()
                 await self.lag.close()
                 await self.http.close()
                 await self.engine.dispose()
                 self._started = False
+
+    async def _release_bulk_job(self) -> None:
+        """A stopping worker gives its bulk job up (its chunk in flight is over): another worker
+        takes it over at once instead of after BULK_LEASE_SECONDS."""
+        try:
+            await asyncio.wait_for(self.bulk.release(lambda work: work()), 5)
+        except Exception as exc:
+            log.warning("the bulk job's lease could not be given up (it runs out by itself): %r", exc)

@@ -21,6 +21,7 @@ from app.commands import dlq as dlq_command
 from app.commands import recovery as recovery_command
 from app.faust_app import check_database, create_app, dead_letter_topic, order_event_topic
 from app.settings import EXIT_CONFIG, SettingsError, get_settings_or_exit
+from app.timers import bulk as bulk_timer
 from app.timers import compensation as compensation_timer
 from app.timers import gauges as gauges_timer
 from app.timers import partitions as partitions_timer
@@ -50,6 +51,7 @@ if settings.compensator_enabled:
     compensate_dead_letters = compensator_agent.register(app, dead_letters, runtime, settings)
     run_due_compensations = compensation_timer.register(app, runtime, settings)
 stuck_sweep = stuck_timer.register(app, runtime, settings)
+run_bulk_jobs = bulk_timer.register(app, runtime, settings)
 maintain_partitions = partitions_timer.register(app, runtime, settings)
 refresh_gauges = gauges_timer.register(app, runtime, settings)
 watchdog = watchdog_timer.register(app, settings)

@@ -226,6 +226,26 @@ class Settings(BaseSettings):
     compensation_sla_seconds: float = Field(
         1800.0, gt=0, description="A dead letter open longer than this breaches its SLA: the stuck sweep alerts.")
 
+    # -- bulk actions on the dead-letter queue ---------------------------------
+    bulk_rate_per_second: float = Field(
+        200.0, gt=0, description="The most ledger rows a bulk job works per second (one job runs in one worker "
+                                 "at a time): a backlog retried in bulk leaves room for the live traffic and "
+                                 "for a service that just came back.")
+    bulk_chunk_size: int = Field(
+        100, ge=1, le=500, description="Rows of a bulk job claimed and run through the pipeline at once (its "
+                                       "calls must fit in a lease, like a batch's).")
+    bulk_max_rows: int = Field(50_000, ge=1, description="The most rows one bulk job may take; a wider filter is "
+                                                         "refused (narrow it, or run several jobs).")
+    bulk_count_tolerance_percent: float = Field(
+        1.0, ge=0, le=100, description="How far (percent of the count seen, rounded down) the rows a filter "
+                                       "selects may move between the dry run and the start; beyond it the start "
+                                       "is refused with the count now.")
+    bulk_lease_seconds: float = Field(
+        30.0, gt=0, description="How long a worker's hold on a bulk job lasts without renewal (renewed after every "
+                                "chunk); a worker that died lets another take the job over after this.")
+    bulk_timer_seconds: float = Field(
+        2.0, gt=0, description="How often every worker looks for a bulk job to run when it has none.")
+
     # -- operations: the stuck sweep, alerts, metrics -----------------------
     stuck_pending_seconds: float = Field(
         600.0, gt=0, description="A t_idem row pending longer than this is stuck: alerted on, GET /idem/stuck/.")

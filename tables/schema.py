@@ -126,6 +126,8 @@ t_compensation = Table(
     Index("idx_reason_id", "reason", "id"),
     Index("idx_group_fingerprint", "consumer_group", "fingerprint", "id"),
     Index("idx_group_first_failure", "consumer_group", "first_failure_at"),
+    # the unsettled part of every error group, read from the index alone (app.adapters.mysql.groups)
+    Index("idx_group_status_fingerprint", "consumer_group", "status", "fingerprint", "order_no", "first_failure_at"),
     **TABLE_ARGS,
 )
 
@@ -143,7 +145,9 @@ t_compensation_audit = Table(
     Column("to_status", SmallInteger, nullable=True),
     Column("note", String(1024), nullable=True, comment="what the person wrote"),
     Column("detail", String(1024), nullable=True, comment="what happened: an outcome or an error"),
+    Column("job_id", BigInteger, nullable=True, comment="the bulk job (t_bulk_job) that did it, if one did"),
     Index("idx_compensation", "compensation_id", "id"),
+    Index("idx_job", "job_id"),
     **TABLE_ARGS,
 )
 
@@ -206,5 +210,77 @@ t_view_audit = Table(
     Column("compensation_id", BigInteger, nullable=True),
     Column("order_no", String(64), nullable=True),
     Index("idx_group_id", "consumer_group", "id"),
+    **TABLE_ARGS,
+)
+
+# Error groups (app.pipeline.fingerprints): what each group of dead letters is, and how many
+# letters it holds per hour of their first failure, kept in the same transaction as every
+# ledger write that sets or changes a row's fingerprint (app.adapters.mysql.groups).
+t_error_group = Table(
+    "t_error_group",
+    metadata,
+    Column("consumer_group", String(255), primary_key=True),
+    Column("fingerprint", String(16), primary_key=True),
+    Column("reason", String(64), nullable=False),
+    Column("effect", String(32), nullable=False, comment="the effect the message names, - if none"),
+    Column("detail", String(64), nullable=False, comment="the service's status or the error class, - if neither"),
+    Column("sample", String(1024), nullable=True, comment="the message of the latest letter that joined the group"),
+    *_timestamps(),
+    **TABLE_ARGS,
+)
+
+t_error_group_hour = Table(
+    "t_error_group_hour",
+    metadata,
+    Column("consumer_group", String(255), primary_key=True),
+    Column("fingerprint", String(16), primary_key=True),
+    Column("hour", DATETIME(fsp=0), primary_key=True, comment="the UTC hour of the letters' first failure"),
+    Column("letters", Integer, nullable=False, comment="ledger rows of the group whose first failure is in the hour"),
+    Column("first_at", DATETIME(fsp=3), nullable=False, comment="the earliest first failure that joined the bucket"),
+    Column("last_at", DATETIME(fsp=3), nullable=False, comment="the latest first failure that joined the bucket"),
+    Index("idx_group_hour", "consumer_group", "hour"),
+    **TABLE_ARGS,
+)
+
+# Bulk actions on the dead-letter queue: a job retries, resolves or discards the ledger rows a
+# filter selected when it was made (its items), in the background, a chunk at a time, by any
+# worker that holds its lease. The row is also the audit of who made, paused and aborted it.
+t_bulk_job = Table(
+    "t_bulk_job",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("consumer_group", String(255), nullable=False),
+    Column("action", String(16), nullable=False, comment="retry, resolve or discard"),
+    Column("status", SmallInteger, nullable=False, comment="1 running, 2 paused, 3 done, 4 aborted"),
+    Column("filter", Text, nullable=False, comment="the queue filter that selected the rows, JSON"),
+    Column("note", String(1024), nullable=True, comment="what the person wrote"),
+    Column("created_by", String(128), nullable=False, comment="web:<who> or cli:<who>"),
+    Column("expected_count", Integer, nullable=False, comment="the count the person saw in the dry run"),
+    Column("total", Integer, nullable=False, comment="the rows the job took (its items)"),
+    Column("done_count", Integer, nullable=False, server_default=text("0")),
+    Column("changed_count", Integer, nullable=False, server_default=text("0")),
+    Column("failed_count", Integer, nullable=False, server_default=text("0")),
+    Column("rate_per_minute", Integer, nullable=True, comment="rows a minute, lately"),
+    Column("owner", String(128), nullable=True, comment="the worker running it now"),
+    Column("lease_until", DATETIME(fsp=3), nullable=True, comment="its run is exclusive until then"),
+    Column("paused_by", String(128), nullable=True),
+    Column("aborted_by", String(128), nullable=True),
+    Column("finished_at", DATETIME(fsp=3), nullable=True),
+    *_timestamps(),
+    Index("idx_group_status", "consumer_group", "status", "id"),
+    **TABLE_ARGS,
+)
+
+t_bulk_item = Table(
+    "t_bulk_item",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("compensation_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("state", SmallInteger, nullable=False, server_default=text("0"), comment="0 pending, 1 done"),
+    Column("outcome", String(16), nullable=True, comment="changed, unchanged or failed"),
+    Column("detail", String(1024), nullable=True, comment="why it failed, or what the action found"),
+    Column("not_before", DATETIME(fsp=3), nullable=True, comment="busy elsewhere: tried again from then"),
+    Column("gmt_modified", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Index("idx_job_state", "job_id", "state", "compensation_id"),
     **TABLE_ARGS,
 )

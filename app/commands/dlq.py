@@ -5,6 +5,9 @@ queue from a shell, with the same rules and the same audit trail as the console.
     faust -A app dlq show 42                      # phone and address masked, as a viewer sees them
     faust -A app dlq show 42 --unmasked --actor alice      # whole, and written to t_view_audit
     faust -A app dlq retry 42 --note "logistics is back" --actor alice
+    faust -A app dlq bulk retry --reason effect_unavailable --dry-run
+    faust -A app dlq bulk retry --reason effect_unavailable --expect 9412 --wait
+    faust -A app dlq bulk status [JOB] | pause JOB | resume JOB | abort JOB
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from app.adapters.mysql.queries import QueueFilter
 from app.adapters.mysql.views import Seen
 from app.bootstrap import Runtime
 from app.commands import database_explained
+from app.commands.bulk import BULK_COMMANDS, bulk_command, moment
 from app.pipeline.compensation import ACTIONS, Status
 from app.settings import Settings
 from app.masking import mask_letter
@@ -30,11 +34,22 @@ STATUSES = {status.name.lower(): status for status in Status}
 
 def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     @app.command(
-        argument("action", type=click.Choice(["list", "show", "retry", *ACTIONS])),
-        argument("row_id", type=int, required=False),
-        option("--status", type=click.Choice(sorted(STATUSES)), help="list: only this status"),
-        option("--reason", help="list: only this reason"),
-        option("--order-no", "order_no", help="list: only this order"),
+        argument("action", type=click.Choice(["list", "show", "retry", *ACTIONS, "bulk"])),
+        argument("target", required=False),
+        argument("job_id", type=int, required=False),
+        option("--status", type=click.Choice(sorted(STATUSES)), help="list, bulk: only this status"),
+        option("--reason", help="list, bulk: only this reason"),
+        option("--order-no", "order_no", help="list, bulk: only this order"),
+        option("--fingerprint", help="list, bulk: only this error group (16 hex digits)"),
+        option("--older-than", "older_than", type=int,
+               help="list, bulk: only rows that first failed this many seconds ago"),
+        option("--since", help="list, bulk: only rows that first failed at or after this time (ISO 8601, UTC)"),
+        option("--until", help="list, bulk: only rows that first failed before this time (ISO 8601, UTC)"),
+        option("--dry-run", "dry_run", is_flag=True, help="bulk: the count and a sample; change nothing"),
+        option("--expect", type=int, help="bulk: the count you saw in the dry run (refused if the queue moved)"),
+        option("--yes", is_flag=True, help="bulk: do not ask (needs --expect)"),
+        option("--wait", is_flag=True, help="bulk: follow the job's progress until it ends"),
+        option("--json", "as_json", is_flag=True, help="bulk: print JSON"),
         option("--limit", type=int, default=50, help="list: at most this many rows (50)"),
         option("--before", type=int, help="list: rows older than this id (the next page)"),
         option("--note", help="retry/resolve/discard: why, for the audit trail"),
@@ -42,21 +57,35 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
         option("--unmasked", is_flag=True, default=False,
                help="show: phone and address whole (written to the audit of unmasked views)"),
     )
-    async def dlq(self, action: str, row_id: int | None, status: str | None, reason: str | None,
-                  order_no: str | None, limit: int, before: int | None, note: str | None, actor: str,
+    async def dlq(self, action: str, target: str | None, job_id: int | None, status: str | None, reason: str | None,
+                  order_no: str | None, fingerprint: str | None, older_than: int | None, since: str | None,
+                  until: str | None, dry_run: bool, expect: int | None, yes: bool, wait: bool, as_json: bool,
+                  limit: int, before: int | None, note: str | None, actor: str,
                   unmasked: bool) -> None:
-        """Look at and act on the dead-letter compensation queue."""
-        if action != "list" and row_id is None:
-            raise SystemExit(f"dlq {action} needs a row id")
+        """Look at and act on the dead-letter compensation queue, one row or in bulk."""
         if not ACTOR.fullmatch(actor or ""):
             raise SystemExit("--actor must be 1-64 letters, digits or _.@+-")
+        row_id = None
+        if action == "bulk":
+            if target not in BULK_COMMANDS:
+                raise SystemExit(f"dlq bulk needs one of {', '.join(BULK_COMMANDS)}")
+        elif action != "list":
+            if target is None or not target.isdigit():
+                raise SystemExit(f"dlq {action} needs a row id")
+            row_id = int(target)
         async with database_explained(settings):
             rt = await runtime.start(kafka=False)
             try:
-                if action == "list":
+                if action == "bulk":
+                    selection = dict(status=status, reason=reason, order_no=order_no, fingerprint=fingerprint,
+                                     older_than=older_than, since=since, until=until)
+                    await bulk_command(self, rt, settings, target, job_id, selection, dry_run=dry_run, expect=expect,
+                                       yes=yes, wait=wait, as_json=as_json, actor=f"cli:{actor}", note=note)
+                elif action == "list":
                     rows = await rt.queries.compensations(QueueFilter(
                         status=STATUSES[status] if status else None, reason=reason, order_no=order_no,
-                        before_id=before, limit=max(1, min(limit, 200))))
+                        fingerprint=fingerprint, older_than_seconds=older_than, since=moment(since, "since"),
+                        until=moment(until, "until"), before_id=before, limit=max(1, min(limit, 200))))
                     self.say(self.tabulate(
                         [(r["id"], r["status"], r["reason"], r["order_no"] or "", r["attempts"],
                           str(r["first_failure_at"]), str(r["next_retry_at"] or "")) for r in rows],

@@ -21,6 +21,7 @@ import time
 from collections import defaultdict
 from typing import Sequence
 
+from app.pipeline.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
 from app.pipeline.compensation import (ACTIONS, AUTOMATIC_CLAIMS, PERSON_CLAIMS, PERSON_ONLY, SETTLED, STEP_OUTCOMES,
                                        ActionResult, Backoff, Ledger, LedgerRow, Settlement, SourceKey, Status,
                                        Verdict, judge, origin_group, source_of)
@@ -243,7 +244,8 @@ class Compensator:
 
     # -- a person's actions ------------------------------------------------------
 
-    async def perform(self, row_id: int, action: str, guard, *, actor: str, note: str | None) -> ActionResult:
+    async def perform(self, row_id: int, action: str, guard, *, actor: str, note: str | None,
+                      job_id: int | None = None) -> ActionResult:
         """A person's ``retry``, ``resolve`` or ``discard`` (the console, the CLI). Doing it
         again changes nothing the second time and says so. A resolve or discard also settles
         the event's steps still pending (they are no longer alerted on, and a replay never calls
@@ -258,8 +260,7 @@ class Compensator:
                 return ActionResult(True, False, "it is being retried right now; look again in a moment",
                                     row.status, row.message)
             if row.reason in PERSON_ONLY:
-                return ActionResult(True, False, f"a retry cannot settle a {row.reason} row: {PERSON_ONLY[row.reason]}",
-                                    row.status, row.message)
+                return ActionResult(True, False, _person_only(row), row.status, row.message)
             status = await self.work(row, guard, actor=actor, note=note, action="retry")
             after = await guard(lambda: self.ledger.get(row_id, self.group))
             if status is None:
@@ -270,7 +271,7 @@ class Compensator:
         steps = self._pending_steps(row)
         after, changed, refusal = await guard(lambda: self.ledger.act(
             row_id, self.group, to, allowed, actor=actor, action=action, note=note, steps=steps,
-            step_outcome=STEP_OUTCOMES[action]))
+            step_outcome=STEP_OUTCOMES[action], job_id=job_id))
         if refusal:
             return ActionResult(True, False, refusal, after.status, after.message)
         if not changed and after.status is not to:
@@ -279,9 +280,73 @@ class Compensator:
                                 after.status, after.message)
         return ActionResult(True, changed, None, after.status, after.message)
 
+    # -- a bulk job's chunk (app.pipeline.bulk) ---------------------------------------
+
+    async def bulk(self, action: str, row_ids: Sequence[int], guard, *, actor: str, note: str | None,
+                   job_id: int) -> list[ItemOutcome]:
+        """A bulk job's ``action`` on a chunk of rows, by ``perform``'s rules, audited with the
+        job's id; what became of each row (busy: try it again later)."""
+        if action == "retry":
+            return await self._retry_many(row_ids, guard, actor=actor, note=note, job_id=job_id)
+        outcomes = []
+        for row_id in row_ids:
+            result = await self.perform(row_id, action, guard, actor=actor, note=note, job_id=job_id)
+            if not result.found or result.refused:
+                outcomes.append(ItemOutcome(row_id, FAILED, result.refused))
+            else:
+                outcomes.append(ItemOutcome(row_id, CHANGED if result.changed else UNCHANGED,
+                                            None if result.changed else f"already {result.status.name.lower()}"))
+        return outcomes
+
+    async def _retry_many(self, row_ids: Sequence[int], guard, *, actor: str, note: str | None,
+                          job_id: int) -> list[ItemOutcome]:
+        """A person's retry of many rows at once: one claim, one pipeline batch, one settle (the
+        due-row drain's path, with a person's claim: manual rows too)."""
+        rows = {row.id: row for row in await guard(lambda: self.ledger.get_many(row_ids, self.group))}
+        outcomes: dict[int, ItemOutcome] = {}
+        wanted = []
+        for row_id in row_ids:
+            row = rows.get(row_id)
+            if row is None:
+                outcomes[row_id] = ItemOutcome(row_id, FAILED, f"no compensation row {row_id}")
+            elif row.status in SETTLED:
+                outcomes[row_id] = ItemOutcome(row_id, UNCHANGED, f"already {row.status.name.lower()}")
+            elif row.reason in PERSON_ONLY:
+                outcomes[row_id] = ItemOutcome(row_id, FAILED, _person_only(row))
+            else:
+                wanted.append(row_id)
+        owner = self._owner()
+        claimed = await guard(lambda: self.ledger.claim_many(wanted, self.group, owner, self.lease_seconds,
+                                                             allowed=PERSON_CLAIMS)) if wanted else []
+        for row_id in set(wanted) - {row.id for row in claimed}:
+            # Another claimant works it now (a redrive, a person, a job's earlier runner that
+            # died: its claim runs out, and the row is tried again then).
+            outcomes[row_id] = busy(row_id, "claimed by another worker right now")
+        if claimed:
+            settlements = await self._redrive(claimed, guard, owner, by_person=True, note=note)
+            settled = await guard(lambda: self.ledger.settle(settlements, owner=owner, actor=actor, action="retry",
+                                                             job_id=job_id))
+            for row, s in zip(claimed, settlements):
+                v = s.verdict
+                if s.row_id not in settled:
+                    outcomes[row.id] = busy(row.id, "its claim ran out before the retry ended")
+                elif v.status in SETTLED:
+                    outcomes[row.id] = ItemOutcome(row.id, CHANGED, v.detail)
+                elif v.status is Status.OPEN and v.redrives == row.redrives:
+                    # Not this row's failure (a step's lease is held by another claimant): again later.
+                    outcomes[row.id] = busy(row.id, v.detail)
+                else:
+                    outcomes[row.id] = ItemOutcome(row.id, FAILED, v.detail)
+        return [outcomes[row_id] for row_id in row_ids]
+
     def _pending_steps(self, row: LedgerRow) -> tuple[str, ...]:
         """The effect steps of the row's event (a record that is no event has none)."""
         try:
             return tuple(step_keys(decode(row.key, row.value, max_bytes=self.max_event_bytes))[1:])
         except MalformedEvent:
             return ()
+
+
+def _person_only(row: LedgerRow) -> str:
+    """Why a retry is refused a case only a person can close."""
+    return f"a retry cannot settle a {row.reason} row: {PERSON_ONLY[row.reason]}"

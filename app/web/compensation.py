@@ -24,14 +24,14 @@ from faust.web import View
 from app.adapters.mysql.queries import QueueFilter
 from app.adapters.mysql.views import Seen
 from app.bootstrap import Runtime
-from app.masking import mask_answer, mask_letter
+from app.masking import mask_letter
 from app.pipeline.compensation import ACTIONS, Status
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import ORDER_NO, decode
 from app.pipeline.plan import step_keys
 from app.settings import Settings
 from app.render import json_default, with_record
-from app.web.http import (NO_FRAMES, OPERATOR, Refused, authorize, body, integer, json_response, moment,
+from app.web.http import (NO_FRAMES, OPERATOR, Refused, as_seen, authorize, body, integer, json_response, moment,
                           note_and_actor, operator, refused, role, text, viewer_name)
 
 REASON = re.compile(r"[a-z_.:0-9]{1,64}")
@@ -65,7 +65,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             items = await rt.queries.compensations(filters)
             cursor = items[-1]["id"] if len(items) == filters.limit else None
             answer = {"items": items, "next_before": cursor, "counts": await rt.queries.counts()}
-            return json_response(answer if who == OPERATOR else mask_answer(answer))
+            return json_response(as_seen(who, answer))
 
     @app.page("/compensation/{row_id}")
     class Entry(View):

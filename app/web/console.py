@@ -22,6 +22,8 @@ HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; st
 def register(app: faust.App, settings: Settings) -> None:
     page = (HERE / "console.html").read_bytes()
     script = (HERE / "console.js").read_bytes()
+    groups_script = (HERE / "console-groups.js").read_bytes()
+    bulk_script = (HERE / "console-bulk.js").read_bytes()
 
     @app.page("/console/")
     async def console(self: View, request: web.Request) -> web.Response:
@@ -30,3 +32,13 @@ def register(app: faust.App, settings: Settings) -> None:
     @app.page("/console/console.js")
     async def console_script(self: View, request: web.Request) -> web.Response:
         return web.Response(body=script, content_type="application/javascript", charset="utf-8", headers=HEADERS)
+
+    @app.page("/console/console-groups.js")
+    async def console_groups_script(self: View, request: web.Request) -> web.Response:
+        return web.Response(body=groups_script, content_type="application/javascript", charset="utf-8",
+                            headers=HEADERS)
+
+    @app.page("/console/console-bulk.js")
+    async def console_bulk_script(self: View, request: web.Request) -> web.Response:
+        return web.Response(body=bulk_script, content_type="application/javascript", charset="utf-8",
+                            headers=HEADERS)

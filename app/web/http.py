@@ -25,10 +25,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from app.masking import mask_answer
 from app.render import ACTOR, json_default, readable
 from app.settings import Settings
 
-__all__ = ["ACTOR", "OPERATOR", "Refused", "VIEWER", "access", "authorize", "body", "integer", "json_response", "moment",
+__all__ = ["ACTOR", "OPERATOR", "Refused", "as_seen", "VIEWER", "access", "authorize", "body", "integer", "json_response", "moment",
            "note_and_actor", "operator", "readable", "refused", "role", "text", "viewer_name"]
 
 
@@ -42,7 +43,8 @@ class Refused(Exception):
 
 
 OPEN_PATHS = frozenset({"/health", "/healthz", "/readyz", "/metrics"})     # probes and scrapers, any Host
-PAGES = frozenset({"/console/", "/console/console.js"})                    # no data: the token is asked for there
+PAGES = frozenset({"/console/", "/console/console.js",                     # no data: the token is asked for there
+                   "/console/console-groups.js", "/console/console-bulk.js"})
 READS = frozenset({"GET", "HEAD"})
 VIEWER, OPERATOR = "viewer", "operator"
 NO_FRAMES = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
@@ -106,6 +108,11 @@ def role(request: web.Request, settings: Settings) -> str:
     """Who asks a ``GET``: :data:`OPERATOR` (``WEB_TOKEN``: whole values, downloads, actions) or
     :data:`VIEWER` (``WEB_READ_TOKEN``: personal fields masked, see ``app.masking``)."""
     return _token(request, settings, read=True)
+
+
+def as_seen(who: str, answer: dict) -> dict:
+    """``answer`` as ``who`` may see it: whole for an operator, personal fields masked for a viewer."""
+    return answer if who == OPERATOR else mask_answer(answer)
 
 
 def operator(request: web.Request, settings: Settings, what: str) -> None:

@@ -21,7 +21,7 @@ from app.bootstrap import Runtime
 from app.masking import mask_answer
 from app.pipeline.events import ORDER_NO
 from app.settings import Settings
-from app.web.http import OPERATOR, Refused, integer, json_response, refused, role, text, viewer_name
+from app.web.http import OPERATOR, Refused, as_seen, integer, json_response, refused, role, text, viewer_name
 
 BIZ_KEY = re.compile(r"ORD-[0-9]{8}-[A-Za-z0-9]{1,40}:[A-Z_]{1,32}:[a-z_]{1,32}")
 
@@ -60,7 +60,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             rt = await runtime.start()
             rows = await rt.queries.stuck(settings.stuck_pending_seconds, limit)
             answer = {"older_than_seconds": settings.stuck_pending_seconds, "rows": rows}
-            return json_response(answer if who == OPERATOR else mask_answer(answer))
+            return json_response(as_seen(who, answer))
 
     @app.page("/idem/{biz_key}")
     class Step(View):
@@ -74,4 +74,4 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             rows = await rt.queries.idem([biz_key])
             if not rows:
                 return json_response({"error": f"no t_idem row {biz_key}"}, status=404)
-            return json_response(rows[0] if who == OPERATOR else mask_answer(rows[0]))
+            return json_response(as_seen(who, rows[0]))

@@ -6,7 +6,7 @@ import faust
 
 from app.bootstrap import Runtime
 from app.settings import Settings
-from app.web import compensation, console, health, http, orders, roles
+from app.web import bulk, compensation, console, groups, health, http, orders, roles
 
 
 def middlewares(settings: Settings) -> list:
@@ -20,3 +20,5 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     orders.register(app, runtime, settings)
     roles.register(app, runtime, settings)
     console.register(app, settings)
+    groups.register(app, runtime, settings)
+    bulk.register(app, runtime, settings)

@@ -43,6 +43,10 @@ class SteadyProducer:
         self.sent_at: list[float | None] = [None] * len(records)
         self.acked: list[tuple[int, int, float] | None] = [None] * len(records)   # partition, offset, when
         self.acked_on = Counter()      # partition -> records acknowledged there so far
+        # (index, event): the record at ``index`` and those after it wait until the event is set,
+        # and the pace starts again from there (no burst). The storm gates each big fault's slot,
+        # so that records are still being sent when the fault begins, however late it begins.
+        self.gates: list[tuple[int, asyncio.Event]] = []
 
     @property
     def done(self) -> bool:
@@ -59,6 +63,13 @@ class SteadyProducer:
             while not self.done:
                 due = min(len(self.records), int((time.monotonic() - self.started_at) * self.rate) + 1)
                 while self.sent < due:
+                    gate = next((event for index, event in self.gates if index <= self.sent and not event.is_set()),
+                                None)
+                    if gate is not None:
+                        held = time.monotonic()
+                        await gate.wait()
+                        self.started_at += time.monotonic() - held
+                        break
                     record = self.records[self.sent]
                     self.sent_at[self.sent] = time.time()
                     if record.java:

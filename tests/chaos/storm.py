@@ -64,6 +64,7 @@ FOREVER = 10**9
 SINGLE = ("restart_mariadb", "restart_kafka", "cut_database", "apis_503")
 CLUSTER = ("restart_mariadb", "cut_database", "apis_503", "kill_leader", "kill_leader", "kill_controller",
            "cut_brokers")
+GATE_AFTER = 0.04                        # the producer waits this share of the records past a big fault's slot
 BETWEEN = 3.0                            # seconds between the end of a big fault and the next one
 # The drain's bound (a bound, not a wait: it ends as soon as the run settles). A compensator
 # SIGKILLed holding claims on dead letters leaves them "retrying" until the claim's lease ends,
@@ -165,7 +166,14 @@ class Storm:
         plan = [(0.08 * seconds, self.add_worker), (0.92 * seconds, self.remove_worker)]
         first, last = 0.15, 0.84
         slots = [first + (last - first) * i / max(len(big) - 1, 1) for i in range(len(big))]
-        plan.append((0.0, lambda: self._one_after_another([(f * seconds, fault) for f, fault in zip(slots, big)])))
+        # A big fault that begins late (the one before took long: a node's restart under load) must
+        # still meet records in flight: the producer waits a little past each fault's slot until
+        # the fault has begun.
+        gates = [asyncio.Event() for _ in big]
+        count = len(self.producer.records)
+        self.producer.gates = [(min(count - 1, int((f + GATE_AFTER) * count)), gate) for f, gate in zip(slots, gates)]
+        plan.append((0.0, lambda: self._one_after_another(
+            [(f * seconds, fault) for f, fault in zip(slots, big)], gates)))
         if self.sabotage == "crash":
             plan.append((0.5 * seconds, self.crash_a_worker))
         self.log("api_faults_on", detail=", ".join(f"{k} {v}" for k, v in self.profile.api_rates.items()))
@@ -194,13 +202,19 @@ class Storm:
         await asyncio.sleep(max(0.0, when - time.monotonic()))
         await fault()
 
-    async def _one_after_another(self, plan: list[tuple[float, object]]) -> None:
-        """Each big fault at its slot (seconds after the start), or when the one before has ended."""
+    async def _one_after_another(self, plan: list[tuple[float, object]], gates: list[asyncio.Event]) -> None:
+        """Each big fault at its slot (seconds after the start), or when the one before has ended;
+        its gate lets the producer go on as it begins."""
         began = time.monotonic()
-        for at, fault in plan:
-            await asyncio.sleep(max(0.0, began + at - time.monotonic()))
-            await fault()
-            await asyncio.sleep(BETWEEN)
+        try:
+            for (at, fault), gate in zip(plan, gates):
+                await asyncio.sleep(max(0.0, began + at - time.monotonic()))
+                gate.set()
+                await fault()
+                await asyncio.sleep(BETWEEN)
+        finally:
+            for gate in gates:
+                gate.set()
 
     async def watch(self) -> None:
         """Supervise: a worker that exited without the test's doing is started again."""

@@ -298,6 +298,12 @@ def test_the_cli_lists_shows_and_acts_with_the_same_audit_trail(desk):
     row = desk.rows()["bad_order_no"]
     listed = dlq(desk, "list", "--status", "manual", "--reason", "bad_order_no")
     assert listed.returncode == 0 and f"| {row['id']} " in listed.stdout, listed.stderr[-2000:]
+    [fingerprint] = desk.db.query("SELECT fingerprint FROM t_compensation WHERE id = %s", row["id"])
+    grouped = dlq(desk, "list", "--fingerprint", fingerprint["fingerprint"], "--since", "2000-01-01T00:00:00Z",
+                  "--older-than", "0")
+    assert grouped.returncode == 0 and f"| {row['id']} " in grouped.stdout, grouped.stderr[-2000:]
+    later = dlq(desk, "list", "--fingerprint", fingerprint["fingerprint"], "--since", "2999-01-01T00:00:00Z")
+    assert later.returncode == 0 and f"| {row['id']} " not in later.stdout, later.stderr[-2000:]
     shown = dlq(desk, "show", str(row["id"]))
     assert shown.returncode == 0 and json.loads(shown.stdout[shown.stdout.index("{"):])["reason"] == "bad_order_no"
     done = dlq(desk, "discard", str(row["id"]), "--note", "garbage from a test", "--actor", "bob")

@@ -408,4 +408,6 @@ async def test_a_drop_while_the_pipeline_writes_to_the_current_month_costs_it_ne
     assert not set(old) & all_keys(db)
     assert {o.split(":")[0] for o in keys_in(db, month_name(month_start(today)))} >= set(loop.orders)
     loop.assert_applied(db)
-    assert max(loop.latencies) <= 1.0, loop.summary()
+    # A batch behind the drop waits at most its lock wait (hold_seconds=1); the slack is the
+    # machine's, not the drop's (a loaded 2-core machine once took 1.04 s over a batch).
+    assert max(loop.latencies) <= 1 + LATENCY_SLACK, loop.summary()

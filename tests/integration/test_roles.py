@@ -103,8 +103,10 @@ def site(settings, scratch_db):
 def views(site: Site) -> list[str]:
     rows = site.rows()
     paths = ["/compensation/", f"/compensation/?order_no={site.order}", f"/orders/{site.order}", "/idem/stuck/",
-             f"/idem/{site.order}:ORDER_CREATED:create_order"]
-    return paths + [f"/compensation/{row['id']}" for row in rows.values()]
+             f"/idem/{site.order}:ORDER_CREATED:create_order", "/groups/?status=all", "/groups/?window=7d", "/bulk/"]
+    _, raw, _ = get(f"{site.base}/groups/?status=all", TOKEN)
+    groups = [f"/groups/{group['fingerprint']}" for group in json.loads(raw)["groups"]]
+    return paths + groups + [f"/compensation/{row['id']}" for row in rows.values()]
 
 
 def test_a_viewer_never_gets_a_phone_number_or_an_address(site):

@@ -154,3 +154,39 @@ async def test_a_lease_taken_over_is_live_however_the_server_orders_the_assignme
         assert await leases.acquire(name, "a", 30)
     finally:
         await engine.dispose()
+
+
+async def test_a_bulk_job_runs_its_statements_under_the_mode(harness):
+    """The bulk job's statements (``app.adapters.mysql.bulk``): dry run, the job and its items,
+    its lease, a chunk recorded, done; a pause and an abort."""
+    from app.adapters.mysql.bulk import MySqlBulkJobs
+    from app.pipeline.bulk import BulkRunner
+
+    d = await desk(harness)
+    orders = await paid_orders(d.main, 3, "MODESBULK")
+    await d.dead_letters([event(o, "ORDER_PAID", data={"amount_cents": 1}) for o in orders])   # manual
+    jobs = MySqlBulkJobs(d.main.store, group=d.group)
+    f = QueueFilter(status=Status.MANUAL, older_than_seconds=0)
+    found = await jobs.dry_run(f, cap=10, sample=2)
+    assert found["count"] == 3 and len(found["sample"]) == 2 and not found["capped"]
+    job = await jobs.create("discard", f, expected=3, tolerance_percent=1, cap=10, actor="web:modes", note="n")
+    assert job["total"] == 3 and job["status"] == "running" and job["filter"]["status"] == "manual"
+
+    async def work(j, ids, guard):
+        return await d.compensator.bulk(j.action, ids, guard, actor=j.actor, note=j.note, job_id=j.id)
+
+    runner = BulkRunner(jobs, work, group=d.group, owner="modes/bulk/1", lease_seconds=30, chunk_size=2, rate=1e6,
+                        busy_retry_seconds=1)
+    while await runner.step(d.guard) is not None and runner.held is not None:
+        pass
+    done = await jobs.get(job["id"])
+    assert (done["status"], done["done"], done["changed"], done["remaining"]) == ("done", 3, 3, 0)
+    assert [j["id"] for j in await jobs.jobs()] == [job["id"]] and await jobs.failures(job["id"]) == []
+    assert await jobs.take(d.group, "another/bulk/2", 30) is None                        # nothing runs now
+    more = await paid_orders(d.main, 1, "MODESBULK2")
+    await d.dead_letters([event(o, "ORDER_PAID", data={"amount_cents": 1}) for o in more])
+    other = await jobs.create("resolve", f, expected=1, tolerance_percent=0, cap=10, actor="cli:modes", note=None)
+    paused, changed = await jobs.command(other["id"], "pause", actor="web:p")
+    assert changed and paused["status"] == "paused" and paused["paused_by"] == "web:p"
+    aborted, _ = await jobs.command(other["id"], "abort", actor="web:a")
+    assert aborted["status"] == "aborted" and aborted["remaining"] == 1 and aborted["finished_at"] is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable, Sequence, TypeVar
 
-from app.adapters.mysql import idem, ledger
+from app.adapters.mysql import groups, idem, ledger
 from app.adapters.mysql.sql import Execute
 from app.adapters.mysql.store import MySqlStore
 from app.pipeline.compensation import AUTOMATIC_CLAIMS, LedgerRow, Settlement, SourceKey, Status
@@ -50,19 +50,26 @@ class MySqlLedger:
     async def claim_due(self, group: str, limit: int, owner: str, lease_seconds: float) -> list[LedgerRow]:
         return await self._run(lambda execute: ledger.claim_due(execute, group, limit, owner, lease_seconds))
 
-    async def settle(self, settlements: Sequence[Settlement], *, owner: str, actor: str, action: str) -> set[int]:
+    async def settle(self, settlements: Sequence[Settlement], *, owner: str, actor: str, action: str,
+                     job_id: int | None = None) -> set[int]:
         """Every settlement in one transaction; the ids that were still ``owner``'s to settle.
         The claims ``owner`` holds on their released steps are given up with them."""
         async def work(execute: Execute) -> set[int]:
-            settled = set()
+            settled, failed = set(), []
             for s in settlements:
                 v = s.verdict
                 if not await ledger.settle(execute, s.row_id, owner, v.status, redrives=v.redrives,
                                            retry_in=v.retry_in, message=v.detail, reason=v.reason):
                     continue
                 settled.add(s.row_id)
+                if v.reason is not None:
+                    failed.append(s.row_id)
                 await ledger.audit(execute, s.row_id, actor=actor, action=action, from_status=Status.RETRYING,
-                                   to_status=v.status, note=s.note, detail=v.detail)
+                                   to_status=v.status, note=s.note, detail=v.detail, job_id=job_id)
+            # Rows that failed for a reason of their own join its error group, all in one go (their
+            # buckets locked in one order). A run that failed nobody's way (deferred, superseded,
+            # done) keeps the group the row came in with.
+            await groups.regroup(execute, await groups.by_id(execute, sorted(failed)))
             keys = sorted({key for s in settlements if s.row_id in settled for key in s.release})
             if keys:
                 await idem.release(execute, keys, owner=owner)
@@ -70,8 +77,8 @@ class MySqlLedger:
         return await self._run(work)
 
     async def act(self, row_id: int, group: str, to: Status, allowed: frozenset[Status], *, actor: str, action: str,
-                  note: str | None, steps: Sequence[str],
-                  step_outcome: str) -> tuple[LedgerRow | None, bool, str | None]:
+                  note: str | None, steps: Sequence[str], step_outcome: str,
+                  job_id: int | None = None) -> tuple[LedgerRow | None, bool, str | None]:
         """A person's decision, and in the same transaction the event's steps still pending
         settled with ``step_outcome`` (fenced on their attempt); refused while one is being
         worked (a live lease)."""
@@ -90,9 +97,18 @@ class MySqlLedger:
             await ledger.move(execute, row_id, to, allowed)
             await ledger.audit(execute, row_id, actor=actor, action=action, from_status=row.status, to_status=to,
                                note=note, detail=(f"settled the pending steps {', '.join(p.biz_key for p in pending)}"
-                                                  f" as {step_outcome}")[:1024] if pending else None)
+                                                  f" as {step_outcome}")[:1024] if pending else None,
+                               job_id=job_id)
             return await ledger.get(execute, row_id), True, None
         return await self._run(work)
 
     async def reopen_unknown(self, keys: Sequence[str]) -> int:
         return await self._run(lambda execute: idem.reopen_unknown(execute, keys))
+
+    async def get_many(self, row_ids: Sequence[int], group: str) -> list[LedgerRow]:
+        return await self._run(lambda execute: ledger.get_many(execute, row_ids, group=group))
+
+    async def claim_many(self, row_ids: Sequence[int], group: str, owner: str, lease_seconds: float, *,
+                         allowed: frozenset[Status]) -> list[LedgerRow]:
+        return await self._run(lambda execute: ledger.claim_many(execute, row_ids, owner, lease_seconds, group=group,
+                                                                 allowed=allowed))

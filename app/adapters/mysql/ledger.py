@@ -7,7 +7,7 @@ import hashlib
 import json
 from typing import Sequence
 
-from app.adapters.mysql import orders
+from app.adapters.mysql import groups, orders
 from app.adapters.mysql.sql import Execute, Sql, marks
 from app.pipeline.compensation import LedgerRow, SourceKey, Status
 from app.pipeline.ports import DeadLetter, SourceRecord
@@ -81,7 +81,8 @@ async def record(execute: Execute, letters: Sequence[DeadLetter], *, group: str,
     (see ``KEPT_WHEN_CUT``), so it can be shown and run again without the topic; the letters
     are written in statements of at most about ``STATEMENT_BYTES``. The letters' orders are
     marked ``has_dead_letters``: their next move, in a later batch, flags these rows
-    ``may_be_superseded``."""
+    ``may_be_superseded``. Every row that now holds its letter's reason and message is in that
+    cause's error group (``groups.regroup``, same transaction)."""
     due = f"NOW(3) + INTERVAL {int(retry_after_seconds)} SECOND"
     rows: list[tuple[str, list, int]] = []
     for letter in letters:
@@ -110,9 +111,19 @@ async def record(execute: Execute, letters: Sequence[DeadLetter], *, group: str,
             f"may_be_superseded, truncated, worker_id, first_failure_at, {RECORD_COLUMNS}, gmt_create, gmt_modified) "
             f"VALUES {', '.join(sql for sql, _, _ in chunk)} ON DUPLICATE KEY UPDATE {update}",
             [value for _, params, _ in chunk for value in params])
+    await _group_letters(execute, letters, group)
     order_nos = sorted({letter.order_no for letter in letters if letter.order_no})
     if order_nos:
         await orders.mark_dead_letters(execute, order_nos)
+
+
+async def _group_letters(execute: Execute, letters: Sequence[DeadLetter], group: str) -> None:
+    """The error group of every row that now holds its letter's reason and message (a new row, or
+    one that came back for another reason); a replay's row already has it."""
+    written = {SourceKey(group, s.topic, s.partition, s.offset, -1 if s.timestamp_ms is None else s.timestamp_ms):
+               (letter.reason[:64], letter.message[:1024]) for letter in letters for s in (letter.record,)}
+    rows = await groups.by_source(execute, group, sorted(written, key=lambda k: (k.topic, k.partition, k.offset)))
+    await groups.regroup(execute, [row for source, row in rows.items() if (row.reason, row.message) == written[source]])
 
 
 def _chunks(rows: list[tuple[str, list, int]], budget: int):
@@ -159,7 +170,8 @@ async def get(execute: Execute, row_id: int, *, group: str | None = None, lock: 
 
 async def add_manual(execute: Execute, source: SourceKey, record_: SourceRecord, reason: str, message: str) -> None:
     """A row for a dead letter that has none, or that cannot be read: for a person. Its
-    record is kept like any letter's (a value that may be an event up to 4 MiB whole)."""
+    record is kept like any letter's (a value that may be an event up to 4 MiB whole), and
+    it joins the error group of its reason and message."""
     kept, _ = _record_params(record_, whole=record_.value is not None and len(record_.value) <= WHOLE_VALUE_MAX)
     await execute(
         "INSERT INTO t_compensation (src_topic, src_partition, src_offset, src_timestamp, consumer_group, status, "
@@ -168,6 +180,8 @@ async def add_manual(execute: Execute, source: SourceKey, record_: SourceRecord,
         "%s, %s, %s, %s, %s, NOW(3), NOW(3)) ON DUPLICATE KEY UPDATE src_offset = src_offset",
         [source.topic, source.partition, source.offset, source.timestamp_ms, source.group, reason, message[:1024],
          *kept])
+    rows = await groups.by_source(execute, source.group, [source])
+    await groups.regroup(execute, [row for row in rows.values() if (row.reason, row.message) == (reason, message[:1024])])
 
 
 ABANDONED = f"(status = {int(Status.RETRYING)} AND lease_until < NOW(3))"
@@ -203,20 +217,27 @@ async def claim_due(execute: Execute, group: str, limit: int, owner: str, lease_
             f"SELECT id FROM t_compensation WHERE {where} AND consumer_group = %s ORDER BY {order}, id "
             f"LIMIT {int(limit - len(ids))} FOR UPDATE SKIP LOCKED", [group])
         ids += [row[0] for row in result]
+    return await _take(execute, ids, owner, lease_us)
+
+
+async def _take(execute: Execute, ids: list[int], owner: str, lease_us: int) -> list[LedgerRow]:
+    """Rows the caller has locked (``FOR UPDATE``) become ``owner``'s claim; the claimed rows."""
     if not ids:
         return []
     await execute(
         f"UPDATE t_compensation SET status = {int(Status.RETRYING)}, owner = %s, "
         f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) "
         f"WHERE id IN ({marks(len(ids))})", [owner, *ids])
-    result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id IN ({marks(len(ids))}) ORDER BY id", ids)
+    result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id IN ({marks(len(ids))}) AND owner = %s "
+                           "ORDER BY id", [*ids, owner])
     return [row_of(values) for values in result]
 
 
 async def settle(execute: Execute, row_id: int, owner: str, status: Status, *, redrives: int,
                  retry_in: float | None, message: str, reason: str | None) -> bool:
     """retrying -> where the attempt left it, fenced on the owner. A row left open is retriable
-    (it is due for another run); a row that failed for a reason of its own takes that reason."""
+    (it is due for another run); a row that failed for a reason of its own takes that reason
+    (the caller then moves it to that reason's error group: ``groups.regroup``)."""
     retry = "NULL" if retry_in is None else f"NOW(3) + INTERVAL {int(retry_in * 1_000_000)} MICROSECOND"
     result = await execute(
         f"UPDATE t_compensation SET status = %s, redrives = %s, next_retry_at = {retry}, owner = NULL, "
@@ -236,10 +257,35 @@ async def move(execute: Execute, row_id: int, to: Status, allowed: frozenset[Sta
 
 
 async def audit(execute: Execute, row_id: int, *, actor: str, action: str, from_status: Status | None,
-                to_status: Status | None, note: str | None, detail: str | None) -> None:
+                to_status: Status | None, note: str | None, detail: str | None, job_id: int | None = None) -> None:
+    """One line of the row's history; ``job_id``: the bulk job that did it, if one did."""
     await execute(
-        "INSERT INTO t_compensation_audit (compensation_id, at, actor, action, from_status, to_status, note, detail) "
-        "VALUES (%s, NOW(3), %s, %s, %s, %s, %s, %s)",
+        "INSERT INTO t_compensation_audit (compensation_id, at, actor, action, from_status, to_status, note, detail, "
+        "job_id) VALUES (%s, NOW(3), %s, %s, %s, %s, %s, %s, %s)",
         [row_id, actor[:128], action[:32], None if from_status is None else int(from_status),
          None if to_status is None else int(to_status), None if note is None else note[:1024],
-         None if detail is None else detail[:1024]])
+         None if detail is None else detail[:1024], job_id])
+
+
+# -- a bulk job's statements ----------------------------------------------------------
+
+async def get_many(execute: Execute, row_ids: Sequence[int], *, group: str) -> list[LedgerRow]:
+    if not row_ids:
+        return []
+    result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id IN ({marks(len(row_ids))}) "
+                           "AND consumer_group = %s ORDER BY id", [*row_ids, group])
+    return [row_of(values) for values in result]
+
+
+async def claim_many(execute: Execute, row_ids: Sequence[int], owner: str, lease_seconds: float, *, group: str,
+                     allowed: frozenset[Status]) -> list[LedgerRow]:
+    """Claim those of ``row_ids`` that are in one of ``allowed`` (or retrying with a claim that
+    ran out), skipping rows another transaction is claiming; the rows that are ours now."""
+    if not row_ids:
+        return []
+    lease_us = int(lease_seconds * 1_000_000)
+    result = await execute(
+        f"SELECT id FROM t_compensation WHERE id IN ({marks(len(row_ids))}) AND consumer_group = %s "
+        f"AND (status IN ({', '.join(str(int(s)) for s in sorted(allowed))}) OR {ABANDONED}) "
+        "FOR UPDATE SKIP LOCKED", [*row_ids, group])
+    return await _take(execute, [row[0] for row in result], owner, lease_us)

@@ -1,0 +1,120 @@
+// Error groups on the console: the dead letters of one cause as one line, a chosen group's
+// inflow drawn as SVG bars (built with DOM calls: the page allows no inline script and no
+// library), and a click through to the queue filtered by the group. Uses `api` and `$` of
+// console.js; every value goes on the page as text.
+"use strict";
+
+const GROUPS_SVG = "http://www.w3.org/2000/svg";
+
+function groupsSay(message) { $("groups-error").textContent = message; }
+
+function groupsAge(seconds) {
+  if (seconds === null || seconds === undefined) return "none";
+  if (seconds < 120) return `${Math.round(seconds)} s`;
+  if (seconds < 7200) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 172800) return `${(seconds / 3600).toFixed(1)} h`;
+  return `${(seconds / 86400).toFixed(1)} d`;
+}
+
+function groupsShare(share) { return share === null || share === undefined ? "" : `${Math.round(share * 100)} %`; }
+
+function groupsCell(tr, value) {
+  const td = document.createElement("td");
+  td.textContent = value === null || value === undefined ? "" : String(value);
+  tr.appendChild(td);
+  return td;
+}
+
+function groupsQueueLine(queue) {
+  return `queue depth ${queue.depth}, oldest open ${groupsAge(queue.oldest_open_age_seconds)}`;
+}
+
+function svgElement(name, attributes) {
+  const element = document.createElementNS(GROUPS_SVG, name);
+  for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, String(value));
+  return element;
+}
+
+// One bar per bucket, scaled to the largest; each bar's title says its start and count.
+function drawInflow(svg, series) {
+  svg.replaceChildren();
+  const width = Number(svg.getAttribute("width")), height = Number(svg.getAttribute("height"));
+  const left = 34, bottom = 16, top = 6;
+  const most = Math.max(1, ...series.map((point) => point.letters));
+  const step = (width - left) / Math.max(series.length, 1);
+  svg.appendChild(svgElement("line", { class: "axis", x1: left, y1: height - bottom, x2: width, y2: height - bottom }));
+  const peak = svgElement("text", { x: 0, y: top + 8 });
+  peak.textContent = String(most);
+  svg.appendChild(peak);
+  series.forEach((point, index) => {
+    const h = Math.round((point.letters / most) * (height - bottom - top));
+    const bar = svgElement("rect", { class: "bar", x: left + index * step + 1, y: height - bottom - h,
+                                     width: Math.max(step - 2, 1), height: h });
+    bar.dataset.letters = point.letters;
+    const title = svgElement("title", {});
+    title.textContent = `${point.at} UTC: ${point.letters}`;
+    bar.appendChild(title);
+    svg.appendChild(bar);
+  });
+  for (const [index, anchor] of [[0, "start"], [series.length - 1, "end"]]) {
+    if (!series[index]) continue;
+    const label = svgElement("text", { x: index === 0 ? left : width, y: height - 3, "text-anchor": anchor });
+    label.textContent = `${series[index].at.slice(5, 16).replace("T", " ")}`;
+    svg.appendChild(label);
+  }
+}
+
+async function showGroup(fingerprint) {
+  try {
+    const group = await api(`/groups/${encodeURIComponent(fingerprint)}`);
+    $("group-detail").hidden = false;
+    $("group-fingerprint").textContent = `${group.fingerprint} (${group.reason}, ${group.effect}, ${group.detail})`;
+    const figures = $("group-figures");
+    figures.replaceChildren();
+    for (const [name, w] of Object.entries(group.windows)) {
+      const line = document.createElement("div");
+      line.textContent = `${name}: ${w.letters} letters, ${w.open} open (${groupsShare(w.open_share)}), ` +
+        `${w.orders} orders, oldest open ${groupsAge(w.oldest_open_age_seconds)}`;
+      figures.appendChild(line);
+    }
+    const queue = document.createElement("div");
+    queue.textContent = `${groupsQueueLine(group.queue)}; sample: ${group.sample || ""}`;
+    figures.appendChild(queue);
+    drawInflow($("chart-24h"), group.windows["24h"].series);
+    drawInflow($("chart-7d"), group.windows["7d"].series);
+  } catch (error) { groupsSay(error.message); }
+}
+
+// The queue below, filtered by the group (the filter form's own submit loads it).
+function openGroupQueue(fingerprint) {
+  $("filter-fingerprint").value = fingerprint;
+  $("filters").requestSubmit();
+}
+
+async function loadGroups() {
+  groupsSay("");
+  const query = new URLSearchParams({ window: $("groups-window").value, status: $("groups-status").value });
+  try {
+    const data = await api(`/groups/?${query}`);
+    $("groups-queue").textContent = groupsQueueLine(data.queue) +
+      (data.more_groups ? `; ${data.more_groups} smaller groups not shown` : "");
+    const tbody = $("groups-table").tBodies[0];
+    tbody.replaceChildren();
+    for (const group of data.groups) {
+      const tr = document.createElement("tr");
+      tr.className = "row group";
+      tr.dataset.fingerprint = group.fingerprint || "";
+      for (const value of [group.fingerprint || "(none)", group.reason, group.effect, group.detail, group.letters,
+                           group.first_seen, group.last_seen, group.orders, groupsShare(group.open_share),
+                           group.sample]) groupsCell(tr, value);
+      if (group.fingerprint) {
+        tr.addEventListener("click", () => { showGroup(group.fingerprint); openGroupQueue(group.fingerprint); });
+      }
+      tbody.appendChild(tr);
+    }
+  } catch (error) { groupsSay(error.message); }
+}
+
+$("groups-form").addEventListener("submit", (event) => { event.preventDefault(); loadGroups(); });
+$("token").addEventListener("change", () => loadGroups());
+if ($("token").value) loadGroups();          // without a token, once one is entered

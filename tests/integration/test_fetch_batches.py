@@ -60,6 +60,11 @@ def test_a_rebalance_waits_for_the_batch_in_flight_and_nothing_runs_twice(settin
     first = spawn_worker(pair, "first", **env)
     wait_for(lambda: len(fakes.ledger()["calls"]) >= 10, timeout=90, what="some waybills", workers=[first])
     second = spawn_worker(pair, "second", **env)          # joins: the group rebalances mid-batch
+    # Once it has partitions, more orders on every partition: the first worker may have finished
+    # the ones it gave up before the rebalance, and the second must have work of its own.
+    second.wait_log("Worker ready", timeout=90)
+    later = [order_no(prefix="REBAL") for _ in range(40)]
+    asyncio.run(produce(settings, pair.events, [record(event(o, "ORDER_CREATED")) for o in later]))
     wait_for(lambda: caught_up(settings, pair.events, pair.group, 4), timeout=240, what="all processed",
              workers=[first, second])
     calls = [c for c in fakes.ledger()["calls"] if c["service"] == "waybill"]

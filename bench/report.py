@@ -49,7 +49,8 @@ def worker_row(row: str, workload: Workload, run: WorkerRun, checks: dict, profi
             "batch_ms_p50": metrics.get("batch_ms_p50"), "batch_ms_p99": metrics.get("batch_ms_p99"),
             "peak_rss_mb": run.peak_rss_mb,
             "steady_cpu_seconds": run.steady_cpu_seconds, "steady_events": run.steady_events,
-            "cpu_us_per_event": run.cpu_us_per_event, "metrics": metrics, "checks": checks, "error": run.error,
+            "cpu_us_per_event": run.cpu_us_per_event, "commits": run.commits, "metrics": metrics, "checks": checks,
+            "error": run.error,
             "log": run.log, "profile": str(profile) if profile else None}
 
 
@@ -116,11 +117,11 @@ def notes(rows: list[dict]) -> str:
         elif name.startswith("c") or name == "f" or name.startswith("g-"):
             lines.append(_worker_note(row))
     lines.append("- steady (the headline): a and b from the first records to the last commit; c and f from the "
-                 "first to the last commit seen. clocked: c and f from /health answering to committed == end "
+                 "first commit seen to the last one before the commit that completes the topic (that one waits "
+                 "for Faust's commit timer after the work ran out). clocked: c and f from /health answering to committed == end "
                  "offsets (includes the group join and up to one 2.8 s commit interval). Batch p50/p99: linear "
                  "interpolation inside order_batch_seconds buckets. Worker CPU / event: the worker process's "
-                 "user + system time (all threads) between the first and the last commit seen, over the events "
-                 "committed in between.")
+                 "user + system time (all threads) over the same window, over the events committed in it.")
     return "\n".join(lines)
 
 

@@ -21,7 +21,8 @@ c  pipeline  one ``faust -A app worker -l warn`` process, over the whole topic.
              Clock: the worker's /health first answers -> the group's committed
              offsets equal the end offsets (polled every 100 ms). The clock
              includes the group join and up to one commit interval (2.8 s) at the
-             end; the steady-state rate (first to last commit seen) is printed too.
+             end; the steady-state rate (first commit seen -> the last one before
+             the commit that completes the topic) is printed too.
              Batch p50/p99 come from the ``order_batch_seconds`` histogram by
              linear interpolation inside buckets; DB round trips from
              ``order_db_round_trips_total`` / ``order_batches_total``; peak RSS is

@@ -2,8 +2,13 @@
 
 With ``FETCH_BATCHES`` (the default) the agent takes whole fetches from Faust's consumer
 (``app.adapters.kafka_batches``): a batch is acked only by ``batch.ack()``, after the batch
-handler returned (its ledger rows and dead letters written), never implicitly. Without it,
-it reads Faust's stream with ``take_events()``, and the facts below hold as they are.
+handler returned (its ledger rows and dead letters written), never implicitly. Up to
+``BATCHES_IN_FLIGHT`` batches are worked at once, each in a task of its own: the feed never
+hands out two batches with a partition in common (so each partition is still worked, acked
+and committed in offset order), and the batch handler makes a batch that shares an order with
+one in flight wait for it (an order's events never run in two batches at once, whatever
+partitions they came from). Without ``FETCH_BATCHES`` it reads Faust's stream with
+``take_events()``, one batch at a time, and the facts below hold as they are.
 
 Faust facts this agent is built around (faust-streaming 0.15.3):
 
@@ -59,23 +64,44 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
     async def process_order_events(stream):
         rt = await runtime.start()
         freeze_startup_objects()
+        in_flight = settings.batches_in_flight if feed else 1
         log.info("consuming %s as %s (event loop: %s; %s)", settings.order_event_topic, rt.owner,
                  type(asyncio.get_running_loop()).__module__,
-                 "whole fetches" if feed else "Faust's stream, record by record")
-        async for batch in (feed.batches(stream) if feed else _stream_batches(stream, settings)):
+                 f"whole fetches, up to {in_flight} batches of disjoint partitions at once" if feed
+                 else "Faust's stream, record by record")
+        trips = _RoundTrips(rt.store)
+
+        async def work(batch) -> None:
             try:
-                started, trips = time.perf_counter(), rt.store.round_trips
-                metrics.IN_FLIGHT_BATCH.set(1)
+                started = time.perf_counter()
+                metrics.IN_FLIGHT_BATCH.inc()
                 report = await rt.batches.handle([source_record(message) for message in batch.messages])
                 # Only now: the batch's ledger rows and dead letters are written.
                 batch.ack()
                 seconds = time.perf_counter() - started
-                _record(report, len(batch), seconds, rt.store.round_trips - trips)
+                metrics.IN_FLIGHT_BATCH.dec()
+                _record(report, len(batch), seconds, trips.since_last())
                 if seconds > settings.slow_batch_seconds:
                     log.warning("slow batch: %d records in %.0f ms (%s)", len(batch), seconds * 1000,
                                 ", ".join(f"{phase} {s * 1000:.0f} ms" for phase, s in report.seconds.items()))
             except BaseException as exc:  # noqa: B036 -- see the module docstring
                 stop_without_ack(exc)
+
+        if in_flight == 1:
+            async for batch in (feed.batches(stream) if feed else _stream_batches(stream, settings)):
+                await work(batch)
+            return
+        # Several batches at once, of disjoint partitions (the feed sees to it), each in a task;
+        # the feed hands out the next one once fewer than `in_flight` are unacked.
+        tasks: set[asyncio.Task] = set()
+        try:
+            async for batch in feed.batches(stream, in_flight=in_flight):
+                task = asyncio.create_task(work(batch))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        finally:
+            for task in tasks:          # cut short (the agent cancelled mid-batch): they leave unacked
+                task.cancel()
 
     return process_order_events
 
@@ -100,8 +126,21 @@ async def _stream_batches(stream, settings: Settings):
         yield _StreamBatch(events)
 
 
+class _RoundTrips:
+    """The store's round trips since the last batch recorded them (batches in flight at once share
+    one store: each records what was sent since the one before, so the total stays exact)."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.last = store.round_trips
+
+    def since_last(self) -> int:
+        now = self.store.round_trips
+        n, self.last = now - self.last, now
+        return n
+
+
 def _record(report: BatchReport, size: int, seconds: float, round_trips: int) -> None:
-    metrics.IN_FLIGHT_BATCH.set(0)
     metrics.BATCHES.inc()
     metrics.BATCH_SECONDS.observe(seconds)
     metrics.BATCH_EVENTS.observe(size)

@@ -22,7 +22,7 @@ DB_ROUND_TRIPS = Counter("order_db_round_trips_total", "Statements and commits s
 EFFECT_CALLS = Counter("order_effect_calls_total", "External calls, by effect and result.", ["effect", "result"])
 LEASE_WAITS = Counter("order_lease_waits_total", "Records that waited for another worker's lease.")
 INFRA_WAIT_SECONDS = Counter("order_infra_wait_seconds_total", "Time batches spent waiting for the database.")
-IN_FLIGHT_BATCH = Gauge("order_batch_in_flight", "1 while a batch is being processed.")
+IN_FLIGHT_BATCH = Gauge("order_batch_in_flight", "Batches being processed (up to BATCHES_IN_FLIGHT).")
 COMPENSATIONS = Counter("order_compensations_total",
                         "Dead letters the compensator handled, by what became of them.", ["result"])
 

@@ -182,6 +182,10 @@ class Settings(BaseSettings):
     fetch_batches: bool = Field(
         True, description="The agent takes whole fetches from Faust's consumer (app.adapters.kafka_batches); "
                           "false: through Faust's stream and take_events(), record by record.")
+    batches_in_flight: int = Field(
+        2, ge=1, le=8,
+        description="With FETCH_BATCHES, batches worked at once, of disjoint partitions: one waits on the "
+                    "database while the next is decoded and planned. 1: one batch at a time.")
     retry_backoff_ms: str = Field("200,800,3200", description="Per-record retry delays; their count is the retry limit.")
     batch_deadline_seconds: float = Field(
         15.0, gt=0, description="Records still retrying this long after a batch began are dead-lettered as "

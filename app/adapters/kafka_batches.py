@@ -32,8 +32,18 @@ What is kept of Faust, so that its commits, rebalances and stop work as before:
   ``app.adapters.kafka_consumer``, computes what may be committed). Nothing is acked
   implicitly: not when the agent asks for the next batch, not when it raises or is
   cancelled (``take_events`` acks in a ``finally``); asking for the next batch with the
-  last one unacked is an error. So a batch is acked only after the agent's own work
-  for it (its ledger rows and dead letters written) is done.
+  last one unacked is an error (with ``in_flight=1``). So a batch is acked only after
+  the agent's own work for it (its ledger rows and dead letters written) is done.
+* **Batches in flight at once** (``in_flight=n``, the worker's ``BATCHES_IN_FLIGHT``): the
+  next batch is handed out while up to ``n - 1`` are still being worked, but never with a
+  record of a partition one of them holds; those records wait in the buffer until that
+  batch is acked. So each partition is worked, acked and committed one batch at a time in
+  offset order, exactly as with one batch in flight, and Faust's commit (the lowest
+  unacked offset per partition, ``Consumer._new_offset``) never passes an unfinished
+  record. (Faust's own ``concurrency > 1`` gives no such guarantee: its actors share one
+  queue and ack out of order, faust-streaming#606.) Every taken record is tracked, so a
+  rebalance and a stop wait for all the batches in flight. The buffer holds two batches
+  per batch in flight, so that other partitions' records are there while some wait.
 * **Back-pressure and flow control**: the fetcher waits while the buffer holds a full
   batch (like the conductor waits on a full stream queue), while Faust's flow control is
   suspended (the conductor's ``acquire``), and gives up the wait when the consumer stops
@@ -93,18 +103,21 @@ def feeds_of(app) -> dict[str, "Feed"]:
 class Batch:
     """Records an agent took from a :class:`Feed`; :meth:`ack` once their work is done."""
 
-    __slots__ = ("messages", "_consumer", "acked")
+    __slots__ = ("messages", "partitions", "_consumer", "_feed", "acked")
 
-    def __init__(self, messages: list, consumer) -> None:
+    def __init__(self, messages: list, consumer, feed: "Feed | None" = None, partitions: frozenset = frozenset()) -> None:
         self.messages = messages
+        self.partitions = partitions
         self._consumer = consumer
+        self._feed = feed
         self.acked = False
 
     def __len__(self) -> int:
         return len(self.messages)
 
     def ack(self) -> None:
-        """Tell Faust's consumer every record of the batch is done: their offsets may be committed."""
+        """Tell Faust's consumer every record of the batch is done: their offsets may be committed,
+        and the feed may hand out its partitions' next records."""
         if self.acked:
             return
         self.acked = True
@@ -114,6 +127,8 @@ class Batch:
         else:                                   # a consumer with an ack of its own: ask it, one by one
             for message in self.messages:
                 consumer.ack(message)
+        if self._feed is not None:
+            self._feed._done(self)
 
 
 def ack_all(consumer, messages: Sequence) -> int:
@@ -159,7 +174,13 @@ class Feed:
     """The records of one topic, a fetch at a time, for the one agent that reads it.
 
     Register it before the worker starts (``Feed(app, topic_name, ...)``); in the agent,
-    ``async for batch in feed.batches(stream)`` then ``batch.ack()``."""
+    ``async for batch in feed.batches(stream)`` then ``batch.ack()``.
+
+    With ``in_flight=n`` the agent may work on up to ``n`` batches at once (each in a task of
+    its own): two batches in flight never hold records of the same partition, so each
+    partition's records are still worked and acked in offset order, one batch at a time, and
+    Faust never commits past a record that is not finished. A partition's records wait in the
+    buffer while a batch holding that partition is in flight."""
 
     def __init__(self, app, topic: str, *, max_records: int, within: float) -> None:
         if max_records < 1 or within <= 0:
@@ -169,9 +190,13 @@ class Feed:
             raise ValueError(f"topic {topic} already has a feed")
         self.app, self.topic = app, topic
         self.max_records, self.within = max_records, within
-        self._buffer: deque = deque()
-        self._arrived = asyncio.Event()      # records were added
-        self._room = asyncio.Event()         # the buffer is below a full batch
+        self.capacity = max_records            # buffered records before the fetcher waits
+        self._parts: dict = {}                 # TP -> deque of records, partitions in order of arrival
+        self._count = 0
+        self._busy: set = set()                # partitions of the batches in flight
+        self._in_flight: list[Batch] = []
+        self._arrived = asyncio.Event()      # records were added, or a batch in flight was acked
+        self._room = asyncio.Event()         # the buffer is below its capacity
         self._room.set()
         self._taking = False
         self.dropped = 0                     # records dropped by a clear or a generation change
@@ -182,13 +207,22 @@ class Feed:
     # -- the fetcher's side -------------------------------------------------------
 
     def has_room(self) -> bool:
-        return len(self._buffer) < self.max_records
+        return self._count < self.capacity
 
     def offer(self, messages: list) -> None:
         """Add a fetch's records (the caller checked flow control and room)."""
-        self._buffer.extend(messages)
+        parts = self._parts
+        tp, queue = None, None
+        for message in messages:
+            if message.tp != tp:
+                tp = message.tp
+                queue = parts.get(tp)
+                if queue is None:
+                    queue = parts[tp] = deque()
+            queue.append(message)
+        self._count += len(messages)
         self._arrived.set()
-        if len(self._buffer) >= self.max_records:
+        if self._count >= self.capacity:
             self._room.clear()
 
     async def put(self, messages: list) -> None:
@@ -210,47 +244,73 @@ class Feed:
 
     def clear(self) -> None:
         """Drop what no agent took yet (untracked, unacked: fetched again after the seek)."""
-        if self._buffer:
-            self.dropped += len(self._buffer)
-            log.debug("feed %s: %d records dropped by Faust's flow control", self.topic, len(self._buffer))
-            self._buffer.clear()
+        if self._count:
+            self.dropped += self._count
+            log.debug("feed %s: %d records dropped by Faust's flow control", self.topic, self._count)
+        self._parts.clear()
+        self._count = 0
         self._arrived.clear()
         self._room.set()
 
     # -- the agent's side ---------------------------------------------------------
 
-    async def batches(self, stream) -> AsyncIterator[Batch]:
+    async def batches(self, stream, *, in_flight: int = 1) -> AsyncIterator[Batch]:
         """Batches of up to ``max_records``: as soon as that many are there, else what came within
-        ``within`` seconds (like ``take_events``). Each must be acked before the next is asked for."""
+        ``within`` seconds (like ``take_events``). Each is acked by :meth:`Batch.ack`, never
+        implicitly. With ``in_flight=1`` the last batch must be acked before the next is asked for;
+        with more, the next is handed out once fewer than ``in_flight`` are unacked."""
+        if in_flight < 1:
+            raise ValueError("in_flight must be >= 1")
         if self._taking:
             raise RuntimeError(f"feed {self.topic} already has an agent taking from it")
         self._taking = True
+        self.capacity = self.max_records * (2 * in_flight if in_flight > 1 else 1)
+        if self._count < self.capacity:
+            self._room.set()
         # Iterating the agent's channel subscribes its topic (what Stream.__aiter__ does);
         # no record will ever reach that channel's queue: the fetcher hands them here.
         aiter(stream.channel)
         consumer = self.app.consumer
-        last: Batch | None = None
         try:
             while True:
-                messages = await self._take()
+                if len(self._in_flight) >= in_flight:
+                    if in_flight == 1:
+                        raise RuntimeError("the previous batch was not acked: a batch is acked only by Batch.ack()")
+                    while len(self._in_flight) >= in_flight:
+                        self._arrived.clear()
+                        await self._arrived.wait()
+                messages, partitions = await self._take()
                 if not messages:               # all of an older generation: nothing to hand out
                     continue
-                if last is not None and not last.acked:
-                    raise RuntimeError("the previous batch was not acked: a batch is acked only by Batch.ack()")
-                last = Batch(messages, consumer)
-                yield last
+                batch = Batch(messages, consumer, self, partitions)
+                self._in_flight.append(batch)
+                self._busy |= partitions
+                yield batch
         finally:
             self._taking = False
 
-    async def _take(self) -> list:
-        buffer = self._buffer
-        if len(buffer) < self.max_records:
+    def _done(self, batch: Batch) -> None:
+        """A batch was acked: its partitions' next records may be handed out."""
+        if batch in self._in_flight:
+            self._in_flight.remove(batch)
+            self._busy -= batch.partitions
+            self._arrived.set()
+
+    def _ready(self) -> int:
+        """Records that may go into the next batch: those of partitions no batch in flight holds."""
+        busy = self._busy
+        if not busy:
+            return self._count
+        return sum(len(queue) for tp, queue in self._parts.items() if tp not in busy)
+
+    async def _take(self) -> tuple[list, frozenset]:
+        if self._ready() < self.max_records:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.within
-            while len(buffer) < self.max_records:
+            while (ready := self._ready()) < self.max_records:
                 left = deadline - loop.time()
                 if left <= 0:
-                    if buffer:
+                    if ready:
                         break
                     deadline = loop.time() + self.within
                     left = self.within
@@ -261,23 +321,33 @@ class Feed:
                     pass
         return self._track(self.max_records)
 
-    def _track(self, n: int) -> list:
-        """Take up to ``n`` records of the consumer's current generation and mark them unacked
-        (what ``wait_empty`` waits for), in one step: no await between the two."""
-        buffer, generation = self._buffer, self.app.consumer_generation_id
+    def _track(self, n: int) -> tuple[list, frozenset]:
+        """Take up to ``n`` records of the consumer's current generation, of partitions no batch in
+        flight holds, whole partitions first in the order they arrived, and mark them unacked (what
+        ``wait_empty`` waits for), in one step: no await between the two."""
+        parts, busy, generation = self._parts, self._busy, self.app.consumer_generation_id
         unacked = self.app.consumer._unacked_messages
-        taken = []
-        while buffer and len(taken) < n:
-            message = buffer.popleft()
-            if message.generation_id != generation:
-                self.dropped += 1
-                continue
-            message.tracked = True
-            unacked.add(message)
-            taken.append(message)
-        if len(buffer) < self.max_records:
+        taken: list = []
+        partitions = set()
+        for tp in [tp for tp in parts if tp not in busy]:
+            if len(taken) >= n:
+                break
+            queue = parts[tp]
+            while queue and len(taken) < n:
+                message = queue.popleft()
+                self._count -= 1
+                if message.generation_id != generation:
+                    self.dropped += 1
+                    continue
+                message.tracked = True
+                unacked.add(message)
+                taken.append(message)
+                partitions.add(tp)
+            if not queue:
+                del parts[tp]
+        if self._count < self.capacity:
             self._room.set()
-        return taken
+        return taken, frozenset(partitions)
 
 
 # -- Faust's drain loop, with feeds ---------------------------------------------------

@@ -62,6 +62,7 @@ class BatchReport:
     covered: Counter = field(default_factory=Counter)          # by reason
     retries: Counter = field(default_factory=Counter)         # by error reason
     lease_waits: int = 0
+    order_waits: int = 0                                      # batches in flight it waited for (same orders)
     infra_wait_seconds: float = 0.0                           # wall clock the database was unreachable
     seconds: dict[str, float] = field(default_factory=dict)   # wall time per phase: decode, phase1, ...
 
@@ -100,6 +101,7 @@ class BatchHandler:
         self.concurrency = concurrency
         self._sleep = sleep
         self._clock = clock
+        self._gate = _OrderGate()
 
     async def handle(self, records: Sequence[SourceRecord]) -> BatchReport:
         """Process ``records`` (offset order per partition) until the batch may be committed."""
@@ -132,7 +134,20 @@ class BatchHandler:
             if len(unread) > 1:
                 report.covered[unread[0].unreadable.reason] += len(unread) - 1
         run.lap("decode")
+        entry, earlier = self._gate.enter({item.event.order_no for item in items})
+        try:
+            if earlier:
+                report.order_waits = len(earlier)
+                for done in earlier:
+                    await done.wait()
+                run.lap("order_wait")
+            await self._work(run, report, items)
+        finally:
+            self._gate.leave(entry)
+        report.infra_wait_seconds = run.guard.waited
+        return report
 
+    async def _work(self, run: "_Run", report: BatchReport, items: list["_Item"]) -> None:
         results = await run.phase1(items)
         run.lap("phase1")
         retry: list[tuple[_Item, PipelineError | None]] = []
@@ -158,8 +173,6 @@ class BatchHandler:
                                                         retry_after=self.dlq_retry_after, guard=run.guard)
             report.outcomes[Outcome.DEAD_LETTER] += len(report.dead_letters) + sum(report.covered.values())
             run.lap("dead_letters")
-        report.infra_wait_seconds = run.guard.waited
-        return report
 
     def _letter(self, record: SourceRecord, error: PipelineError) -> DeadLetter:
         return letters.for_record(record, error, attempts=1, first=letters.now(), worker_id=self.worker_id)
@@ -178,6 +191,28 @@ class BatchHandler:
     def _letter_for(self, item: _Item, error: PipelineError) -> DeadLetter:
         return letters.for_event(item.record, item.event, error, attempts=item.attempts,
                                  first=item.first_failure or letters.now(), worker_id=self.worker_id)
+
+
+class _OrderGate:
+    """Batches in flight at once never work on the same order: a batch with an order that an
+    earlier one still in flight has waits for that one to finish. Its claims are this worker's
+    (the same owner), so without the wait the later batch would take the earlier one's pending
+    claim for its own and call the effect a second time. An order's events are in one partition
+    when producers key by order, but not always (a topic given more partitions, a producer
+    with another key). Each batch waits only for batches that entered before it: no cycle."""
+
+    def __init__(self) -> None:
+        self._held: list[tuple[set[str], asyncio.Event]] = []
+
+    def enter(self, orders: set[str]) -> tuple[tuple[set[str], asyncio.Event], list[asyncio.Event]]:
+        earlier = [done for held, done in self._held if not held.isdisjoint(orders)]
+        entry = (orders, asyncio.Event())
+        self._held.append(entry)
+        return entry, earlier
+
+    def leave(self, entry: tuple[set[str], asyncio.Event]) -> None:
+        self._held.remove(entry)
+        entry[1].set()
 
 
 class _Run:

@@ -9,7 +9,10 @@ import re
 import urllib.request
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
+from app.adapters import kafka_ops
+from app.pipeline.states import OrderStatus
 from tests.support.events import event, order_no, record
 from tests.support.fakes import FakesProcess
 from tests.support.services import caught_up, committed_offsets, produce, wait_for
@@ -83,3 +86,50 @@ def test_faust_stream_path_still_works(settings, topics, spawn_worker, scratch_d
              workers=[worker])
     assert scratch_db.scalar("SELECT COUNT(*) FROM t_order WHERE order_no LIKE %s", "%STRM%") == 100
     assert "Faust's stream, record by record" in worker.logs()
+
+
+def test_an_order_in_two_partitions_is_never_in_two_batches_in_flight_at_once(settings, topics, spawn_worker,
+                                                                             fakes, scratch_db):
+    # A topic given more partitions, or a producer with a partitioner of its own, puts an order's
+    # events in two partitions. Two batches of one worker, in flight at once, share its owner: the
+    # later one would take the earlier one's pending claim for its own (attempt 2) and call again
+    # while the first call is still on its way, and the first call's outcome would be fenced out.
+    pair = topics(partitions=2)
+    target = order_no(prefix="SPLIT")
+    asyncio.run(produce(settings, pair.events, [record(event(target, t)) for t in ("ORDER_CREATED", "ORDER_PAID")]))
+    env = dict(FAST, LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, BATCHES_IN_FLIGHT="2")
+    first = spawn_worker(pair, "first", **env)
+    wait_for(lambda: caught_up(settings, pair.events, pair.group, 2), timeout=90, what="the order paid",
+             workers=[first])
+    assert first.stop() == 0
+
+    # The same CONFIRM (same event, same waybill key) last in a full batch of partition 0 and alone
+    # in partition 1: a batch each, the first one's call slow enough for the second to start meanwhile.
+    confirm = record(event(target, "ORDER_CONFIRM"))
+    fillers = [record(event(order_no(prefix="FILL"), "ORDER_CREATED")) for _ in range(499)]
+    asyncio.run(produce_to(settings, pair.events, [(0, r) for r in fillers + [confirm]] + [(1, confirm)]))
+    fakes.configure({"waybill": {"latency_ms": 1500}})
+    second = spawn_worker(pair, "second", **env)
+    wait_for(lambda: caught_up(settings, pair.events, pair.group, 2), timeout=90, what="all processed",
+             workers=[second])
+    calls = [c for c in fakes.ledger()["calls"] if c["service"] == "waybill"]
+    assert len(calls) == 1, f"the waybill was asked for {len(calls)} times: two batches in flight had the order"
+    metrics = outcomes(second)
+    assert re.search(r'^order_events_total\{outcome="duplicate"\} 1\.0$', metrics, re.M), "the second was not a duplicate"
+    assert 'order_events_total{outcome="dead_letter"}' not in metrics
+    assert scratch_db.scalar("SELECT status FROM t_order WHERE order_no = %s", target) == OrderStatus.CONFIRMED
+    assert scratch_db.scalar("SELECT COUNT(*) FROM t_idem WHERE biz_key LIKE %s AND attempt > 1",
+                             f"%{target}%") == 0, "a claim was taken over"
+
+
+async def produce_to(settings, topic: str, records) -> None:
+    """``(partition, (key, value))``: each record to the partition given, not the key's."""
+    producer = AIOKafkaProducer(acks="all", enable_idempotence=True,
+                                **kafka_ops.connection_of(settings.kafka_bootstrap).client_options())
+    await producer.start()
+    try:
+        sent = [await producer.send(topic, value=value, key=key, partition=partition)
+                for partition, (key, value) in records]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()

@@ -348,3 +348,46 @@ async def test_a_run_of_unreadable_records_is_one_letter_that_says_what_it_stand
     assert "offsets 500..999 (500 records)" in letter.message and "letter for offset 10" in letter.message
     assert report.covered == {"oversized": 499}
     assert report.outcomes == {"applied": 1, "dead_letter": 500}
+
+
+class GatedProcessor(ScriptedProcessor):
+    """Holds each run until the test lets it go, and records which runs were under way at once."""
+
+    def __init__(self):
+        super().__init__()
+        import asyncio
+        self.release = asyncio.Event()
+        self.running: list[set[str]] = []
+        self.overlapped: list[tuple[set[str], set[str]]] = []
+
+    async def run(self, events, guard=None):
+        mine = {e.order_no for e in events}
+        for other in self.running:
+            self.overlapped.append((other, mine))
+        self.running.append(mine)
+        try:
+            await self.release.wait()
+            return [OK for _ in events]
+        finally:
+            self.running.remove(mine)
+
+
+async def test_a_batch_with_an_order_of_a_batch_in_flight_waits_for_it_and_others_do_not():
+    # Two batches of one worker share its owner: at once on the same order, the later one would
+    # take the earlier one's pending claim for its own and call the effect again.
+    import asyncio
+    shared, a, b = order_no(), order_no(), order_no()
+    processor = GatedProcessor()
+    h, _ = handler(processor)
+    first = asyncio.create_task(h.handle(records(event(shared, "ORDER_CONFIRM"), event(a, "ORDER_CREATED"))))
+    other = asyncio.create_task(h.handle(records(event(b, "ORDER_CREATED"))))
+    same = asyncio.create_task(h.handle(records(event(shared, "ORDER_CONFIRM"))))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert {shared, a} in processor.running and {b} in processor.running      # disjoint: at once
+    assert {shared} not in processor.running                                   # waits for `first`
+    processor.release.set()
+    reports = await asyncio.gather(first, other, same)
+    assert not any(x & y for x, y in processor.overlapped), processor.overlapped
+    assert [r.order_waits for r in reports] == [0, 0, 1]
+    assert "order_wait" in reports[2].seconds

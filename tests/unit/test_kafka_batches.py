@@ -251,3 +251,67 @@ def test_acking_a_batch_leaves_faust_consumer_as_its_own_ack_one_by_one_does():
         # below the committed offset, acked before by someone else, or of a topic without acks: not recorded
         assert left == [("order-event", 0, 1), ("order-event", 0, 4), ("other", 0, 9)]
     run(scenario())
+
+
+def test_batches_in_flight_at_once_never_share_a_partition():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=3, within=0.05)
+        it = feed.batches(FakeStream(), in_flight=2)
+        feed.offer(messages(range(5), partition=0) + messages(range(2), partition=1))
+        first = await it.__anext__()
+        assert [(m.partition, m.offset) for m in first.messages] == [(0, 0), (0, 1), (0, 2)]
+        second = await it.__anext__()        # partition 0 is in flight: only partition 1's records
+        assert [(m.partition, m.offset) for m in second.messages] == [(1, 0), (1, 1)]
+        assert first.partitions.isdisjoint(second.partitions)
+        feed.offer(messages([2, 3], partition=1))
+        third = asyncio.create_task(it.__anext__())
+        await asyncio.sleep(0.1)
+        assert not third.done()              # two unacked: the third waits (no error)
+        first.ack()
+        third = await asyncio.wait_for(third, 1)
+        # partition 1 is still in flight: partition 0 goes on, in offset order
+        assert [(m.partition, m.offset) for m in third.messages] == [(0, 3), (0, 4)]
+        second.ack()
+        third.ack()
+        fourth = await it.__anext__()
+        assert [(m.partition, m.offset) for m in fourth.messages] == [(1, 2), (1, 3)]
+        assert app.consumer.acked == [0, 1, 2, 0, 1, 3, 4]
+    run(scenario())
+
+
+def test_records_of_a_partition_in_flight_wait_for_its_ack_even_when_within_passes():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=10, within=0.02)
+        it = feed.batches(FakeStream(), in_flight=2)
+        feed.offer(messages([0, 1], partition=0))
+        first = await it.__anext__()
+        feed.offer(messages([2], partition=0))
+        second = asyncio.create_task(it.__anext__())
+        await asyncio.sleep(0.1)                      # several `within`s
+        assert not second.done()
+        first.ack()
+        second = await asyncio.wait_for(second, 1)
+        assert [m.offset for m in second.messages] == [2]
+    run(scenario())
+
+
+def test_the_buffer_holds_two_batches_per_batch_in_flight_before_the_fetcher_waits():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=2, within=0.05)
+        it = feed.batches(FakeStream(), in_flight=2)
+        take = asyncio.create_task(it.__anext__())
+        await feed.put(messages([0, 1], partition=0))
+        await take
+        await feed.put(messages([2, 3], partition=0))     # partition 0 is busy: they wait, buffered
+        await feed.put(messages([0, 1, 2, 3], partition=1))
+        await feed.put(messages([0, 1], partition=2))        # 8: two batches for each of the two in flight
+        assert not feed.has_room()
+        put = asyncio.create_task(feed.put(messages([4], partition=1)))
+        await asyncio.sleep(0.02)
+        assert not put.done()
+        await it.__anext__()                               # partition 1's first two
+        await asyncio.wait_for(put, 1)
+    run(scenario())

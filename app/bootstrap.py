@@ -17,7 +17,7 @@ from typing import AsyncIterator, Callable
 
 import aiohttp
 
-from app.adapters.effects import Client, EffectClients
+from app.adapters.effects import Client, EffectClients, http_session
 from app.adapters.effects.logistics import WaybillClient
 from app.adapters.effects.sms import SmsClient
 from app.adapters.kafka_dlq import KafkaDeadLetterSink
@@ -109,7 +109,7 @@ class Runtime:
             except Exception as exc:       # the database may come later: this process's clock until then
                 log.warning("the database's clock could not be read yet (%r)", exc)
             self.retention = Retention(s.idem_retention_days, today=self.clock.today, ahead=s.partitions_ahead)
-            self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=s.effect_concurrency))
+            self.http = http_session(s.effect_concurrency)
             self.effects = EffectClients({name: make(self.http, s) for name, make in self.client_factories.items()})
             self.processor = self._processor(self.owner)
             # The compensator's claims are its own: never mistaken for the main agent's lease.

@@ -19,7 +19,7 @@ from datetime import date
 import aiohttp
 import uvloop
 
-from app.adapters.effects import EffectClients
+from app.adapters.effects import EffectClients, http_session
 from app.adapters.effects.logistics import WaybillClient
 from app.pipeline.model import EffectJob
 from app.pipeline.states import OrderStatus
@@ -47,7 +47,7 @@ def jobs(n: int) -> list[EffectJob]:
 
 
 async def run_once(url: str, calls: int, concurrency: int) -> float:
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+    async with http_session(concurrency) as session:
         clients = EffectClients({ISSUE_WAYBILL.name: WaybillClient(session, base_url=url, timeout_seconds=10)},
                                 required=[ISSUE_WAYBILL])
         slots = asyncio.Semaphore(concurrency)

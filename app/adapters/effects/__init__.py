@@ -11,11 +11,21 @@ from __future__ import annotations
 import time
 from typing import Iterable, Mapping, Protocol
 
+import aiohttp
+
 from app.metrics import EFFECT_CALLS, EFFECT_SECONDS
 from app.pipeline.errors import PipelineError
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
 from app.pipeline.steps import Effect, effects_used
+
+
+def http_session(connections: int) -> aiohttp.ClientSession:
+    """The one HTTP session of a worker's effect clients: ``connections`` kept-alive connections
+    (``EFFECT_CONCURRENCY``), and nothing a service call does not use: no cookie jar (a service
+    that sets cookies gets none back; each request would otherwise filter the jar by its URL)."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections),
+                                 cookie_jar=aiohttp.DummyCookieJar())
 
 
 class Client(Protocol):

@@ -308,6 +308,8 @@ class Feed:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.within
             while (ready := self._ready()) < self.max_records:
+                if ready and not self.has_room():
+                    break          # the buffer is full (of partitions in flight): no more can come
                 left = deadline - loop.time()
                 if left <= 0:
                     if ready:

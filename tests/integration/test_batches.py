@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import urllib.request
 
 import pytest
@@ -123,6 +124,8 @@ def test_sigterm_mid_stream_finishes_the_batch_and_nothing_is_processed_twice(se
     prefix = orders[0][:13] + "TERM%"
     wait_for(lambda: scratch_db.scalar(receipts, prefix) >= 10, timeout=90, what="some waybills",
              workers=[first])
+    # Two batches in flight (BATCHES_IN_FLIGHT=2, one per partition) when SIGTERM comes: both finish.
+    wait_for(lambda: in_flight(first) == 2, timeout=60, what="two batches in flight", workers=[first])
     assert first.stop(timeout=90) == 0, f"graceful stop failed; log {first.log_path}"
     done_by_first = scratch_db.scalar(receipts, prefix)
     assert done_by_first < len(orders), "the stream was over before SIGTERM: make the test slower"
@@ -136,6 +139,12 @@ def test_sigterm_mid_stream_finishes_the_batch_and_nothing_is_processed_twice(se
     ledger = fakes.ledger()
     assert sum(c["service"] == "waybill" for c in ledger["calls"]) == len(orders)   # no call repeated
     assert all(len(ledger["waybills"][o]) == 1 for o in orders)
+
+
+def in_flight(worker) -> float:
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10).read().decode()
+    found = re.search(r"^order_batch_in_flight (\S+)$", metrics, re.M)
+    return float(found.group(1)) if found else 0.0
 
 
 def test_later_events_of_a_dead_lettered_order_still_run(settings, topics, spawn_worker, scratch_db, fakes):

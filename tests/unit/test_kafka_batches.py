@@ -315,3 +315,22 @@ def test_the_buffer_holds_two_batches_per_batch_in_flight_before_the_fetcher_wai
         await it.__anext__()                               # partition 1's first two
         await asyncio.wait_for(put, 1)
     run(scenario())
+
+
+def test_a_full_buffer_of_partitions_in_flight_hands_out_what_is_ready_at_once():
+    # Waiting for a full batch would wait for the batch in flight: no more records can come.
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=2, within=30)
+        it = feed.batches(FakeStream(), in_flight=2)
+        feed.offer(messages(range(7), partition=0) + messages([0], partition=1))
+        assert not feed.has_room()
+        first = await it.__anext__()
+        assert [m.partition for m in first.messages] == [0, 0]
+        second = asyncio.create_task(it.__anext__())
+        await asyncio.sleep(0.05)
+        assert not second.done()                   # room for more: it waits for a full batch
+        feed.offer(messages([7, 8], partition=0))   # the fetcher fills the buffer with partition 0
+        second = await asyncio.wait_for(second, 1)  # at once, not after `within` (30 s)
+        assert [(m.partition, m.offset) for m in second.messages] == [(1, 0)]
+    run(scenario())

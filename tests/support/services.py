@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import ssl
@@ -31,10 +32,40 @@ ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / ".cache" / "test-logs"
 
 
+_EPHEMERAL = (32768, 60999)          # Linux's default ip_local_port_range
+_LOWEST = 10000
+_given: set[int] = set()
+_ports = random.Random(os.getpid() ^ time.time_ns())
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return _EPHEMERAL
+
+
 def free_port() -> int:
-    with closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port of 127.0.0.1 nobody listens on, for a server a test starts, outside the kernel's
+    ephemeral range: a port the kernel picked (``bind(0)``) is one it may hand to an outgoing
+    connection (a worker's to Kafka or MariaDB) before the server binds it, which failed the
+    chaos run's worker with "address already in use". Never the same port twice in a process."""
+    low, high = _ephemeral_range()
+    ranges = [(lo, hi) for lo, hi in ((_LOWEST, low - 1), (high + 1, 65535)) if hi - lo > 1000]
+    for _ in range(1000):
+        lo, hi = _ports.choice(ranges) if ranges else (_LOWEST, 65535)
+        port = _ports.randint(lo, hi)
+        if port in _given:
+            continue
+        with closing(socket.socket()) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
+    raise RuntimeError("no free port outside the ephemeral range")
 
 
 # ---------------------------------------------------------------- MariaDB --

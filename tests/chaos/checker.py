@@ -24,6 +24,9 @@ misaccounted          a dead letter that says the wrong thing: a malformed recor
 duplicate_effects     waybills, SMS or receipts beyond one per order (beyond none where none
                       is due)
 missing_effects       a done step without its effect or receipt, an effect without its record
+unchecked_effects     an effect the pipeline declares (``effect_steps`` in the manifest) that the
+                      checker has no exactly-once check for, or a call in the fakes' ledger to a
+                      service it does not know: a new effect must come with its check
 regressions           an order state that moved backwards, or is not where its events lead
 pending_left          ``t_idem`` rows still pending
 offsets_behind        records past the group's committed offsets
@@ -60,9 +63,10 @@ from tests.chaos import evidence
 from tests.chaos.accounting import Accountant, Findings
 from tests.chaos.acked import check_acked
 from tests.chaos.orders import OrderCheck
-from tests.chaos.rules import step_keys
+from tests.chaos.rules import SERVICES, step_keys, unchecked_effects
 
-VIOLATIONS = ("lost", "acked_not_consumed", "double_accounted", "misaccounted", "duplicate_effects", "missing_effects", "regressions",
+VIOLATIONS = ("lost", "acked_not_consumed", "double_accounted", "misaccounted", "duplicate_effects", "missing_effects",
+              "unchecked_effects", "regressions",
               "pending_left", "offsets_behind", "unexpected_exits", "unsettled", "manifest_mismatches",
               "unreadable", "failover_lost", "failover_unnoticed", "failover_unfinished")
 FAILOVER_VIOLATIONS = ("failover_lost", "failover_unnoticed", "failover_unfinished")   # in failover runs only
@@ -95,6 +99,7 @@ class CheckReport:
     misaccounted: int = 0
     duplicate_effects: int = 0
     missing_effects: int = 0
+    unchecked_effects: int = 0
     regressions: int = 0
     pending_left: int = 0
     offsets_behind: int = 0
@@ -183,6 +188,7 @@ def check(manifest_path) -> CheckReport:
         findings.flag("unreadable", f"the fake services' ledger at {manifest['fakes_url']}: {exc!r}")
         fakes = None
     report = CheckReport(seed=manifest.get("seed"), mode=manifest.get("mode"), cluster=_cluster(manifest))
+    _effects_checked(manifest, fakes, findings)
     books = None
     if tables is not None:      # without the tables nothing can be accounted for: the figures alone
         books = _account(report, manifest, events, dlq, tables, fakes, findings)
@@ -224,6 +230,22 @@ def _account(report: CheckReport, manifest: dict, events, dlq, tables, fakes: di
     if accounts.failover_ledger:
         report.failover_ledger = dict(accounts.failover_ledger)
     return books
+
+
+def _effects_checked(manifest: dict, fakes: dict | None, findings: Findings) -> None:
+    """Every effect the pipeline declares, and every service the fakes saw called, is one this
+    checker holds to exactly once; anything else fails the run, loudly."""
+    declared = manifest.get("effect_steps")
+    if declared is None:
+        findings.flag("unchecked_effects", "the manifest does not list the pipeline's effect steps "
+                                           "(effect_steps): whether each is checked cannot be told")
+    else:
+        for why in unchecked_effects(declared):
+            findings.flag("unchecked_effects", why)
+    called = Counter(call.get("service") for call in (fakes or {}).get("calls", []))
+    for service in sorted(set(called) - SERVICES, key=str):
+        findings.flag("unchecked_effects", f"{called[service]:,} calls to the service {service!r}, which the "
+                                           "checker does not know", called[service])
 
 
 def _cluster(manifest: dict) -> dict:

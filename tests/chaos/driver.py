@@ -46,6 +46,7 @@ from pathlib import Path
 
 from app.adapters import kafka_ops
 from app.settings import Settings
+from app.pipeline.steps import PIPELINES
 from app.topics import topic_specs
 from tests.chaos import manifest as manifests
 from tests.chaos.brokers import SecureCluster, SingleBroker
@@ -91,6 +92,12 @@ WORKER_SETTINGS = {
 FAKE_HANG_MS = 2500          # a "timeout" of the fake APIs: past the client's 1.5 s
 FAKE_LATENCY_MS = 5
 KEEP_RUNS = 30
+
+
+def declared_effect_steps(pipelines=PIPELINES) -> list[dict]:
+    """Every effect step the pipeline declares, for the checker to match against what it checks."""
+    return [{"event_type": type_.value, "step": step.name, "effect": step.effect.name}
+            for type_, pipe in pipelines.items() for step in pipe.effects]
 
 
 @dataclass
@@ -285,7 +292,7 @@ class ChaosRun:
             "drain": manifests.drain(backlog, self.timings["drain_seconds"]),
             "profile": {**vars(self.profile), "fake_hang_ms": FAKE_HANG_MS, "fake_latency_ms": FAKE_LATENCY_MS},
             "worker_settings": WORKER_SETTINGS, "timings": self.timings, "run_dir": self.rel(self.folder),
-            "failover": self.failover,
+            "failover": self.failover, "effect_steps": declared_effect_steps(),
         }
         path = self.folder / "manifest.json"
         path.write_text(json.dumps(content, indent=1))

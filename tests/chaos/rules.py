@@ -20,6 +20,12 @@ TARGET = {"ORDER_CREATED": CREATED, "ORDER_PAID": PAID, "ORDER_CONFIRM": CONFIRM
 LOCAL_STEP = {"ORDER_CREATED": "create_order", "ORDER_PAID": "mark_paid", "ORDER_CONFIRM": "mark_confirmed",
               "ORDER_CANCEL": "mark_cancelled"}
 EFFECT_STEP = {"ORDER_CONFIRM": "issue_waybill", "ORDER_CANCEL": "send_cancel_sms"}
+# The effects the checker can hold to exactly once (``tests.chaos.orders``: one check each), by the
+# name the pipeline declares them under and the service the fakes' ledger records their calls as.
+# An effect the pipeline declares and this does not name is a violation of the run (``unchecked_effects``):
+# a new effect must come with its check, or a chaos run would pass without checking it.
+CHECKED_EFFECTS = {"waybill": ("issue_waybill", "ORDER_CONFIRM"), "sms": ("send_cancel_sms", "ORDER_CANCEL")}
+SERVICES = frozenset({"waybill", "sms", "sms_lookup"})      # what the fakes' ledger may record calls to
 TYPES = tuple(TARGET)
 
 # The only moves an order makes; None is "no order yet". Anything else is stale (the order is
@@ -66,6 +72,22 @@ def step_keys(order_no: str, type_: str) -> tuple[str, str | None]:
     """The ``t_idem`` keys of an event: ``<order_no>:<type>:<step>``, local step and effect step."""
     effect = EFFECT_STEP.get(type_)
     return f"{order_no}:{type_}:{LOCAL_STEP[type_]}", None if effect is None else f"{order_no}:{type_}:{effect}"
+
+
+def unchecked_effects(declared: Iterable[dict]) -> list[str]:
+    """The declared effect steps (``{"event_type", "step", "effect"}``, from the manifest) this checker
+    does not check: an effect it does not know, or a known effect at a step or event type it does not expect."""
+    unknown = []
+    for d in declared:
+        known = CHECKED_EFFECTS.get(d["effect"])
+        if known is None:
+            unknown.append(f"effect {d['effect']!r} (step {d['step']} of {d['event_type']}): the checker has no "
+                           "exactly-once check for it; add one to tests/chaos/orders.py and name it in "
+                           "tests/chaos/rules.py CHECKED_EFFECTS")
+        elif known != (d["step"], d["event_type"]):
+            unknown.append(f"effect {d['effect']!r} at step {d['step']} of {d['event_type']}: the checker checks it "
+                           f"at step {known[0]} of {known[1]} only")
+    return unknown
 
 
 def final_state(types: Iterable[str]) -> int | None:

@@ -30,6 +30,7 @@ from app.adapters import kafka_ops
 from app.settings import Settings
 from app.topics import topic_specs
 from tests.chaos.checker import check
+from tests.chaos.driver import declared_effect_steps
 from tests.chaos.report import render, write_json
 from tests.support.events import event, order_no
 from tests.support.fakes import FakesProcess
@@ -171,6 +172,7 @@ def run(settings: Settings, scratch_db: ScratchDatabase, tmp_path_factory):
                          "stopped_by_test": True, "log": worker.log_path.name}],
             "faults": [], "metrics": metrics,
             "drain": {"seconds": round(drained_at - worker_started, 1), "settled": True, "open_left": 0},
+            "effect_steps": declared_effect_steps(),
         }
         path = tmp_path_factory.mktemp("chaos-checker") / "manifest.json"
         path.write_text(json.dumps(manifest))
@@ -334,9 +336,18 @@ def sources_out_of_reach(run: Run):
     return "unreadable", manifest["fakes_url"], manifest
 
 
+def an_effect_it_has_no_check_for(run: Run):
+    """A third effect declared (a push notification on CANCEL) that the checker was never taught:
+    everything else is clean, and the run still fails."""
+    manifest = json.loads(json.dumps(run.manifest))
+    manifest["effect_steps"].append({"event_type": "ORDER_CANCEL", "step": "send_cancel_push", "effect": "push"})
+    return "unchecked_effects", "'push'", manifest
+
+
 TAMPERS = [backwards, stale_read_as_applied, idem_row_deleted, pending_left, ledger_row_twice,
            malformed_not_dead_lettered, malformed_with_another_reason, dead_letter_reopened, receipt_without_waybill,
-           receipt_of_another_waybill, record_that_never_was, worker_died, sources_out_of_reach]
+           receipt_of_another_waybill, record_that_never_was, worker_died, sources_out_of_reach,
+           an_effect_it_has_no_check_for]
 
 
 @pytest.mark.parametrize("tamper", TAMPERS, ids=[t.__name__ for t in TAMPERS])

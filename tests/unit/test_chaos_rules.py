@@ -3,14 +3,17 @@ the two are written apart on purpose, so this is where they must agree."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import product
 
 import pytest
 
 from app.pipeline.events import EventType
 from app.pipeline.states import OrderStatus, judge as pipeline_judge
-from app.pipeline.steps import PIPELINES
-from tests.chaos import rules
+from app.pipeline.steps import PIPELINES, Effect, EffectStep
+from tests.chaos import checker, rules
+from tests.chaos.accounting import Findings
+from tests.chaos.driver import declared_effect_steps
 
 ORDER_STATES = [None, *OrderStatus]
 
@@ -80,3 +83,35 @@ def test_the_test_brokers_get_cluster_ids_the_storage_tool_accepts():
     ids = [new_cluster_id() for _ in range(5000)]
     assert not [i for i in ids if i.startswith("-")]
     assert len(set(ids)) == len(ids)
+
+
+def test_the_checker_checks_every_effect_the_pipeline_declares():
+    assert rules.unchecked_effects(declared_effect_steps()) == []
+
+
+def _with_push(pipelines):
+    push = Effect("push", idempotent=True, done="push_sent", request=lambda event, order: {})
+    cancel = pipelines[EventType.CANCEL]
+    return {**pipelines, EventType.CANCEL: replace(cancel, effects=(*cancel.effects, EffectStep("send_push", push)))}
+
+
+def test_an_effect_the_checker_has_no_check_for_fails_the_run():
+    """A third effect declared (a push notification) and not taught to the checker: the run is
+    not ok, with a line that names it, though nothing else went wrong."""
+    findings = Findings()
+    checker._effects_checked({"effect_steps": declared_effect_steps(_with_push(PIPELINES))},
+                             {"calls": [{"service": "push"}] * 3 + [{"service": "waybill"}]}, findings)
+    assert findings.counts["unchecked_effects"] == 4          # the declaration, and its three calls
+    assert any("'push'" in line and "send_push" in line for line in findings.problems)
+    assert any("3 calls to the service 'push'" in line for line in findings.problems)
+
+
+def test_a_manifest_without_the_declared_effects_fails_the_run():
+    findings = Findings()
+    checker._effects_checked({}, {"calls": []}, findings)
+    assert findings.counts["unchecked_effects"] == 1
+
+
+def test_a_known_effect_moved_to_another_step_is_not_taken_as_checked():
+    moved = [{"event_type": "ORDER_PAID", "step": "issue_waybill", "effect": "waybill"}]
+    assert rules.unchecked_effects(moved) and "ORDER_CONFIRM" in rules.unchecked_effects(moved)[0]

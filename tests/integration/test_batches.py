@@ -186,9 +186,8 @@ def test_database_down_longer_than_the_budget_stops_without_committing(settings,
 
 def test_a_batch_has_a_deadline_and_identical_records_are_one_piece_of_work(settings, topics, spawn_worker,
                                                                             scratch_db):
-    """CREATED plus 100 re-published CONFIRMs of an order whose PAID never came (issue 7,
-    defect 6). Without a deadline and without merging the copies, this one batch would retry
-    for 100 x 7 s; here the copies are retried as one, the deadline dead-letters all 100 as
+    """CREATED plus 100 re-published CONFIRMs of an order whose PAID never came. Without a
+    deadline and without merging the copies, this one batch would retry for 100 x 7 s; here the copies are retried as one, the deadline dead-letters all 100 as
     retriable (for the compensator), and the batch is committed."""
     pair = topics(partitions=1)
     order = order_no(prefix="DEADLINE")

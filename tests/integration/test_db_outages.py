@@ -1,4 +1,4 @@
-"""A database that stops answering without closing anything (issue 7, defect 9): a TCP proxy
+"""A database that stops answering without closing anything: a TCP proxy
 owned by the test sits between a real worker and MariaDB and blackholes every connection
 mid-batch. Without client-side timeouts the worker waits on those connections for hours
 (TCP keepalive) while it keeps heartbeating; with them it notices within a statement
@@ -64,7 +64,7 @@ class UnderLoad:
         return self.db.scalar(RECEIPTS, self.prefix)
 
 
-def test_9_connections_that_hang_mid_batch_are_abandoned_and_the_worker_goes_on(settings, topics, spawn_worker,
+def test_connections_that_hang_mid_batch_are_abandoned_and_the_worker_goes_on(settings, topics, spawn_worker,
                                                                                scratch_db, proxied, fakes):
     proxy, url = proxied
     run = UnderLoad(settings, topics, spawn_worker, scratch_db, url, fakes, budget="60")
@@ -91,7 +91,7 @@ def test_9_connections_that_hang_mid_batch_are_abandoned_and_the_worker_goes_on(
         what="every dead letter compensated", workers=[worker])
 
 
-def test_9_a_database_that_never_answers_again_stops_the_worker_within_its_budget(settings, topics, spawn_worker,
+def test_a_database_that_never_answers_again_stops_the_worker_within_its_budget(settings, topics, spawn_worker,
                                                                                  scratch_db, proxied, fakes):
     proxy, url = proxied
     run = UnderLoad(settings, topics, spawn_worker, scratch_db, url, fakes, budget="6")

@@ -1,4 +1,4 @@
-"""Records other clients write that crash-looped the worker (issue 7, defects 1, 2 and 10),
+"""Records other clients write that once crash-looped the worker,
 written here by those clients: Kafka's own Java producer and librdkafka's kcat.
 
 Each test puts good events before and after the hostile record on one partition and
@@ -68,7 +68,7 @@ class Run:
                              "ORDER BY src_offset", self.pair.events)
 
 
-def test_1_a_record_with_neither_key_nor_value_is_dead_lettered_with_a_placeholder(settings, topics, spawn_worker,
+def test_a_record_with_neither_key_nor_value_is_dead_lettered_with_a_placeholder(settings, topics, spawn_worker,
                                                                                     scratch_db):
     run = Run(settings, topics, spawn_worker, scratch_db, "NULLNULL")
     [(_, offset)] = java_produce(settings, run.pair.events, [{"partition": 0, "key": None, "value": None,
@@ -84,7 +84,7 @@ def test_1_a_record_with_neither_key_nor_value_is_dead_lettered_with_a_placehold
     assert run.worker.alive
 
 
-def test_2_a_gzip_record_of_10_mib_is_dead_lettered_truncated(settings, topics, spawn_worker, scratch_db):
+def test_a_gzip_record_of_10_mib_is_dead_lettered_truncated(settings, topics, spawn_worker, scratch_db):
     run = Run(settings, topics, spawn_worker, scratch_db, "GZ10M")
     key = b"ORD-20261129-GZ10M"
     [(_, offset)] = java_produce(settings, run.pair.events, [{"partition": 0, "key": raw(key),
@@ -99,7 +99,7 @@ def test_2_a_gzip_record_of_10_mib_is_dead_lettered_truncated(settings, topics, 
     assert run.ledger() == [{"src_offset": offset, "reason": "oversized", "truncated": 1}]
 
 
-def test_2_a_decompression_bomb_is_never_inflated(settings, topics, spawn_worker, scratch_db):
+def test_a_decompression_bomb_is_never_inflated(settings, topics, spawn_worker, scratch_db):
     """1 GiB of zeros, gzipped by the Java client to about 1 MiB: the broker takes it (its
     limit counts compressed bytes); the worker must neither die nor hold a gigabyte."""
     run = Run(settings, topics, spawn_worker, scratch_db, "BOMB")
@@ -116,7 +116,7 @@ def test_2_a_decompression_bomb_is_never_inflated(settings, topics, spawn_worker
 
 
 @pytest.mark.parametrize("codec", ["snappy", "lz4", "zstd"])
-def test_2_records_in_every_codec_the_java_client_writes_are_read(settings, topics, spawn_worker, scratch_db, codec):
+def test_records_in_every_codec_the_java_client_writes_are_read(settings, topics, spawn_worker, scratch_db, codec):
     run = Run(settings, topics, spawn_worker, scratch_db, f"CODEC{codec.upper()}")
     docs = [event(order_no(prefix="CODEC"), "ORDER_CREATED") for _ in range(3)]
     java_produce(settings, run.pair.events, [{"partition": 0, "key": raw(k), "value": raw(v)}
@@ -127,7 +127,7 @@ def test_2_records_in_every_codec_the_java_client_writes_are_read(settings, topi
     assert run.letters(0) == []
 
 
-def test_10_a_header_key_that_is_not_utf8_is_dead_lettered_with_its_raw_headers(settings, topics, spawn_worker,
+def test_a_header_key_that_is_not_utf8_is_dead_lettered_with_its_raw_headers(settings, topics, spawn_worker,
                                                                                scratch_db):
     kcat = shutil.which("kcat") or shutil.which("kafkacat")
     assert kcat, "kcat is needed (make test-tools installs Debian's kcat)"

@@ -232,7 +232,7 @@ async def test_dead_letters_go_out_in_offset_order():
 # -- the batch deadline, pieces of work, the wall-clock outage budget ------------------------
 
 async def test_a_hundred_identical_records_not_ready_are_one_piece_of_work_and_meet_the_deadline():
-    """CREATED plus 100 CONFIRMs of an order whose PAID is missing (issue 7, defect 6): the
+    """CREATED plus 100 CONFIRMs of an order whose PAID is missing: the
     CONFIRMs are one request, retried once as one; at the deadline it and its 99 copies are
     dead-lettered as retriable deadline_exceeded, and the batch is over."""
     o = order_no()
@@ -294,7 +294,7 @@ async def test_records_deferred_past_the_deadline_are_not_tried():
 
 async def test_a_short_outage_met_by_many_records_at_once_is_waited_out():
     """64 orders retrying at once meet a database that is gone for 0.3 s (real time): the
-    budget is the outage's wall-clock length, not the sum of 64 waits (defect 7)."""
+    budget is the outage's wall-clock length, not the sum of 64 waits."""
     import asyncio
     import time as real_time
 

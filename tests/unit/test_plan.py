@@ -214,7 +214,7 @@ def test_one_batch_or_many_end_in_the_same_order_state(types, cut):
         assert split[1] == sorted(split[1])
 
 
-# -- no effect for an order that moved past the step's target (issue 7, defect 5) -------------
+# -- no effect for an order that moved past the step's target ---------------------------
 
 def test_a_waybill_claimed_with_a_cancel_later_in_the_batch_is_stale_and_not_called():
     p = plan([ev("ORDER_CONFIRM"), ev("ORDER_CANCEL")], orders={ORDER: Order(ORDER, OrderStatus.PAID, phone="1")})

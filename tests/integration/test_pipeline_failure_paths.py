@@ -1,6 +1,9 @@
-"""The hardening defects at the pipeline's level: real MariaDB, the fake services over
-real HTTP, the batch handler in this process. Each test names the defect it reproduces;
-each fails without its fix (the issue's note says how that was checked)."""
+"""The pipeline's failure paths at its own level: real MariaDB, the fake services over real
+HTTP, the batch handler in this process. A call skipped after an earlier failure, a T3 that
+fails, a bad waybill number, a waybill of an order cancelled meanwhile, dead letters overtaken
+by a later batch, a full connection pool, the lease checked before each call, 409s and
+redirects, the ledger per consumer group, the connection's character set. Each test was
+watched failing with what it checks broken."""
 
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ def calls(fakes, service: str, order: str | None = None) -> list[dict]:
 
 # -- 3. a skipped call is known not to have been made -------------------------------------
 
-async def test_3_a_call_skipped_after_an_earlier_failure_is_sent_on_the_retry(harness, monkeypatch):
+async def test_a_call_skipped_after_an_earlier_failure_is_sent_on_the_retry(harness, monkeypatch):
     """Two effects of one order in one batch, the first answers 503: the second was never
     called, and T3 says so, so the retry sends it (once) instead of failing it as an unknown
     outcome. (With today's steps the CONFIRM + CANCEL pair no longer reaches this point --
@@ -53,7 +56,7 @@ async def test_3_a_call_skipped_after_an_earlier_failure_is_sent_on_the_retry(ha
     assert (row["status"], row["attempt"]) == (2, 2)          # claimed again after "not delivered", then done
 
 
-async def test_3_confirm_and_cancel_in_one_batch_with_logistics_down(harness):
+async def test_confirm_and_cancel_in_one_batch_with_logistics_down(harness):
     """The issue's scenario as written: CONFIRM(X), CANCEL(X), logistics answers 503. No
     waybill for a cancelled order, the SMS goes out once, nothing is dead-lettered."""
     p = await harness.processor()
@@ -93,7 +96,7 @@ class T3FailsOnce(MySqlStore):
         return await super().in_transaction(lambda tx: work(Watched(tx)))
 
 
-async def test_4_a_t3_that_fails_is_retried_with_the_same_outcomes(harness):
+async def test_a_t3_that_fails_is_retried_with_the_same_outcomes(harness):
     p = await harness.processor(store=harness.store(T3FailsOnce))
     orders = await paid_orders(p, 20, "T3RETRY")
     t1_before = p.store.t1_runs
@@ -110,7 +113,7 @@ async def test_4_a_t3_that_fails_is_retried_with_the_same_outcomes(harness):
 
 
 @pytest.mark.parametrize("waybill_no", ["W" * 65, 1234567])
-async def test_4_a_bad_waybill_number_fails_its_record_not_the_batch(harness, waybill_no):
+async def test_a_bad_waybill_number_fails_its_record_not_the_batch(harness, waybill_no):
     p = await harness.processor()
     orders = await paid_orders(p, 11, "BADWB")
     bad, others = orders[0], orders[1:]
@@ -128,7 +131,7 @@ async def test_4_a_bad_waybill_number_fails_its_record_not_the_batch(harness, wa
 
 # -- 5. no waybill for an order that moved past it ---------------------------------------------
 
-async def test_5_a_pending_waybill_is_not_called_again_once_the_order_is_cancelled(harness):
+async def test_a_pending_waybill_is_not_called_again_once_the_order_is_cancelled(harness):
     p = await harness.processor()
     [order] = await paid_orders(p, 1, "STALEWB")
     harness.fakes.configure({"waybill": {"fail_next": 1, "fail_status": 503}})
@@ -147,7 +150,7 @@ async def test_5_a_pending_waybill_is_not_called_again_once_the_order_is_cancell
     assert replay.outcome == "duplicate"                                # settled: no dead letter on replay
 
 
-async def test_5_a_dead_letter_is_flagged_when_a_later_batch_moves_its_order(harness):
+async def test_a_dead_letter_is_flagged_when_a_later_batch_moves_its_order(harness):
     p = await harness.processor()
     [order, other] = await paid_orders(p, 2, "OVERTAKE")
     confirm = event(order, "ORDER_CONFIRM")
@@ -169,7 +172,7 @@ async def test_5_a_dead_letter_is_flagged_when_a_later_batch_moves_its_order(har
 
 # -- 8. a full pool is an infrastructure wait ---------------------------------------------------
 
-async def test_8_a_full_connection_pool_is_waited_out_not_dead_lettered(harness):
+async def test_a_full_connection_pool_is_waited_out_not_dead_lettered(harness):
     store = harness.store(pool_size=1, max_overflow=0)
     store.engine.pool._timeout = 0.2
     p = await harness.processor(store=store)
@@ -188,7 +191,7 @@ async def test_8_a_full_connection_pool_is_waited_out_not_dead_lettered(harness)
 
 # -- 11. the lease is checked right before each call ---------------------------------------------
 
-async def test_11_no_call_starts_without_enough_lease_left(harness):
+async def test_no_call_starts_without_enough_lease_left(harness):
     """Worker A claims four keys with a 2 s lease and can call one at a time (0.9 s each);
     worker B claims whatever A's lease no longer covers. Without the check, A's third and
     fourth calls start as its lease runs out, while B calls the same keys."""
@@ -211,7 +214,7 @@ async def test_11_no_call_starts_without_enough_lease_left(harness):
     assert harness.idem(f"{orders[1]}:ORDER_CONFIRM:issue_waybill")[0]["owner"] == "fast/main/b"
 
 
-async def test_11_an_sms_not_called_for_want_of_lease_is_sent_on_the_retry(harness):
+async def test_an_sms_not_called_for_want_of_lease_is_sent_on_the_retry(harness):
     p = await harness.processor(lease=2.0, timeout=1.0, margin=0.2, concurrency=1)
     orders = await paid_orders(p, 3, "LEASESMS")
     harness.fakes.configure({"sms": {"latency_ms": 900}})
@@ -223,7 +226,7 @@ async def test_11_an_sms_not_called_for_want_of_lease_is_sent_on_the_retry(harne
 
 # -- 12. HTTP answers read narrowly ------------------------------------------------------------
 
-async def test_12_a_409_means_in_progress_and_is_retried_with_the_same_token(harness):
+async def test_a_409_means_in_progress_and_is_retried_with_the_same_token(harness):
     p = await harness.processor()
     [order] = await paid_orders(p, 1, "HTTP409")
     harness.fakes.configure({"waybill": {"conflict_next": 2}})
@@ -236,7 +239,7 @@ async def test_12_a_409_means_in_progress_and_is_retried_with_the_same_token(har
 
 @pytest.mark.parametrize("lookup, reason", [(False, "unknown_outcome_non_idempotent"),
                                             (True, "effect_outcome_unknown")])
-async def test_12_a_redirect_after_an_sms_was_accepted_is_not_followed(harness, lookup, reason):
+async def test_a_redirect_after_an_sms_was_accepted_is_not_followed(harness, lookup, reason):
     p = await harness.processor(sms_lookup=lookup)
     [order] = await paid_orders(p, 1, "HTTP303")
     harness.fakes.configure({"sms": {"redirect_next": 1}})
@@ -248,7 +251,7 @@ async def test_12_a_redirect_after_an_sms_was_accepted_is_not_followed(harness, 
 
 # -- 13. the ledger is per consumer group and per record -----------------------------------------
 
-async def test_13_ledger_rows_are_per_group_and_survive_a_recreated_topic(harness):
+async def test_ledger_rows_are_per_group_and_survive_a_recreated_topic(harness):
     store = harness.store()
     topic = f"ledger-{order_no(prefix='L')}"[:60]
 
@@ -271,7 +274,7 @@ async def test_13_ledger_rows_are_per_group_and_survive_a_recreated_topic(harnes
 
 # -- 14. utf8mb4 on every connection ------------------------------------------------------------
 
-async def test_14_a_connection_in_another_charset_is_refused(settings, scratch_db):
+async def test_a_connection_in_another_charset_is_refused(settings, scratch_db):
     engine = create_async_engine(scratch_db.url, connect_args={"charset": "latin1"})
     sa_event.listen(engine.sync_engine, "connect", lambda conn, record: check_charset(conn))
     with pytest.raises(WrongCharset, match="latin1"):
@@ -280,7 +283,7 @@ async def test_14_a_connection_in_another_charset_is_refused(settings, scratch_d
     await engine.dispose()
 
 
-async def test_14_the_engine_pins_utf8mb4_and_four_byte_characters_survive(harness):
+async def test_the_engine_pins_utf8mb4_and_four_byte_characters_survive(harness):
     store = harness.store()
     async with store.engine.connect() as conn:
         found = (await conn.exec_driver_sql("SELECT @@character_set_client, @@character_set_connection, "
@@ -294,7 +297,7 @@ async def test_14_the_engine_pins_utf8mb4_and_four_byte_characters_survive(harne
 
 
 
-async def test_14_the_pin_wins_over_a_url_that_asks_for_another_charset(settings, scratch_db):
+async def test_the_pin_wins_over_a_url_that_asks_for_another_charset(settings, scratch_db):
     from app.db import create_engine
     engine = create_engine(settings, url=scratch_db.url + "?charset=latin1")   # the settings would refuse it
     async with engine.connect() as conn:

@@ -34,10 +34,10 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from app.adapters.kafka_connection import KafkaConnection, connection_of
 from app.topics import DLQ_MAX_MESSAGE_BYTES
+from app.pipeline import dead_letter_headers as H
 from app.pipeline.ports import DeadLetter
 
 MAX_MESSAGE = 1024
-PREFIX = "dlq."
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,23 +83,23 @@ def outgoing(letter: DeadLetter, group: str, *, truncate_bytes: int,
     headers. An ``oversized`` record has its value and key cut whatever the room."""
     record = letter.record
     key, value = record.key, record.value
-    own = [(k, v) for k, v in record.headers if not k.startswith(PREFIX)]
+    own = [(k, v) for k, v in record.headers if not k.startswith(H.PREFIX)]
     notes: dict[str, str] = {}
     cut: list[str] = []
 
     if not all(_is_utf8(k) for k, _ in own):
-        notes["original.headers"] = json.dumps(
+        notes[H.ORIGINAL_HEADERS] = json.dumps(
             [[base64.b64encode(_raw(k)).decode(), None if v is None else base64.b64encode(v).decode()]
              for k, v in record.headers])
         own = [(_raw(k).decode("utf-8", "backslashreplace"), v) for k, v in own]
 
     def describe(part: str, data: bytes) -> None:
-        notes[f"original.{part}.bytes"] = str(len(data))
-        notes[f"original.{part}.sha256"] = _digest(data)
+        notes[H.original_bytes(part)] = str(len(data))
+        notes[H.original_sha256(part)] = _digest(data)
 
     def fits() -> bool:
-        headers = own + _our_headers(letter, group, {**notes, "truncated": "value,key,headers",
-                                                     "placeholder": "value"})
+        headers = own + _our_headers(letter, group, {**notes, H.TRUNCATED: "value,key,headers",
+                                                     H.PLACEHOLDER: "value"})
         return DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers) <= max_bytes
 
     def cut_data(part: str, data: bytes | None) -> bytes | None:
@@ -112,54 +112,54 @@ def outgoing(letter: DeadLetter, group: str, *, truncate_bytes: int,
     if letter.reason == "oversized":
         value, key = cut_data("value", value), cut_data("key", key)
     def describe_headers() -> None:
-        notes["original.headers.count"] = str(len(record.headers))
+        notes[H.ORIGINAL_HEADERS_COUNT] = str(len(record.headers))
         describe("headers", b"".join(_raw(k) + (v or b"") for k, v in record.headers))
 
-    if not fits() and "original.headers" in notes:
-        notes.pop("original.headers")          # the exact copy goes; what it was is described
+    if not fits() and H.ORIGINAL_HEADERS in notes:
+        notes.pop(H.ORIGINAL_HEADERS)          # the exact copy goes; what it was is described
         describe_headers()
     if not fits() and "value" not in cut:
         value = cut_data("value", value)
     if not fits() and "key" not in cut:
         key = cut_data("key", key)
     if not fits() and own:
-        notes.pop("original.headers", None)
+        notes.pop(H.ORIGINAL_HEADERS, None)
         describe_headers()
         own = []
         cut.append("headers")
     if cut:
-        notes["truncated"] = ",".join(cut)
+        notes[H.TRUNCATED] = ",".join(cut)
     if key is None and value is None:
         value = b""
-        notes["placeholder"] = "value"     # the original had neither key nor value
+        notes[H.PLACEHOLDER] = "value"     # the original had neither key nor value
     return Outgoing(key, value, own + _our_headers(letter, group, notes), truncated=bool(cut))
 
 
 def _our_headers(letter: DeadLetter, group: str, notes: dict[str, str]) -> list[tuple[str, bytes]]:
     record = letter.record
     ours = {
-        "original.topic": record.topic,
-        "original.partition": str(record.partition),
-        "original.offset": str(record.offset),
-        "original.timestamp": "" if record.timestamp_ms is None else str(record.timestamp_ms),
-        "consumer.group": group,
-        "error.type": letter.reason,
-        "error.message": letter.message[:MAX_MESSAGE],
-        "retriable": "true" if letter.retriable else "false",
-        "attempts": str(letter.attempts),
-        "first.failure": letter.first_failure_at.isoformat(timespec="milliseconds"),
-        "worker.id": letter.worker_id or "",
-        "may.be.superseded": "true" if letter.may_be_superseded else "false",
+        H.ORIGINAL_TOPIC: record.topic,
+        H.ORIGINAL_PARTITION: str(record.partition),
+        H.ORIGINAL_OFFSET: str(record.offset),
+        H.ORIGINAL_TIMESTAMP: "" if record.timestamp_ms is None else str(record.timestamp_ms),
+        H.CONSUMER_GROUP: group,
+        H.ERROR_TYPE: letter.reason,
+        H.ERROR_MESSAGE: letter.message[:MAX_MESSAGE],
+        H.RETRIABLE: "true" if letter.retriable else "false",
+        H.ATTEMPTS: str(letter.attempts),
+        H.FIRST_FAILURE: letter.first_failure_at.isoformat(timespec="milliseconds"),
+        H.WORKER_ID: letter.worker_id or "",
+        H.MAY_BE_SUPERSEDED: "true" if letter.may_be_superseded else "false",
         **notes,
     }
     if letter.covers is not None:
         first, last, count = letter.covers
-        ours["covers.offsets"] = f"{first}-{last}"
-        ours["covers.count"] = str(count)
+        ours[H.COVERS_OFFSETS] = f"{first}-{last}"
+        ours[H.COVERS_COUNT] = str(count)
     run = record.unreadable
     if run is not None and run.first != record.offset:
-        ours["raw.batch.offset"] = str(run.first)    # the letter that carries the raw record batch
-    return [(PREFIX + name, value.encode()) for name, value in ours.items()]
+        ours[H.RAW_BATCH_OFFSET] = str(run.first)    # the letter that carries the raw record batch
+    return [(name, value.encode()) for name, value in ours.items()]
 
 
 METADATA_RETRY_SECONDS = 0.5    # between asks for a dead-letter topic's metadata the brokers did not give

@@ -26,7 +26,6 @@ ledger's statuses, rows and port, and what one redrive makes of a row.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import IntEnum
@@ -189,49 +188,3 @@ class ActionResult:
         return {"changed": self.changed, "status": None if self.status is None else self.status.name.lower(),
                 "message": self.message}
 
-
-# Kafka's rule for topic names, and the ledger's columns: an origin outside them is not one.
-TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
-GROUP_MAX = 255
-INT32_MAX, INT64_MAX = 2 ** 31 - 1, 2 ** 63 - 1
-
-
-def origin_group(record: SourceRecord) -> str | None:
-    """The consumer group a dead letter says it belongs to, if it says (and it can be read)."""
-    for name, value in record.headers:
-        if name == "dlq.consumer.group" and value is not None:
-            try:
-                return value.decode()
-            except UnicodeDecodeError:
-                return None
-    return None
-
-
-def source_of(record: SourceRecord) -> SourceKey:
-    """Where a dead letter came from, from its ``dlq.`` headers; :class:`ValueError` saying why
-    if they do not say, or say something no Kafka record (or ledger row) can be."""
-    try:
-        h = {name: value.decode() for name, value in record.headers if name.startswith("dlq.") and value is not None}
-    except UnicodeDecodeError:
-        raise ValueError("a dlq. header is not UTF-8") from None
-    missing = [name for name in ("dlq.consumer.group", "dlq.original.topic", "dlq.original.partition",
-                                 "dlq.original.offset") if name not in h]
-    if missing:
-        raise ValueError(f"missing {', '.join(missing)}")
-    group, topic = h["dlq.consumer.group"], h["dlq.original.topic"]
-    if not 1 <= len(group) <= GROUP_MAX:
-        raise ValueError(f"dlq.consumer.group is {len(group)} characters, not 1 to {GROUP_MAX}")
-    if not TOPIC_NAME.fullmatch(topic):
-        raise ValueError(f"dlq.original.topic {topic[:80]!r} is not a Kafka topic name")
-    numbers = []
-    for name, low, high, default in (("dlq.original.partition", 0, INT32_MAX, None),
-                                     ("dlq.original.offset", 0, INT64_MAX, None),
-                                     ("dlq.original.timestamp", -1, INT64_MAX, -1)):
-        text = h.get(name, "")
-        if not text and default is not None:
-            numbers.append(default)
-            continue
-        if not re.fullmatch(r"-?[0-9]{1,19}", text) or not low <= int(text) <= high:
-            raise ValueError(f"{name} {text[:40]!r} is not a whole number from {low} to {high}")
-        numbers.append(int(text))
-    return SourceKey(group, topic, *numbers)

@@ -24,7 +24,8 @@ from typing import Sequence
 from app.pipeline.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
 from app.pipeline.compensation import (ACTIONS, AUTOMATIC_CLAIMS, PERSON_CLAIMS, PERSON_ONLY, SETTLED, STEP_OUTCOMES,
                                        ActionResult, Backoff, Ledger, LedgerRow, Settlement, SourceKey, Status,
-                                       Verdict, judge, origin_group, source_of)
+                                       Verdict, judge)
+from app.pipeline.dead_letter_headers import origin_group, source_of
 from app.pipeline.errors import Fatal, InternalError, MalformedEvent, PipelineError
 from app.pipeline.events import OrderEvent, decode
 from app.pipeline.model import UNKNOWN

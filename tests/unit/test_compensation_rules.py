@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.pipeline.compensation import Backoff, LedgerRow, Status, judge, source_of
+from app.pipeline.compensation import Backoff, LedgerRow, Status, judge
+from app.pipeline.dead_letter_headers import source_of
 from app.pipeline.errors import EffectUnavailable, LeaseHeld, StaleEffectMayExist
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import SourceRecord

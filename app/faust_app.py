@@ -128,7 +128,7 @@ async def check_schema(engine) -> None:
     if known is None:
         log.warning("no migrations beside the code (%s): the database's schema is not checked", schema.alembic_ini())
         return
-    verdict = schema.judge(await schema.found_revision(engine), known)
+    verdict = schema.judge_revision(await schema.found_revision(engine), known)
     if not verdict.ok:
         exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {verdict.message}")
     elif verdict.message:

@@ -21,14 +21,15 @@ non-idempotent effect whose outcome was unknown is verified with its service
 before anything else, when the service offers that (the SMS gateway's lookup).
 
 The compensator that works the rows is ``app.pipeline.compensator``; this module is the
-ledger's statuses, rows and port, and what one redrive makes of a row.
+ledger's rows and port, and what one redrive makes of a row (:func:`judge_redrive`). The
+statuses and the moves between them are in ``app.pipeline.states`` with the other two
+state machines (``LEDGER_TRANSITIONS``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from enum import IntEnum
 from typing import Protocol, Sequence
 
 from app.pipeline.errors import BeyondDedupRetention, LeaseHeld, StaleEffectMayExist
@@ -36,29 +37,13 @@ from app.pipeline.model import DISCARDED_BY_PERSON, RESOLVED_BY_PERSON
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import SourceRecord
 from app.pipeline.processor import Result
+from app.pipeline.states import AUTOMATIC_CLAIMS, LEDGER_SETTLED, PERSON_ACTIONS, PERSON_CLAIMS, LedgerStatus
 
 
-class Status(IntEnum):
-    OPEN = 1
-    RETRYING = 2
-    COMPENSATED = 3
-    MANUAL = 4
-    DISCARDED = 5
-    SUPERSEDED = 6
-    RESOLVED = 7
+Status = LedgerStatus     # the ledger's statuses and moves live in app.pipeline.states
+SETTLED = LEDGER_SETTLED
+ACTIONS = PERSON_ACTIONS
 
-
-SETTLED: frozenset[Status] = frozenset({Status.COMPENSATED, Status.DISCARDED, Status.SUPERSEDED, Status.RESOLVED})
-# Where a claim may start (a ``retrying`` row whose claim ran out always may): the compensator's
-# own runs take open rows only; a person's retry takes a row that waits for a person too.
-AUTOMATIC_CLAIMS: frozenset[Status] = frozenset({Status.OPEN})
-PERSON_CLAIMS: frozenset[Status] = frozenset({Status.OPEN, Status.MANUAL})
-
-# What a person may do, and from where; doing it twice changes nothing the second time.
-ACTIONS: dict[str, tuple[Status, frozenset[Status]]] = {
-    "resolve": (Status.RESOLVED, frozenset({Status.OPEN, Status.MANUAL})),
-    "discard": (Status.DISCARDED, frozenset({Status.OPEN, Status.MANUAL})),
-}
 # What a person's decision makes of the event's steps still pending (``t_idem.outcome``,
 # failed): settled, never called again by a replay or a re-published copy.
 STEP_OUTCOMES: dict[str, str] = {"resolve": RESOLVED_BY_PERSON, "discard": DISCARDED_BY_PERSON}
@@ -104,7 +89,7 @@ class LedgerRow:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class RedriveVerdict:
     status: Status
     redrives: int
     retry_in: float | None
@@ -117,7 +102,7 @@ class Settlement:
     """What one run made of one claimed row, and the step keys whose claims it gives up."""
 
     row_id: int
-    verdict: Verdict
+    verdict: RedriveVerdict
     release: tuple[str, ...] = ()
     note: str | None = None
 
@@ -156,24 +141,24 @@ class Backoff:
         return min(self.base * 2 ** min(max(redrives - 1, 0), 64), self.cap)
 
 
-def judge(row: LedgerRow, result: Result, backoff: Backoff) -> Verdict:
+def judge_redrive(row: LedgerRow, result: Result, backoff: Backoff) -> RedriveVerdict:
     """What one redrive of the original event makes of its ledger row."""
     redrives = row.redrives + 1
     if result.outcome in (Outcome.APPLIED, Outcome.DUPLICATE):
-        return Verdict(Status.COMPENSATED, redrives, None, f"the event ran: {result.outcome}")
+        return RedriveVerdict(Status.COMPENSATED, redrives, None, f"the event ran: {result.outcome}")
     if result.outcome is Outcome.STALE:
-        return Verdict(Status.SUPERSEDED, redrives, None, "the order moved past the event: nothing to do")
+        return RedriveVerdict(Status.SUPERSEDED, redrives, None, "the order moved past the event: nothing to do")
     error = result.error
     if error is None:       # superseded (another worker claimed its key) or deferred: look again soon
-        return Verdict(Status.OPEN, row.redrives, backoff.base, f"not finished here ({result.outcome or 'deferred'})")
+        return RedriveVerdict(Status.OPEN, row.redrives, backoff.base, f"not finished here ({result.outcome or 'deferred'})")
     if isinstance(error, LeaseHeld):    # somebody else is calling it now: not this row's failure
-        return Verdict(Status.OPEN, row.redrives, max(error.wait_seconds, 1.0), f"{error.reason}: {error}")
+        return RedriveVerdict(Status.OPEN, row.redrives, max(error.wait_seconds, 1.0), f"{error.reason}: {error}")
     if not error.retriable:
-        return Verdict(Status.MANUAL, redrives, None, f"not retriable: {error.reason}: {error}", error.reason)
+        return RedriveVerdict(Status.MANUAL, redrives, None, f"not retriable: {error.reason}: {error}", error.reason)
     if redrives >= backoff.max_attempts:
-        return Verdict(Status.MANUAL, redrives, None, f"gave up after {redrives} redrives: {error.reason}: {error}",
+        return RedriveVerdict(Status.MANUAL, redrives, None, f"gave up after {redrives} redrives: {error.reason}: {error}",
                        error.reason)
-    return Verdict(Status.OPEN, redrives, backoff.after(redrives), f"{error.reason}: {error}", error.reason)
+    return RedriveVerdict(Status.OPEN, redrives, backoff.after(redrives), f"{error.reason}: {error}", error.reason)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Sequence
 from app.pipeline.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
 from app.pipeline.compensation import (ACTIONS, AUTOMATIC_CLAIMS, PERSON_CLAIMS, PERSON_ONLY, SETTLED, STEP_OUTCOMES,
                                        ActionResult, Backoff, Ledger, LedgerRow, Settlement, SourceKey, Status,
-                                       Verdict, judge)
+                                       RedriveVerdict, judge_redrive)
 from app.pipeline.dead_letter_headers import origin_group, source_of
 from app.pipeline.errors import Fatal, InternalError, MalformedEvent, PipelineError
 from app.pipeline.events import OrderEvent, decode
@@ -190,20 +190,20 @@ class Compensator:
         runs: dict[tuple[str, str], list[tuple[LedgerRow, OrderEvent]]] = defaultdict(list)
         for row in sorted(rows, key=lambda r: r.id):
             if not row.retriable and row.reason != UNKNOWN and not by_person:
-                decided[row.id] = Settlement(row.id, Verdict(Status.MANUAL, row.redrives, None,
+                decided[row.id] = Settlement(row.id, RedriveVerdict(Status.MANUAL, row.redrives, None,
                                                              f"not retriable: {row.reason}: {row.message or ''}"))
                 continue
             try:
                 event = decode(row.key, row.value, max_bytes=self.max_event_bytes, latest=latest)
             except MalformedEvent as exc:
-                decided[row.id] = Settlement(row.id, Verdict(Status.MANUAL, row.redrives, None,
+                decided[row.id] = Settlement(row.id, RedriveVerdict(Status.MANUAL, row.redrives, None,
                                                              f"not an event: {exc.reason}: {exc}"))
                 continue
             if row.reason == UNKNOWN:
                 # The call's outcome is unknown and its service could not be asked then.
                 verifiable = getattr(self.processor.effects, "verifiable", {})
                 if not any(step.effect.name in verifiable for step in PIPELINES[event.type].effects):
-                    decided[row.id] = Settlement(row.id, Verdict(
+                    decided[row.id] = Settlement(row.id, RedriveVerdict(
                         Status.MANUAL, row.redrives, None, "the outcome of a call without idempotency key is unknown "
                                                            "and its service offers no lookup: reconcile by hand"))
                     continue
@@ -215,7 +215,7 @@ class Compensator:
             results = await self._run(leads, guard, owner, by_person)
             for copies, result in zip(runs.values(), results):
                 for row, event in copies:
-                    verdict = judge(row, result, self.backoff)
+                    verdict = judge_redrive(row, result, self.backoff)
                     release = () if verdict.status in SETTLED else tuple(step_keys(event)[1:])
                     decided[row.id] = Settlement(row.id, verdict, release)
         return [Settlement(s.row_id, s.verdict, s.release, note) for s in (decided[row.id] for row in rows)]

@@ -28,7 +28,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-# Wording the compensator and the batch put around an error's own text (compensation.judge,
+# Wording the compensator and the batch put around an error's own text (compensation.judge_redrive,
 # letters.same_request): not part of the cause.
 WRAPPERS = (re.compile(r"^not retriable: "), re.compile(r"^gave up after \d+ redrives: "),
             re.compile(r"^same request as \S+, which ended: "))

@@ -30,11 +30,11 @@ from app.pipeline.events import OrderEvent
 from app.pipeline.model import (NOT_DELIVERED, SETTLED_FAILURES, STALE, BatchPlan, EffectJob, EventPlan, FailRow,
                                 IdemRow, NewRow, Order, Reclaim)
 from app.pipeline.outcomes import Outcome
-from app.pipeline.states import TERMINAL, IdemStatus, Verdict, judge
+from app.pipeline.states import TERMINAL, IdemStatus, MoveVerdict, judge_move
 from app.pipeline.steps import PIPELINES, Effect, LocalStep
 
-_APPLY = Verdict.APPLY.value
-_VERDICT_VALUE = {verdict: verdict.value for verdict in Verdict}
+_APPLY = MoveVerdict.APPLY.value
+_VERDICT_VALUE = {verdict: verdict.value for verdict in MoveVerdict}
 _OUTCOME = {outcome.value: outcome for outcome in Outcome}      # Outcome(value), without Enum's call
 _ORDER_FIELDS = tuple(f.name for f in fields(Order))
 
@@ -128,7 +128,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
         local_row = rows.get(local_key)
         if local_row is None:
             verdict = _apply_local(event, pipe.local, current, plan)
-            if verdict is Verdict.NOT_READY:
+            if verdict is MoveVerdict.NOT_READY:
                 state = current.get(event.order_no)
                 result.error = PreconditionNotMet(
                     f"{event.type.value} needs order {event.order_no} in an earlier state; it is "
@@ -276,13 +276,13 @@ def _drop_stale_jobs(plan: BatchPlan, current: dict[str, Order], rows: dict[str,
             result.outcome = Outcome.STALE
 
 
-def _apply_local(event: OrderEvent, step: LocalStep, current: dict[str, Order], plan: BatchPlan) -> Verdict:
+def _apply_local(event: OrderEvent, step: LocalStep, current: dict[str, Order], plan: BatchPlan) -> MoveVerdict:
     """Move the order as ``step`` declares, copying its ``sets`` from the event."""
     order = current.get(event.order_no)
-    verdict = judge(order.status if order else None, step.moves_order_to)
-    if verdict is Verdict.STALE and step.facts:
+    verdict = judge_move(order.status if order else None, step.moves_order_to)
+    if verdict is MoveVerdict.STALE and step.facts:
         _record_facts(event, step, order, current, plan)
-    if verdict is not Verdict.APPLY:
+    if verdict is not MoveVerdict.APPLY:
         return verdict
     if order is None:
         order = Order(event.order_no, step.moves_order_to)

@@ -1,4 +1,5 @@
-"""The two state machines, as data: ``t_idem`` rows and orders.
+"""The three state machines, as data: ``t_idem`` rows, orders and the compensation
+ledger's rows (``t_compensation``).
 
 Every caller asks this module; nothing else decides what a legal move is.
 The SQL that moves rows repeats each rule as a condition, so the database
@@ -70,16 +71,64 @@ ORDER_TRANSITIONS: frozenset[tuple[OrderStatus | None, OrderStatus]] = frozenset
 })
 
 
-class Verdict(Enum):
+class MoveVerdict(Enum):
     APPLY = Outcome.APPLIED.value    # a legal move: make it
     STALE = Outcome.STALE.value      # the order is already at or past the target: record, change nothing
     NOT_READY = "not_ready"          # an earlier move is missing (PAID before CREATED): retry later
 
 
-def judge(current: OrderStatus | None, target: OrderStatus) -> Verdict:
+def judge_move(current: OrderStatus | None, target: OrderStatus) -> MoveVerdict:
     """What an event moving an order to ``target`` does to an order in ``current``."""
     if (current, target) in ORDER_TRANSITIONS:
-        return Verdict.APPLY
+        return MoveVerdict.APPLY
     if current is not None and current >= target:
-        return Verdict.STALE
-    return Verdict.NOT_READY
+        return MoveVerdict.STALE
+    return MoveVerdict.NOT_READY
+
+
+class LedgerStatus(IntEnum):
+    """A dead letter's row in the compensation ledger (``t_compensation.status``)."""
+
+    OPEN = 1            # waiting: for its retry (next_retry_at) or for the compensator
+    RETRYING = 2        # claimed right now (an owner and a lease, like a t_idem claim)
+    COMPENSATED = 3     # the pipeline finished the original event (its steps are done)
+    MANUAL = 4          # a person must look: not retriable, given up, or unreadable
+    DISCARDED = 5       # a person decided it needs nothing
+    SUPERSEDED = 6      # the order moved past the event: nothing is left to do
+    RESOLVED = 7        # a person fixed it by hand
+
+
+L = LedgerStatus
+LEDGER_SETTLED: frozenset[LedgerStatus] = frozenset({L.COMPENSATED, L.DISCARDED, L.SUPERSEDED, L.RESOLVED})
+# Where a claim may start (a ``retrying`` row whose claim ran out always may): the compensator's
+# own runs take open rows only; a person's retry takes a row that waits for a person too.
+AUTOMATIC_CLAIMS: frozenset[LedgerStatus] = frozenset({L.OPEN})
+PERSON_CLAIMS: frozenset[LedgerStatus] = frozenset({L.OPEN, L.MANUAL})
+# What a person may do, and from where; doing it twice changes nothing the second time.
+PERSON_ACTIONS: dict[str, tuple[LedgerStatus, frozenset[LedgerStatus]]] = {
+    "resolve": (L.RESOLVED, frozenset({L.OPEN, L.MANUAL})),
+    "discard": (L.DISCARDED, frozenset({L.OPEN, L.MANUAL})),
+}
+
+# (from, to) pairs a ledger row may take; None is "no row yet". Each write of
+# ``app.adapters.mysql.ledger`` repeats its part as a SQL condition.
+#   None     -> OPEN | MANUAL           a dead letter written: retriable or not (record, add_manual)
+#   OPEN | MANUAL -> OPEN | MANUAL      the same record dead-lettered again for another reason (record)
+#   OPEN     -> RETRYING                claimed by the compensator or a person (claim, claim_due)
+#   MANUAL   -> RETRYING                claimed by a person's retry (claim with PERSON_CLAIMS)
+#   RETRYING -> RETRYING                a claim whose lease ran out, taken over
+#   RETRYING -> OPEN | MANUAL | COMPENSATED | SUPERSEDED   what the redrive made of it (settle, owner only)
+#   OPEN | MANUAL -> RESOLVED | DISCARDED                  a person's decision (move)
+# COMPENSATED, SUPERSEDED, RESOLVED and DISCARDED are settled: nothing leaves them.
+LEDGER_TRANSITIONS: frozenset[tuple[LedgerStatus | None, LedgerStatus]] = frozenset({
+    (None, L.OPEN), (None, L.MANUAL),
+    (L.OPEN, L.OPEN), (L.OPEN, L.MANUAL), (L.MANUAL, L.OPEN), (L.MANUAL, L.MANUAL),
+    *((src, L.RETRYING) for src in AUTOMATIC_CLAIMS | PERSON_CLAIMS | {L.RETRYING}),
+    *((L.RETRYING, dst) for dst in (L.OPEN, L.MANUAL, L.COMPENSATED, L.SUPERSEDED)),
+    *((src, to) for to, sources in PERSON_ACTIONS.values() for src in sources),
+})
+del L
+
+
+def ledger_move_allowed(src: LedgerStatus | None, dst: LedgerStatus) -> bool:
+    return (src, dst) in LEDGER_TRANSITIONS

@@ -9,7 +9,7 @@ from itertools import product
 import pytest
 
 from app.pipeline.events import EventType
-from app.pipeline.states import OrderStatus, judge as pipeline_judge
+from app.pipeline.states import LedgerStatus, OrderStatus, judge_move as pipeline_judge
 from app.pipeline.steps import PIPELINES, Effect, EffectStep
 from tests.chaos import checker, rules
 from tests.chaos.accounting import Findings
@@ -115,3 +115,7 @@ def test_a_manifest_without_the_declared_effects_fails_the_run():
 def test_a_known_effect_moved_to_another_step_is_not_taken_as_checked():
     moved = [{"event_type": "ORDER_PAID", "step": "issue_waybill", "effect": "waybill"}]
     assert rules.unchecked_effects(moved) and "ORDER_CONFIRM" in rules.unchecked_effects(moved)[0]
+
+
+def test_the_checker_names_every_ledger_status_as_the_pipeline_does():
+    assert rules.LEDGER_STATUS == {int(s): s.name.lower() for s in LedgerStatus}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.pipeline.compensation import Backoff, LedgerRow, Status, judge
+from app.pipeline.compensation import Backoff, LedgerRow, Status, judge_redrive
 from app.pipeline.dead_letter_headers import source_of
 from app.pipeline.errors import EffectUnavailable, LeaseHeld, StaleEffectMayExist
 from app.pipeline.outcomes import Outcome
@@ -26,13 +26,13 @@ def test_a_huge_attempt_cap_never_overflows_the_backoff():
 
 def test_a_failed_redrive_gives_the_row_its_new_reason_and_leaves_it_due():
     backoff = Backoff(60, 3600, 5)
-    open_ = judge(row(), Result(error=EffectUnavailable("503")), backoff)
+    open_ = judge_redrive(row(), Result(error=EffectUnavailable("503")), backoff)
     assert (open_.status, open_.reason, open_.retry_in) == (Status.OPEN, "effect_unavailable", 60)
-    manual = judge(row(), Result(error=StaleEffectMayExist("a waybill may exist")), backoff)
+    manual = judge_redrive(row(), Result(error=StaleEffectMayExist("a waybill may exist")), backoff)
     assert (manual.status, manual.reason) == (Status.MANUAL, "stale_effect_may_exist")
-    held = judge(row(), Result(error=LeaseHeld("busy", wait_seconds=3)), backoff)
+    held = judge_redrive(row(), Result(error=LeaseHeld("busy", wait_seconds=3)), backoff)
     assert (held.status, held.reason, held.redrives) == (Status.OPEN, None, 0)      # not the row's failure
-    done = judge(row(), Result(outcome=Outcome.DUPLICATE), backoff)
+    done = judge_redrive(row(), Result(outcome=Outcome.DUPLICATE), backoff)
     assert (done.status, done.reason) == (Status.COMPENSATED, None)
 
 

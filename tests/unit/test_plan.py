@@ -12,7 +12,7 @@ from app.pipeline.errors import (AttemptsExhausted, LeaseHeld, PayloadMismatch, 
 from app.pipeline.events import decode
 from app.pipeline.model import NOT_DELIVERED, IdemRow, Order
 from app.pipeline.plan import plan_batch, step_keys
-from app.pipeline.states import IdemStatus, OrderStatus, Verdict, judge
+from app.pipeline.states import IdemStatus, OrderStatus, MoveVerdict, judge_move
 from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
 from tests.support.events import event, record
 
@@ -45,15 +45,15 @@ def test_order_state_machine_table():
              (S.PAID, S.CANCELLED), (S.CONFIRMED, S.CANCELLED)}
     for current in [None, *S]:
         for target in S:
-            verdict = judge(current, target)
+            verdict = judge_move(current, target)
             if (current, target) in legal:
-                assert verdict is Verdict.APPLY
+                assert verdict is MoveVerdict.APPLY
             elif current is not None and current >= target:
-                assert verdict is Verdict.STALE, (current, target)
+                assert verdict is MoveVerdict.STALE, (current, target)
             else:
-                assert verdict is Verdict.NOT_READY, (current, target)
-    assert judge(S.CANCELLED, S.CONFIRMED) is Verdict.STALE          # the bug the design notes started from
-    assert judge(S.PAID, S.CREATED) is Verdict.STALE
+                assert verdict is MoveVerdict.NOT_READY, (current, target)
+    assert judge_move(S.CANCELLED, S.CONFIRMED) is MoveVerdict.STALE          # the bug the design notes started from
+    assert judge_move(S.PAID, S.CREATED) is MoveVerdict.STALE
 
 
 def test_created_inserts_order_and_done_local_row():

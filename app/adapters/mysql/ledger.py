@@ -11,6 +11,7 @@ from app.adapters.mysql import groups, orders
 from app.adapters.mysql.sql import Execute, Sql, marks
 from app.pipeline.compensation import LedgerRow, SourceKey, Status
 from app.pipeline.ports import DeadLetter, SourceRecord
+from app.pipeline.states import ledger_move_allowed
 
 # What the ledger keeps of a record, per letter: an event it decoded, whole (it is at most
 # MAX_EVENT_BYTES, at most 4 MiB, so it can always be run again from the ledger); anything
@@ -187,6 +188,11 @@ async def add_manual(execute: Execute, source: SourceKey, record_: SourceRecord,
 ABANDONED = f"(status = {int(Status.RETRYING)} AND lease_until < NOW(3))"
 
 
+def _claimable(allowed: frozenset[Status]) -> str:
+    """The statuses of ``allowed`` a claim may start from, as SQL (``-1``: none of them may)."""
+    return ", ".join(str(int(s)) for s in sorted(allowed) if ledger_move_allowed(s, Status.RETRYING)) or "-1"
+
+
 async def claim(execute: Execute, row_id: int, owner: str, lease_seconds: float, allowed: frozenset[Status]) -> bool:
     """From one of ``allowed``, or a retrying row whose claim ran out, to retrying; True if it
     is ours now."""
@@ -194,7 +200,7 @@ async def claim(execute: Execute, row_id: int, owner: str, lease_seconds: float,
     await execute(
         f"UPDATE t_compensation SET status = {int(Status.RETRYING)}, owner = %s, "
         f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) WHERE id = %s "
-        f"AND (status IN ({', '.join(str(int(s)) for s in sorted(allowed))}) OR {ABANDONED})", [owner, row_id])
+        f"AND (status IN ({_claimable(allowed)}) OR {ABANDONED})", [owner, row_id])
     # Affected-row counts say nothing (CLIENT_FOUND_ROWS): read the owner back.
     result = await execute("SELECT owner FROM t_compensation WHERE id = %s", [row_id])
     found = result.first()
@@ -238,6 +244,8 @@ async def settle(execute: Execute, row_id: int, owner: str, status: Status, *, r
     """retrying -> where the attempt left it, fenced on the owner. A row left open is retriable
     (it is due for another run); a row that failed for a reason of its own takes that reason
     (the caller then moves it to that reason's error group: ``groups.regroup``)."""
+    if not ledger_move_allowed(Status.RETRYING, status):     # the statement could not refuse it
+        return False
     retry = "NULL" if retry_in is None else f"NOW(3) + INTERVAL {int(retry_in * 1_000_000)} MICROSECOND"
     result = await execute(
         f"UPDATE t_compensation SET status = %s, redrives = %s, next_retry_at = {retry}, owner = NULL, "
@@ -249,7 +257,11 @@ async def settle(execute: Execute, row_id: int, owner: str, status: Status, *, r
 
 
 async def move(execute: Execute, row_id: int, to: Status, allowed: frozenset[Status]) -> bool:
-    """A person's action: to ``to`` from one of ``allowed`` (the caller holds the row locked)."""
+    """A person's action: to ``to`` from one of ``allowed`` that the ledger's state machine lets
+    move there (the caller holds the row locked)."""
+    allowed = frozenset(s for s in allowed if ledger_move_allowed(s, to))
+    if not allowed:
+        return False
     result = await execute(
         f"UPDATE t_compensation SET status = %s, next_retry_at = NULL, gmt_modified = NOW(3) "
         f"WHERE id = %s AND status IN ({marks(len(allowed))})", [int(to), row_id, *sorted(int(s) for s in allowed)])
@@ -286,6 +298,6 @@ async def claim_many(execute: Execute, row_ids: Sequence[int], owner: str, lease
     lease_us = int(lease_seconds * 1_000_000)
     result = await execute(
         f"SELECT id FROM t_compensation WHERE id IN ({marks(len(row_ids))}) AND consumer_group = %s "
-        f"AND (status IN ({', '.join(str(int(s)) for s in sorted(allowed))}) OR {ABANDONED}) "
+        f"AND (status IN ({_claimable(allowed)}) OR {ABANDONED}) "
         "FOR UPDATE SKIP LOCKED", [*row_ids, group])
     return await _take(execute, [row[0] for row in result], owner, lease_us)

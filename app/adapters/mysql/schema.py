@@ -25,7 +25,7 @@ def alembic_ini() -> Path:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class RevisionVerdict:
     ok: bool
     message: str = ""
 
@@ -42,18 +42,18 @@ def revisions(ini: Path | None = None) -> list[str] | None:
     return [rev.revision for rev in script.walk_revisions()]
 
 
-def judge(found: str | None, known: list[str]) -> Verdict:
+def judge_revision(found: str | None, known: list[str]) -> RevisionVerdict:
     """``found``: the database's revision (None: never migrated); ``known``: the code's, head first."""
     head = known[0]
     if found == head:
-        return Verdict(True)
+        return RevisionVerdict(True)
     if found is None:
-        return Verdict(False, f"the database has no schema yet (no alembic_version); this code needs revision "
+        return RevisionVerdict(False, f"the database has no schema yet (no alembic_version); this code needs revision "
                               f"{head}: run `alembic upgrade head` (make migrate) first")
     if found in known:
-        return Verdict(False, f"the database's schema is at revision {found}, this code needs {head}: run "
+        return RevisionVerdict(False, f"the database's schema is at revision {found}, this code needs {head}: run "
                               "`alembic upgrade head` (make migrate) before starting it")
-    return Verdict(True, f"the database's schema is at revision {found}, which this code does not know (its "
+    return RevisionVerdict(True, f"the database's schema is at revision {found}, which this code does not know (its "
                          f"newest is {head}): a newer release migrated it; going on, as every migration adds")
 
 

@@ -6,13 +6,16 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: run test chaos test-tools setup venv services services-down services-status migrate topics bench clean
+.PHONY: run test lint chaos test-tools setup venv services services-down services-status migrate topics bench clean
 
 run: setup ## set up everything, then run one worker, the fake services and a demo producer
 	ops/run-demo.sh
 
-test: setup test-tools ## set up everything, then run the whole test suite
+test: setup test-tools lint ## set up everything, then run the whole test suite
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: venv ## ruff, with the rules in pyproject.toml
+	$(BIN)/ruff check .
 
 chaos: setup test-tools ## the long chaos run (minutes): its own Kafka and MariaDB, 3 workers, the storm, the drain, the check; SEED=n repeats a run; CLUSTER=1 on three Kafka nodes over SASL_SSL (CUT_FORGETS=1: the connections the broker cut hung stay hung); DB_FAILOVER=semisync|async: MariaDB as a primary and its GTID replica, failed over mid-storm, what it lost counted
 	$(PY) -m tests.chaos.driver --mode long $(if $(SEED),--seed $(SEED)) $(if $(CLUSTER),--cluster) $(if $(CUT_FORGETS),--cut-forgets) $(if $(DB_FAILOVER),--db-failover $(DB_FAILOVER))

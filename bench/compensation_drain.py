@@ -21,7 +21,6 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pymysql
 
 from app.adapters import kafka_ops
 from app.pipeline.events import decode

@@ -16,7 +16,6 @@ import os
 import uuid
 from datetime import date
 
-import aiohttp
 import uvloop
 
 from app.adapters.effects import EffectClients, http_session

@@ -410,7 +410,7 @@ async def operations(url: str, settings, *, group: str, today: date, ledger_rows
     from app.adapters.mysql.queries import Queries, QueueFilter
     from app.adapters.mysql.watch import Watch
     from app.db import create_engine
-    from app.pipeline.compensation import Status
+    from app.pipeline.states import LedgerStatus as Status
     from app.pipeline.events import decode
     from app.pipeline.plan import step_keys
     from app.timers.stuck import Sweep

@@ -25,7 +25,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from pathlib import Path
 
 from app.adapters import kafka_ops
 from app.settings import Settings

@@ -20,12 +20,12 @@ from app.adapters.mysql.bulk import CountMoved
 from app.adapters.mysql.queries import QueueFilter
 from app.bootstrap import Runtime
 from app.pipeline.bulk import ACTIONS, FINISHED, TRANSITIONS, JobStatus, TransitionRefused
-from app.pipeline.compensation import Status
+from app.pipeline.states import LedgerStatus
 from app.render import json_default
 from app.settings import Settings
 
 BULK_COMMANDS = (*ACTIONS, "status", *TRANSITIONS)
-STATUSES = {"open": Status.OPEN, "manual": Status.MANUAL}
+STATUSES = {"open": LedgerStatus.OPEN, "manual": LedgerStatus.MANUAL}
 SAMPLE = 10
 DONE = {"retry": "retried", "resolve": "resolved", "discard": "discarded"}
 

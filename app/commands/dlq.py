@@ -24,17 +24,17 @@ from app.adapters.mysql.views import Seen
 from app.bootstrap import Runtime
 from app.commands import database_explained
 from app.commands.bulk import BULK_COMMANDS, bulk_command, moment
-from app.pipeline.compensation import ACTIONS, Status
+from app.pipeline.states import PERSON_ACTIONS, LedgerStatus
 from app.settings import Settings
 from app.masking import mask_letter
 from app.render import ACTOR, json_default, with_record
 
-STATUSES = {status.name.lower(): status for status in Status}
+STATUSES = {status.name.lower(): status for status in LedgerStatus}
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     @app.command(
-        argument("action", type=click.Choice(["list", "show", "retry", *ACTIONS, "bulk"])),
+        argument("action", type=click.Choice(["list", "show", "retry", *PERSON_ACTIONS, "bulk"])),
         argument("target", required=False),
         argument("job_id", type=int, required=False),
         option("--status", type=click.Choice(sorted(STATUSES)), help="list, bulk: only this status"),

@@ -37,12 +37,8 @@ from app.pipeline.model import DISCARDED_BY_PERSON, RESOLVED_BY_PERSON
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import SourceRecord
 from app.pipeline.processor import Result
-from app.pipeline.states import AUTOMATIC_CLAIMS, LEDGER_SETTLED, PERSON_ACTIONS, PERSON_CLAIMS, LedgerStatus
+from app.pipeline.states import AUTOMATIC_CLAIMS, LedgerStatus
 
-
-Status = LedgerStatus     # the ledger's statuses and moves live in app.pipeline.states
-SETTLED = LEDGER_SETTLED
-ACTIONS = PERSON_ACTIONS
 
 # What a person's decision makes of the event's steps still pending (``t_idem.outcome``,
 # failed): settled, never called again by a replay or a re-published copy.
@@ -73,7 +69,7 @@ class SourceKey:
 @dataclass(frozen=True, slots=True)
 class LedgerRow:
     id: int
-    status: Status
+    status: LedgerStatus
     reason: str
     message: str | None
     retriable: bool
@@ -90,7 +86,7 @@ class LedgerRow:
 
 @dataclass(frozen=True)
 class RedriveVerdict:
-    status: Status
+    status: LedgerStatus
     redrives: int
     retry_in: float | None
     detail: str
@@ -114,17 +110,17 @@ class Ledger(Protocol):
     async def get(self, row_id: int, group: str) -> LedgerRow | None: ...
     async def add_manual(self, source: SourceKey, record: SourceRecord, reason: str, message: str) -> LedgerRow: ...
     async def claim(self, row_id: int, owner: str, lease_seconds: float, *,
-                    allowed: frozenset[Status] = AUTOMATIC_CLAIMS) -> LedgerRow | None: ...
+                    allowed: frozenset[LedgerStatus] = AUTOMATIC_CLAIMS) -> LedgerRow | None: ...
     async def claim_due(self, group: str, limit: int, owner: str, lease_seconds: float) -> list[LedgerRow]: ...
     async def settle(self, settlements: Sequence[Settlement], *, owner: str, actor: str, action: str,
                      job_id: int | None = None) -> set[int]: ...
-    async def act(self, row_id: int, group: str, to: Status, allowed: frozenset[Status], *, actor: str, action: str,
-                  note: str | None, steps: Sequence[str], step_outcome: str,
+    async def act(self, row_id: int, group: str, to: LedgerStatus, allowed: frozenset[LedgerStatus], *,
+                  actor: str, action: str, note: str | None, steps: Sequence[str], step_outcome: str,
                   job_id: int | None = None) -> tuple[LedgerRow | None, bool, str | None]: ...
     async def reopen_unknown(self, keys: Sequence[str]) -> int: ...
     async def get_many(self, row_ids: Sequence[int], group: str) -> list[LedgerRow]: ...
     async def claim_many(self, row_ids: Sequence[int], group: str, owner: str, lease_seconds: float, *,
-                         allowed: frozenset[Status]) -> list[LedgerRow]: ...
+                         allowed: frozenset[LedgerStatus]) -> list[LedgerRow]: ...
 
 
 @dataclass(frozen=True)
@@ -145,20 +141,23 @@ def judge_redrive(row: LedgerRow, result: Result, backoff: Backoff) -> RedriveVe
     """What one redrive of the original event makes of its ledger row."""
     redrives = row.redrives + 1
     if result.outcome in (Outcome.APPLIED, Outcome.DUPLICATE):
-        return RedriveVerdict(Status.COMPENSATED, redrives, None, f"the event ran: {result.outcome}")
+        return RedriveVerdict(LedgerStatus.COMPENSATED, redrives, None, f"the event ran: {result.outcome}")
     if result.outcome is Outcome.STALE:
-        return RedriveVerdict(Status.SUPERSEDED, redrives, None, "the order moved past the event: nothing to do")
+        return RedriveVerdict(LedgerStatus.SUPERSEDED, redrives, None, "the order moved past the event: nothing to do")
     error = result.error
     if error is None:       # superseded (another worker claimed its key) or deferred: look again soon
-        return RedriveVerdict(Status.OPEN, row.redrives, backoff.base, f"not finished here ({result.outcome or 'deferred'})")
+        return RedriveVerdict(LedgerStatus.OPEN, row.redrives, backoff.base,
+                              f"not finished here ({result.outcome or 'deferred'})")
     if isinstance(error, LeaseHeld):    # somebody else is calling it now: not this row's failure
-        return RedriveVerdict(Status.OPEN, row.redrives, max(error.wait_seconds, 1.0), f"{error.reason}: {error}")
+        return RedriveVerdict(LedgerStatus.OPEN, row.redrives, max(error.wait_seconds, 1.0), f"{error.reason}: {error}")
     if not error.retriable:
-        return RedriveVerdict(Status.MANUAL, redrives, None, f"not retriable: {error.reason}: {error}", error.reason)
+        return RedriveVerdict(LedgerStatus.MANUAL, redrives, None, f"not retriable: {error.reason}: {error}",
+                              error.reason)
     if redrives >= backoff.max_attempts:
-        return RedriveVerdict(Status.MANUAL, redrives, None, f"gave up after {redrives} redrives: {error.reason}: {error}",
-                       error.reason)
-    return RedriveVerdict(Status.OPEN, redrives, backoff.after(redrives), f"{error.reason}: {error}", error.reason)
+        return RedriveVerdict(LedgerStatus.MANUAL, redrives, None,
+                              f"gave up after {redrives} redrives: {error.reason}: {error}", error.reason)
+    return RedriveVerdict(LedgerStatus.OPEN, redrives, backoff.after(redrives), f"{error.reason}: {error}",
+                          error.reason)
 
 
 @dataclass(frozen=True)
@@ -166,7 +165,7 @@ class ActionResult:
     found: bool
     changed: bool
     refused: str | None          # why the action could not be done, if it could not
-    status: Status | None
+    status: LedgerStatus | None
     message: str | None
 
     def as_dict(self) -> dict:

@@ -22,9 +22,9 @@ from collections import defaultdict
 from typing import Sequence
 
 from app.pipeline.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
-from app.pipeline.compensation import (ACTIONS, AUTOMATIC_CLAIMS, PERSON_CLAIMS, PERSON_ONLY, SETTLED, STEP_OUTCOMES,
-                                       ActionResult, Backoff, Ledger, LedgerRow, Settlement, SourceKey, Status,
-                                       RedriveVerdict, judge_redrive)
+from app.pipeline.compensation import (PERSON_ONLY, STEP_OUTCOMES, ActionResult, Backoff, Ledger, LedgerRow,
+                                       RedriveVerdict, Settlement, SourceKey, judge_redrive)
+from app.pipeline.states import AUTOMATIC_CLAIMS, LEDGER_SETTLED, PERSON_ACTIONS, PERSON_CLAIMS, LedgerStatus
 from app.pipeline.dead_letter_headers import origin_group, source_of
 from app.pipeline.errors import Fatal, InternalError, MalformedEvent, PipelineError
 from app.pipeline.events import OrderEvent, decode
@@ -107,7 +107,8 @@ class Compensator:
             return "foreign"
         try:
             source = source_of(record)
-        except ValueError as why:
+        except ValueError as exc:
+            why = str(exc)      # the except block unbinds exc; the lambda may run again under guard
             row = await guard(lambda: self.ledger.add_manual(
                 SourceKey(self.group, record.topic, record.partition, record.offset,
                           -1 if record.timestamp_ms is None else record.timestamp_ms),
@@ -122,7 +123,7 @@ class Compensator:
             log.error("dead letter for %s[%s]@%s has no ledger row: row %s, manual", source.topic, source.partition,
                       source.offset, row.id)
             return "manual"
-        if row.status in SETTLED or row.status is Status.MANUAL:
+        if row.status in LEDGER_SETTLED or row.status is LedgerStatus.MANUAL:
             return row.status.name.lower()
         if row.retriable and not row.due:
             return "not_due"         # the drain runs it when it is due; nothing loops through Kafka
@@ -159,7 +160,7 @@ class Compensator:
     # -- the work --------------------------------------------------------------
 
     async def work(self, row: LedgerRow, guard, *, actor: str, note: str | None = None,
-                   action: str = "redrive") -> Status | None:
+                   action: str = "redrive") -> LedgerStatus | None:
         """Claim the row, run its event again, and record what came of it. A row that is not
         retriable goes to a person without a run, unless a person asked for the run. None when
         the row could not be claimed, or its claim ran out before the run ended (another claim
@@ -190,13 +191,13 @@ class Compensator:
         runs: dict[tuple[str, str], list[tuple[LedgerRow, OrderEvent]]] = defaultdict(list)
         for row in sorted(rows, key=lambda r: r.id):
             if not row.retriable and row.reason != UNKNOWN and not by_person:
-                decided[row.id] = Settlement(row.id, RedriveVerdict(Status.MANUAL, row.redrives, None,
+                decided[row.id] = Settlement(row.id, RedriveVerdict(LedgerStatus.MANUAL, row.redrives, None,
                                                              f"not retriable: {row.reason}: {row.message or ''}"))
                 continue
             try:
                 event = decode(row.key, row.value, max_bytes=self.max_event_bytes, latest=latest)
             except MalformedEvent as exc:
-                decided[row.id] = Settlement(row.id, RedriveVerdict(Status.MANUAL, row.redrives, None,
+                decided[row.id] = Settlement(row.id, RedriveVerdict(LedgerStatus.MANUAL, row.redrives, None,
                                                              f"not an event: {exc.reason}: {exc}"))
                 continue
             if row.reason == UNKNOWN:
@@ -204,8 +205,9 @@ class Compensator:
                 verifiable = getattr(self.processor.effects, "verifiable", {})
                 if not any(step.effect.name in verifiable for step in PIPELINES[event.type].effects):
                     decided[row.id] = Settlement(row.id, RedriveVerdict(
-                        Status.MANUAL, row.redrives, None, "the outcome of a call without idempotency key is unknown "
-                                                           "and its service offers no lookup: reconcile by hand"))
+                        LedgerStatus.MANUAL, row.redrives, None,
+                        "the outcome of a call without idempotency key is unknown and its service offers no lookup: "
+                        "reconcile by hand"))
                     continue
                 await guard(lambda: self.ledger.reopen_unknown(step_keys(event)[1:]))
             # Copies of one request (a record and its re-published copy) run once and share its end.
@@ -216,7 +218,7 @@ class Compensator:
             for copies, result in zip(runs.values(), results):
                 for row, event in copies:
                     verdict = judge_redrive(row, result, self.backoff)
-                    release = () if verdict.status in SETTLED else tuple(step_keys(event)[1:])
+                    release = () if verdict.status in LEDGER_SETTLED else tuple(step_keys(event)[1:])
                     decided[row.id] = Settlement(row.id, verdict, release)
         return [Settlement(s.row_id, s.verdict, s.release, note) for s in (decided[row.id] for row in rows)]
 
@@ -255,9 +257,9 @@ class Compensator:
         if row is None:
             return ActionResult(False, False, f"no compensation row {row_id}", None, None)
         if action == "retry":
-            if row.status in SETTLED:
+            if row.status in LEDGER_SETTLED:
                 return ActionResult(True, False, None, row.status, f"already {row.status.name.lower()}")
-            if row.status is Status.RETRYING:
+            if row.status is LedgerStatus.RETRYING:
                 return ActionResult(True, False, "it is being retried right now; look again in a moment",
                                     row.status, row.message)
             if row.reason in PERSON_ONLY:
@@ -268,7 +270,7 @@ class Compensator:
                 return ActionResult(True, False, "another worker took the row over before this retry ended; look "
                                                  "again in a moment", after.status, after.message)
             return ActionResult(True, True, None, after.status, after.message)
-        to, allowed = ACTIONS[action]
+        to, allowed = PERSON_ACTIONS[action]
         steps = self._pending_steps(row)
         after, changed, refusal = await guard(lambda: self.ledger.act(
             row_id, self.group, to, allowed, actor=actor, action=action, note=note, steps=steps,
@@ -310,7 +312,7 @@ class Compensator:
             row = rows.get(row_id)
             if row is None:
                 outcomes[row_id] = ItemOutcome(row_id, FAILED, f"no compensation row {row_id}")
-            elif row.status in SETTLED:
+            elif row.status in LEDGER_SETTLED:
                 outcomes[row_id] = ItemOutcome(row_id, UNCHANGED, f"already {row.status.name.lower()}")
             elif row.reason in PERSON_ONLY:
                 outcomes[row_id] = ItemOutcome(row_id, FAILED, _person_only(row))
@@ -331,9 +333,9 @@ class Compensator:
                 v = s.verdict
                 if s.row_id not in settled:
                     outcomes[row.id] = busy(row.id, "its claim ran out before the retry ended")
-                elif v.status in SETTLED:
+                elif v.status in LEDGER_SETTLED:
                     outcomes[row.id] = ItemOutcome(row.id, CHANGED, v.detail)
-                elif v.status is Status.OPEN and v.redrives == row.redrives:
+                elif v.status is LedgerStatus.OPEN and v.redrives == row.redrives:
                     # Not this row's failure (a step's lease is held by another claimant): again later.
                     outcomes[row.id] = busy(row.id, v.detail)
                 else:

@@ -36,7 +36,7 @@ from app.adapters.alerts import Alert, AlertWebhook
 from app.adapters.mysql.leases import lease_name
 from app.adapters.mysql.watch import Watch
 from app.bootstrap import Runtime
-from app.pipeline.compensation import Status
+from app.pipeline.states import LedgerStatus
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -112,8 +112,8 @@ class Sweep:
 
     async def _late_letters(self, report: SweepReport) -> None:
         room = self.letter_limit
-        open_ = await self.watch.late_letters(self.group, (Status.OPEN, Status.RETRYING), self.sla, room)
-        manual = await self.watch.late_letters(self.group, (Status.MANUAL,), self.sla, room - len(open_)) \
+        open_ = await self.watch.late_letters(self.group, (LedgerStatus.OPEN, LedgerStatus.RETRYING), self.sla, room)
+        manual = await self.watch.late_letters(self.group, (LedgerStatus.MANUAL,), self.sla, room - len(open_)) \
             if room > len(open_) else []
         for letter in open_:
             log.error("dead letter %d (%s, order %s) unsettled for %.0fs, over COMPENSATION_SLA_SECONDS=%g: %s",

@@ -23,7 +23,7 @@ from app.adapters.mysql.bulk import CountMoved
 from app.adapters.mysql.queries import QueueFilter
 from app.bootstrap import Runtime
 from app.pipeline.bulk import ACTIONS, TRANSITIONS, TransitionRefused, tolerance
-from app.pipeline.compensation import Status
+from app.pipeline.states import LedgerStatus
 from app.pipeline.events import ORDER_NO
 from app.settings import Settings
 from app.web.compensation import FINGERPRINT, REASON
@@ -31,7 +31,7 @@ from app.web.http import (Refused, as_seen, authorize, body, integer, json_respo
                           role, text)
 
 SAMPLE = 20
-STATUSES = {s.name.lower(): s for s in (Status.OPEN, Status.MANUAL)}
+STATUSES = {s.name.lower(): s for s in (LedgerStatus.OPEN, LedgerStatus.MANUAL)}
 FILTERS = ("status", "reason", "order_no", "older_than", "fingerprint", "since", "until")
 
 

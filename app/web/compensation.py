@@ -25,7 +25,7 @@ from app.adapters.mysql.queries import QueueFilter
 from app.adapters.mysql.views import Seen
 from app.bootstrap import Runtime
 from app.masking import mask_letter
-from app.pipeline.compensation import ACTIONS, Status
+from app.pipeline.states import PERSON_ACTIONS, LedgerStatus
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import ORDER_NO, decode
 from app.pipeline.plan import step_keys
@@ -36,7 +36,7 @@ from app.web.http import (NO_FRAMES, OPERATOR, Refused, as_seen, authorize, body
 
 REASON = re.compile(r"[a-z_.:0-9]{1,64}")
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")
-STATUSES = {status.name.lower(): status for status in Status}
+STATUSES = {status.name.lower(): status for status in LedgerStatus}
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
@@ -112,7 +112,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
         async def post(self, request: web.Request, row_id: str, action: str) -> web.Response:
             try:
                 authorize(request, settings)
-                if action not in ("retry", *ACTIONS):
+                if action not in ("retry", *PERSON_ACTIONS):
                     raise Refused(404, f"no action {action!r}: retry, resolve or discard")
                 number = integer(row_id, "id", low=1, high=2 ** 62)
                 note, actor = note_and_actor(await body(request, settings), "web")

@@ -9,12 +9,14 @@ import asyncio
 
 import pytest
 
-from app.pipeline.compensation import PERSON_CLAIMS, Backoff, Status
+from app.pipeline.compensation import Backoff
+
+from app.pipeline.states import PERSON_CLAIMS, LedgerStatus as Status
 from app.pipeline.compensator import Compensator
 from app.pipeline.ports import SourceRecord
 from tests.support import sql_modes
 from tests.support.desk import desk
-from tests.support.events import event, order_no
+from tests.support.events import event
 from tests.support.pipeline import ev, paid_orders, source
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,9 @@ import asyncio
 
 import pytest
 
-from app.pipeline.compensation import Backoff, Status
+from app.pipeline.compensation import Backoff
+
+from app.pipeline.states import LedgerStatus as Status
 from app.pipeline.compensator import Compensator
 from app.pipeline.ports import SourceRecord
 from tests.support.desk import desk

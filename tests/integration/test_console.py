@@ -188,7 +188,7 @@ def test_without_a_configured_token_actions_are_refused_with_the_way_to_set_one(
 def test_the_data_views_need_a_token_and_a_host_of_ours(desk):
     """Phone numbers, addresses and whole records were served to anyone who reached the port."""
     row = desk.rows()["payload_mismatch"]
-    data = [f"/compensation/", f"/compensation/{row['id']}", f"/orders/{desk.failing}", "/idem/stuck/",
+    data = ["/compensation/", f"/compensation/{row['id']}", f"/orders/{desk.failing}", "/idem/stuck/",
             f"/idem/{desk.failing}:ORDER_CONFIRM:issue_waybill", "/", "/router/", "/stats/"]   # Faust's own too
     for path in data:
         assert call("GET", desk.base + path, token=None)[0] == 401, path

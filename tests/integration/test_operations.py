@@ -22,7 +22,7 @@ from app.adapters.alerts import AlertWebhook
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.watch import Watch
 from app.db import create_engine
-from app.pipeline.compensation import Status
+from app.pipeline.states import LedgerStatus as Status
 from app.timers.stuck import Sweep
 from tests.support import sql_modes
 from tests.support.alerts import AlertReceiver

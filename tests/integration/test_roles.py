@@ -217,7 +217,7 @@ def sign_in(page, base: str, token: str, role: str) -> None:
 def open_letter(page, order: str) -> None:
     page.fill("#filters input[name=order_no]", order)
     page.click("#search")
-    page.click(f"#queue tbody tr:has-text('payload_mismatch')")
+    page.click("#queue tbody tr:has-text('payload_mismatch')")
     page.wait_for_selector("#detail-status:has-text('manual')")
 
 

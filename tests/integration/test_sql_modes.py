@@ -22,7 +22,7 @@ from app.adapters.mysql.queries import Queries, QueueFilter
 from app.adapters.mysql.views import Seen, ViewAudit
 from app.adapters.mysql.watch import Watch
 from app.db import create_engine, session_sql_mode
-from app.pipeline.compensation import Status
+from app.pipeline.states import LedgerStatus as Status
 from tests.support import sql_modes
 from tests.support.desk import desk
 from tests.support.events import event, order_no

@@ -31,7 +31,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import uuid
 from contextlib import closing
 from pathlib import Path

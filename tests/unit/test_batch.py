@@ -246,10 +246,10 @@ async def test_a_hundred_identical_records_not_ready_are_one_piece_of_work_and_m
     assert len(processor.runs) == 1 + 2               # the batch, then the lead twice (0.2 s, 0.8 s)
     assert sleeps == [0.2, 0.8] and sleeps.now <= 3.0  # the 3.2 s retry would pass the deadline
     assert report.outcomes == {"applied": 1, "dead_letter": 100}
-    assert {(l.reason, l.retriable) for l in report.dead_letters} == {("deadline_exceeded", True)}
-    assert sorted(l.record.offset for l in report.dead_letters) == list(range(1, 101))
+    assert {(letter.reason, letter.retriable) for letter in report.dead_letters} == {("deadline_exceeded", True)}
+    assert sorted(letter.record.offset for letter in report.dead_letters) == list(range(1, 101))
     assert "precondition_not_met" in report.dead_letters[0].message
-    assert all("same request as" in l.message for l in report.dead_letters[1:])
+    assert all("same request as" in letter.message for letter in report.dead_letters[1:])
 
 
 async def test_copies_of_a_request_that_succeeds_are_duplicates():
@@ -286,8 +286,8 @@ async def test_records_deferred_past_the_deadline_are_not_tried():
                           Result(error=EffectUnavailable("503"))]})
     h, sleeps = handler(processor, deadline=1.5)
     report = await h.handle(records(event(o, "ORDER_CONFIRM"), event(o, "ORDER_CANCEL")))
-    assert [(l.record.offset, l.reason) for l in report.dead_letters] == [(0, "deadline_exceeded"),
-                                                                          (1, "deadline_exceeded")]
+    assert [(letter.record.offset, letter.reason) for letter in report.dead_letters] == [
+        (0, "deadline_exceeded"), (1, "deadline_exceeded")]
     assert "not tried" in report.dead_letters[1].message
     assert len(processor.runs) == 2                    # the batch, one retry of the first; the second never
 
@@ -327,8 +327,8 @@ async def test_unreadable_records_and_raw_header_keys_are_dead_lettered():
     raw_header = SourceRecord("order-event", 0, 1, 1, key, value,
                               (("\udcff\udcfebad", b"1"),))
     report = await h.handle([unreadable, raw_header])
-    assert [(l.reason, l.retriable) for l in report.dead_letters] == [("oversized", False),
-                                                                      ("header_not_utf8", False)]
+    assert [(letter.reason, letter.retriable) for letter in report.dead_letters] == [
+        ("oversized", False), ("header_not_utf8", False)]
     assert "decompresses" in report.dead_letters[0].message and processor.runs == []
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.pipeline.compensation import Backoff, LedgerRow, Status, judge_redrive
+from app.pipeline.compensation import Backoff, LedgerRow, judge_redrive
+
+from app.pipeline.states import LedgerStatus as Status
 from app.pipeline.dead_letter_headers import source_of
 from app.pipeline.errors import EffectUnavailable, LeaseHeld, StaleEffectMayExist
 from app.pipeline.outcomes import Outcome

@@ -11,11 +11,11 @@ from app.adapters.mysql.queries import QueueFilter
 from app.adapters.mysql.sql import Execute, marks
 from app.adapters.mysql.store import MySqlStore
 from app.pipeline.bulk import CHANGED, FAILED, ItemOutcome, Job, JobStatus, Progress, tolerated, transition
-from app.pipeline.compensation import Status
+from app.pipeline.states import LedgerStatus
 
 T = TypeVar("T")
 # A job works the rows a person can still act on; the others are settled, or being worked.
-ACTIONABLE = (Status.OPEN, Status.MANUAL)
+ACTIONABLE = (LedgerStatus.OPEN, LedgerStatus.MANUAL)
 SAMPLE_COLUMNS = "id, status, reason, fingerprint, order_no, attempts, redrives, first_failure_at, message"
 JOB_COLUMNS = ("id, action, status, filter, note, created_by, expected_count, total, done_count, changed_count, "
                "failed_count, rate_per_minute, owner, lease_until, paused_by, aborted_by, finished_at, gmt_create, "
@@ -94,7 +94,7 @@ class MySqlBulkJobs:
             rows = _dicts(await execute(f"SELECT {SAMPLE_COLUMNS} FROM t_compensation WHERE {where} ORDER BY id "
                                         f"LIMIT {int(sample)}", params))
             for row in rows:
-                row["status"] = Status(row["status"]).name.lower()
+                row["status"] = LedgerStatus(row["status"]).name.lower()
             return {"count": min(count, cap), "capped": count > cap, "cap": cap, "sample": rows}
         return await self._run(work)
 

@@ -7,7 +7,8 @@ from typing import Awaitable, Callable, Sequence, TypeVar
 from app.adapters.mysql import groups, idem, ledger
 from app.adapters.mysql.sql import Execute
 from app.adapters.mysql.store import MySqlStore
-from app.pipeline.compensation import AUTOMATIC_CLAIMS, LedgerRow, Settlement, SourceKey, Status
+from app.pipeline.compensation import LedgerRow, Settlement, SourceKey
+from app.pipeline.states import AUTOMATIC_CLAIMS, LedgerStatus
 from app.pipeline.ports import SourceRecord
 
 T = TypeVar("T")
@@ -40,7 +41,7 @@ class MySqlLedger:
         return await self._run(work)
 
     async def claim(self, row_id: int, owner: str, lease_seconds: float, *,
-                    allowed: frozenset[Status] = AUTOMATIC_CLAIMS) -> LedgerRow | None:
+                    allowed: frozenset[LedgerStatus] = AUTOMATIC_CLAIMS) -> LedgerRow | None:
         async def work(execute: Execute) -> LedgerRow | None:
             if await ledger.claim(execute, row_id, owner, lease_seconds, allowed):
                 return await ledger.get(execute, row_id)
@@ -64,7 +65,7 @@ class MySqlLedger:
                 settled.add(s.row_id)
                 if v.reason is not None:
                     failed.append(s.row_id)
-                await ledger.audit(execute, s.row_id, actor=actor, action=action, from_status=Status.RETRYING,
+                await ledger.audit(execute, s.row_id, actor=actor, action=action, from_status=LedgerStatus.RETRYING,
                                    to_status=v.status, note=s.note, detail=v.detail, job_id=job_id)
             # Rows that failed for a reason of their own join its error group, all in one go (their
             # buckets locked in one order). A run that failed nobody's way (deferred, superseded,
@@ -76,8 +77,8 @@ class MySqlLedger:
             return settled
         return await self._run(work)
 
-    async def act(self, row_id: int, group: str, to: Status, allowed: frozenset[Status], *, actor: str, action: str,
-                  note: str | None, steps: Sequence[str], step_outcome: str,
+    async def act(self, row_id: int, group: str, to: LedgerStatus, allowed: frozenset[LedgerStatus], *,
+                  actor: str, action: str, note: str | None, steps: Sequence[str], step_outcome: str,
                   job_id: int | None = None) -> tuple[LedgerRow | None, bool, str | None]:
         """A person's decision, and in the same transaction the event's steps still pending
         settled with ``step_outcome`` (fenced on their attempt); refused while one is being
@@ -109,6 +110,6 @@ class MySqlLedger:
         return await self._run(lambda execute: ledger.get_many(execute, row_ids, group=group))
 
     async def claim_many(self, row_ids: Sequence[int], group: str, owner: str, lease_seconds: float, *,
-                         allowed: frozenset[Status]) -> list[LedgerRow]:
+                         allowed: frozenset[LedgerStatus]) -> list[LedgerRow]:
         return await self._run(lambda execute: ledger.claim_many(execute, row_ids, owner, lease_seconds, group=group,
                                                                  allowed=allowed))

@@ -17,9 +17,9 @@ from typing import Any, Sequence
 from app.adapters.mysql.groups import hour_of
 from app.adapters.mysql.sql import marks
 from app.adapters.mysql.store import MySqlStore
-from app.pipeline.compensation import Status
+from app.pipeline.states import LedgerStatus
 
-UNSETTLED = ", ".join(str(int(s)) for s in (Status.OPEN, Status.RETRYING, Status.MANUAL))
+UNSETTLED = ", ".join(str(int(s)) for s in (LedgerStatus.OPEN, LedgerStatus.RETRYING, LedgerStatus.MANUAL))
 GROUPS_MAX = 100          # the list shows this many groups at most (the most open first)
 
 
@@ -129,7 +129,7 @@ async def _unsettled(execute, group: str, sinces: Sequence[datetime], *, orders_
     grouped by status first, in the index's order (a GROUP BY fingerprint alone, with a
     COUNT(DISTINCT), sorted the rows' ids and read every row back: 1.4 s at 29,000 open rows
     instead of 17 ms), then summed here."""
-    windows = "".join(f", SUM(first_failure_at >= %s)" for _ in sinces)
+    windows = "".join(", SUM(first_failure_at >= %s)" for _ in sinces)
     result = await execute(
         f"SELECT fingerprint, COUNT(*), MIN(first_failure_at){windows} FROM t_compensation "
         f"WHERE consumer_group = %s AND status IN ({UNSETTLED}) GROUP BY status, fingerprint",

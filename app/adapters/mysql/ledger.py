@@ -9,9 +9,9 @@ from typing import Sequence
 
 from app.adapters.mysql import groups, orders
 from app.adapters.mysql.sql import Execute, Sql, marks
-from app.pipeline.compensation import LedgerRow, SourceKey, Status
+from app.pipeline.compensation import LedgerRow, SourceKey
+from app.pipeline.states import LedgerStatus, ledger_move_allowed
 from app.pipeline.ports import DeadLetter, SourceRecord
-from app.pipeline.states import ledger_move_allowed
 
 # What the ledger keeps of a record, per letter: an event it decoded, whole (it is at most
 # MAX_EVENT_BYTES, at most 4 MiB, so it can always be run again from the ledger); anything
@@ -44,7 +44,7 @@ def parse_headers(doc: str | None) -> tuple[tuple[str, bytes | None], ...]:
 
 
 def row_of(values) -> LedgerRow:
-    return LedgerRow(values[0], Status(values[1]), values[2], values[3], bool(values[4]), values[5], values[6],
+    return LedgerRow(values[0], LedgerStatus(values[1]), values[2], values[3], bool(values[4]), values[5], values[6],
                      bool(values[7]), values[8], values[9], values[10], values[11], values[12],
                      parse_headers(values[13]))
 
@@ -89,7 +89,7 @@ async def record(execute: Execute, letters: Sequence[DeadLetter], *, group: str,
     for letter in letters:
         source = letter.record
         kept, size = _record_params(source, whole=letter.order_no is not None)
-        status = Status.OPEN if letter.retriable else Status.MANUAL
+        status = LedgerStatus.OPEN if letter.retriable else LedgerStatus.MANUAL
         rows.append((f"(%s, %s, %s, %s, %s, %s, %s, %s, {int(status)}, %s, %s, %s, %s, "
                      f"{due if letter.retriable else 'NULL'}, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
                      "NOW(3), NOW(3))",
@@ -101,7 +101,7 @@ async def record(execute: Execute, letters: Sequence[DeadLetter], *, group: str,
     # ON DUPLICATE KEY UPDATE assignments run left to right, each seeing the ones before it:
     # ``status`` and ``reason``, which the condition reads, come last, ``reason`` at the very end
     # (the new status is open or manual, so the condition still holds when ``reason`` is set).
-    changed = f"status IN ({int(Status.OPEN)}, {int(Status.MANUAL)}) AND reason <> VALUES(reason)"
+    changed = f"status IN ({int(LedgerStatus.OPEN)}, {int(LedgerStatus.MANUAL)}) AND reason <> VALUES(reason)"
     update = ", ".join(f"{column} = IF({changed}, VALUES({column}), {column})"
                        for column in ("message", "retriable", "next_retry_at", "attempts", "gmt_modified", "status",
                                       "reason"))
@@ -177,28 +177,29 @@ async def add_manual(execute: Execute, source: SourceKey, record_: SourceRecord,
     await execute(
         "INSERT INTO t_compensation (src_topic, src_partition, src_offset, src_timestamp, consumer_group, status, "
         f"reason, message, retriable, attempts, first_failure_at, {RECORD_COLUMNS}, "
-        f"gmt_create, gmt_modified) VALUES (%s, %s, %s, %s, %s, {int(Status.MANUAL)}, %s, %s, 0, 0, NOW(3), %s, %s, "
-        "%s, %s, %s, %s, %s, NOW(3), NOW(3)) ON DUPLICATE KEY UPDATE src_offset = src_offset",
+        f"gmt_create, gmt_modified) VALUES (%s, %s, %s, %s, %s, {int(LedgerStatus.MANUAL)}, %s, %s, 0, 0, NOW(3), "
+        "%s, %s, %s, %s, %s, %s, %s, NOW(3), NOW(3)) ON DUPLICATE KEY UPDATE src_offset = src_offset",
         [source.topic, source.partition, source.offset, source.timestamp_ms, source.group, reason, message[:1024],
          *kept])
     rows = await groups.by_source(execute, source.group, [source])
     await groups.regroup(execute, [row for row in rows.values() if (row.reason, row.message) == (reason, message[:1024])])
 
 
-ABANDONED = f"(status = {int(Status.RETRYING)} AND lease_until < NOW(3))"
+ABANDONED = f"(status = {int(LedgerStatus.RETRYING)} AND lease_until < NOW(3))"
 
 
-def _claimable(allowed: frozenset[Status]) -> str:
+def _claimable(allowed: frozenset[LedgerStatus]) -> str:
     """The statuses of ``allowed`` a claim may start from, as SQL (``-1``: none of them may)."""
-    return ", ".join(str(int(s)) for s in sorted(allowed) if ledger_move_allowed(s, Status.RETRYING)) or "-1"
+    return ", ".join(str(int(s)) for s in sorted(allowed) if ledger_move_allowed(s, LedgerStatus.RETRYING)) or "-1"
 
 
-async def claim(execute: Execute, row_id: int, owner: str, lease_seconds: float, allowed: frozenset[Status]) -> bool:
+async def claim(execute: Execute, row_id: int, owner: str, lease_seconds: float,
+                allowed: frozenset[LedgerStatus]) -> bool:
     """From one of ``allowed``, or a retrying row whose claim ran out, to retrying; True if it
     is ours now."""
     lease_us = int(lease_seconds * 1_000_000)
     await execute(
-        f"UPDATE t_compensation SET status = {int(Status.RETRYING)}, owner = %s, "
+        f"UPDATE t_compensation SET status = {int(LedgerStatus.RETRYING)}, owner = %s, "
         f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) WHERE id = %s "
         f"AND (status IN ({_claimable(allowed)}) OR {ABANDONED})", [owner, row_id])
     # Affected-row counts say nothing (CLIENT_FOUND_ROWS): read the owner back.
@@ -215,7 +216,7 @@ async def claim_due(execute: Execute, group: str, limit: int, owner: str, lease_
     lease_us = int(lease_seconds * 1_000_000)
     ids: list[int] = []
     for where, order in ((ABANDONED, "lease_until"),
-                         (f"status = {int(Status.OPEN)} AND next_retry_at <= NOW(3) AND retriable = 1",
+                         (f"status = {int(LedgerStatus.OPEN)} AND next_retry_at <= NOW(3) AND retriable = 1",
                           "next_retry_at")):
         if len(ids) >= limit:
             break
@@ -231,7 +232,7 @@ async def _take(execute: Execute, ids: list[int], owner: str, lease_us: int) -> 
     if not ids:
         return []
     await execute(
-        f"UPDATE t_compensation SET status = {int(Status.RETRYING)}, owner = %s, "
+        f"UPDATE t_compensation SET status = {int(LedgerStatus.RETRYING)}, owner = %s, "
         f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) "
         f"WHERE id IN ({marks(len(ids))})", [owner, *ids])
     result = await execute(f"SELECT {COLUMNS} FROM t_compensation WHERE id IN ({marks(len(ids))}) AND owner = %s "
@@ -239,24 +240,24 @@ async def _take(execute: Execute, ids: list[int], owner: str, lease_us: int) -> 
     return [row_of(values) for values in result]
 
 
-async def settle(execute: Execute, row_id: int, owner: str, status: Status, *, redrives: int,
+async def settle(execute: Execute, row_id: int, owner: str, status: LedgerStatus, *, redrives: int,
                  retry_in: float | None, message: str, reason: str | None) -> bool:
     """retrying -> where the attempt left it, fenced on the owner. A row left open is retriable
     (it is due for another run); a row that failed for a reason of its own takes that reason
     (the caller then moves it to that reason's error group: ``groups.regroup``)."""
-    if not ledger_move_allowed(Status.RETRYING, status):     # the statement could not refuse it
+    if not ledger_move_allowed(LedgerStatus.RETRYING, status):     # the statement could not refuse it
         return False
     retry = "NULL" if retry_in is None else f"NOW(3) + INTERVAL {int(retry_in * 1_000_000)} MICROSECOND"
     result = await execute(
         f"UPDATE t_compensation SET status = %s, redrives = %s, next_retry_at = {retry}, owner = NULL, "
         "lease_until = NULL, message = %s, retriable = %s, reason = COALESCE(%s, reason), gmt_modified = NOW(3) "
-        f"WHERE id = %s AND owner = %s AND status = {int(Status.RETRYING)}",
-        [int(status), redrives, message[:1024], status is Status.OPEN, None if reason is None else reason[:64],
+        f"WHERE id = %s AND owner = %s AND status = {int(LedgerStatus.RETRYING)}",
+        [int(status), redrives, message[:1024], status is LedgerStatus.OPEN, None if reason is None else reason[:64],
          row_id, owner])
     return result.rowcount == 1
 
 
-async def move(execute: Execute, row_id: int, to: Status, allowed: frozenset[Status]) -> bool:
+async def move(execute: Execute, row_id: int, to: LedgerStatus, allowed: frozenset[LedgerStatus]) -> bool:
     """A person's action: to ``to`` from one of ``allowed`` that the ledger's state machine lets
     move there (the caller holds the row locked)."""
     allowed = frozenset(s for s in allowed if ledger_move_allowed(s, to))
@@ -268,8 +269,9 @@ async def move(execute: Execute, row_id: int, to: Status, allowed: frozenset[Sta
     return result.rowcount == 1
 
 
-async def audit(execute: Execute, row_id: int, *, actor: str, action: str, from_status: Status | None,
-                to_status: Status | None, note: str | None, detail: str | None, job_id: int | None = None) -> None:
+async def audit(execute: Execute, row_id: int, *, actor: str, action: str, from_status: LedgerStatus | None,
+                to_status: LedgerStatus | None, note: str | None, detail: str | None,
+                job_id: int | None = None) -> None:
     """One line of the row's history; ``job_id``: the bulk job that did it, if one did."""
     await execute(
         "INSERT INTO t_compensation_audit (compensation_id, at, actor, action, from_status, to_status, note, detail, "
@@ -290,7 +292,7 @@ async def get_many(execute: Execute, row_ids: Sequence[int], *, group: str) -> l
 
 
 async def claim_many(execute: Execute, row_ids: Sequence[int], owner: str, lease_seconds: float, *, group: str,
-                     allowed: frozenset[Status]) -> list[LedgerRow]:
+                     allowed: frozenset[LedgerStatus]) -> list[LedgerRow]:
     """Claim those of ``row_ids`` that are in one of ``allowed`` (or retrying with a claim that
     ran out), skipping rows another transaction is claiming; the rows that are ours now."""
     if not row_ids:

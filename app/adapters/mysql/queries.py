@@ -11,8 +11,7 @@ from typing import Any, Sequence
 from app.adapters.mysql.ledger import parse_headers
 from app.adapters.mysql.sql import marks
 from app.adapters.mysql.store import MySqlStore
-from app.pipeline.compensation import Status
-from app.pipeline.states import IdemStatus, OrderStatus
+from app.pipeline.states import IdemStatus, LedgerStatus, OrderStatus
 
 LIST_COLUMNS = ("id, status, reason, fingerprint, retriable, attempts, redrives, order_no, event_id, biz_key, src_topic, src_partition, "
                 "src_offset, consumer_group, may_be_superseded, truncated, first_failure_at, next_retry_at, "
@@ -25,7 +24,7 @@ IDEM_COLUMNS = ("biz_key, part_date, step, status, attempt, owner, lease_until, 
 
 @dataclass(frozen=True)
 class QueueFilter:
-    status: Status | None = None
+    status: LedgerStatus | None = None
     reason: str | None = None
     order_no: str | None = None
     older_than_seconds: int | None = None
@@ -43,7 +42,7 @@ def _dicts(result) -> list[dict[str, Any]]:
 
 def _named(row: dict[str, Any]) -> dict[str, Any]:
     if "status" in row and isinstance(row["status"], int):
-        row["status"] = Status(row["status"]).name.lower()
+        row["status"] = LedgerStatus(row["status"]).name.lower()
     return row
 
 
@@ -101,10 +100,10 @@ class Queries:
         cap = COUNT_CAP
         parts = " UNION ALL ".join(
             f"SELECT {int(s)} AS status, COUNT(*) AS n FROM (SELECT 1 FROM t_compensation WHERE status = {int(s)} "
-            f"AND consumer_group = %s LIMIT {cap + 1}) AS s{int(s)}" for s in Status)
-        by_status = {Status(r["status"]).name.lower(): r["n"]
-                     for r in await self._all(parts, [self.group] * len(Status)) if r["n"]}
-        unsettled = ", ".join(str(int(s)) for s in (Status.OPEN, Status.RETRYING, Status.MANUAL))
+            f"AND consumer_group = %s LIMIT {cap + 1}) AS s{int(s)}" for s in LedgerStatus)
+        by_status = {LedgerStatus(r["status"]).name.lower(): r["n"]
+                     for r in await self._all(parts, [self.group] * len(LedgerStatus)) if r["n"]}
+        unsettled = ", ".join(str(int(s)) for s in (LedgerStatus.OPEN, LedgerStatus.RETRYING, LedgerStatus.MANUAL))
         rows = await self._all(f"SELECT reason, COUNT(*) AS n FROM (SELECT reason FROM t_compensation "
                                f"WHERE status IN ({unsettled}) AND consumer_group = %s LIMIT {cap + 1}) AS u "
                                "GROUP BY reason", [self.group])
@@ -130,7 +129,7 @@ class Queries:
         for entry in row["history"]:
             for side in ("from_status", "to_status"):
                 if entry[side] is not None:
-                    entry[side] = Status(entry[side]).name.lower()
+                    entry[side] = LedgerStatus(entry[side]).name.lower()
         return row
 
     # -- orders and t_idem ---------------------------------------------------------

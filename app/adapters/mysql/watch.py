@@ -12,12 +12,11 @@ from datetime import date, datetime
 from typing import Any, Sequence
 
 from app.adapters.mysql.store import MySqlStore
-from app.pipeline.compensation import Status
-from app.pipeline.states import IdemStatus
+from app.pipeline.states import IdemStatus, LedgerStatus
 
 COUNT_CAP = 10_000
 PENDING = int(IdemStatus.PENDING)
-UNSETTLED = (int(Status.OPEN), int(Status.RETRYING))
+UNSETTLED = (int(LedgerStatus.OPEN), int(LedgerStatus.RETRYING))
 
 
 @dataclass(frozen=True)
@@ -36,7 +35,7 @@ class StuckRow:
 @dataclass(frozen=True)
 class LateLetter:
     id: int
-    status: Status
+    status: LedgerStatus
     reason: str
     order_no: str | None
     biz_key: str | None
@@ -82,7 +81,7 @@ class Watch:
             f"ORDER BY gmt_modified, biz_key LIMIT {int(limit)}", params)
         return [StuckRow(*row[:7], float(row[7]), row[8]) for row in rows]
 
-    async def late_letters(self, group: str, status: Sequence[Status], older_than_seconds: float,
+    async def late_letters(self, group: str, status: Sequence[LedgerStatus], older_than_seconds: float,
                            limit: int) -> list[LateLetter]:
         """Ledger rows of ``group`` in ``status`` whose first failure is older than the age, oldest first."""
         rows = await self._rows(
@@ -91,7 +90,7 @@ class Watch:
             f"WHERE status IN ({', '.join(str(int(s)) for s in status)}) AND consumer_group = %s "
             "AND first_failure_at < NOW(3) - INTERVAL %s MICROSECOND ORDER BY first_failure_at, id "
             f"LIMIT {int(limit)}", [group, int(older_than_seconds * 1_000_000)])
-        return [LateLetter(row[0], Status(row[1]), *row[2:7], float(row[7]), row[8]) for row in rows]
+        return [LateLetter(row[0], LedgerStatus(row[1]), *row[2:7], float(row[7]), row[8]) for row in rows]
 
     # -- the gauges -----------------------------------------------------------------
 
@@ -105,21 +104,21 @@ class Watch:
             over_cap = (await tx._exec(
                 f"SELECT COUNT(*) FROM (SELECT 1 FROM t_idem WHERE status = {PENDING} AND attempt >= %s "
                 f"LIMIT {COUNT_CAP}) AS c", [attempt_cap])).scalar()
-            unsettled = (*UNSETTLED, int(Status.MANUAL))
+            unsettled = (*UNSETTLED, int(LedgerStatus.MANUAL))
             by_status = await tx._exec(
                 "SELECT status, COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(first_failure_at), NOW(3)) / 1e6 "
                 f"FROM t_compensation WHERE status IN ({', '.join(map(str, unsettled))}) AND consumer_group = %s "
                 "GROUP BY status", [group])
-            counts = {Status(s).name.lower(): 0 for s in unsettled}
+            counts = {LedgerStatus(s).name.lower(): 0 for s in unsettled}
             oldest: dict[int, float] = {}
             for status, n, age in by_status:
-                counts[Status(status).name.lower()] = int(n)
+                counts[LedgerStatus(status).name.lower()] = int(n)
                 oldest[status] = float(age or 0)
             rows = (await tx._exec("SELECT COALESCE(SUM(TABLE_ROWS), 0) FROM information_schema.PARTITIONS "
                                    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 't_idem'")).scalar()
             return Gauges(stuck_by_step, int(over_cap or 0), counts,
                           max((oldest.get(s, 0.0) for s in UNSETTLED), default=0.0),
-                          oldest.get(int(Status.MANUAL), 0.0), int(rows or 0))
+                          oldest.get(int(LedgerStatus.MANUAL), 0.0), int(rows or 0))
 
         return await self.store.in_transaction(read)
 

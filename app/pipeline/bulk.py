@@ -212,7 +212,7 @@ class BulkRunner:
         started = time.monotonic()
         job = await guard(lambda: self.jobs.take(self.group, self.owner, self.lease_seconds))
         if job is None:
-            self.held = None
+            self._let_go()
             return None
         if self.held != job.id:
             # A job (re)taken: its rate is measured afresh (a pause, or another's run, is no work of ours).
@@ -243,8 +243,16 @@ class BulkRunner:
                                                     lease_seconds=self.lease_seconds,
                                                     retry_in=self.busy_retry_seconds, rate=meter.rate()))
         if not kept:
-            self.held = None
+            self._let_go()
         return pace(len(ids), self.rate, started, time.monotonic())
+
+    def _let_go(self) -> None:
+        """The job this runner held is no longer its own (paused, aborted, taken over): what it
+        did is recorded, and it runs no more of it."""
+        if self.held is not None:
+            log.info("bulk job %s: no longer run here (paused, aborted or taken over); its last chunk is recorded",
+                     self.held)
+        self.held = None
 
     async def release(self, guard) -> None:
         """Give the job up now (a worker that stops): another worker need not wait its lease out."""

@@ -31,6 +31,7 @@ FAST = {"WEB_TOKEN": TOKEN, "LEASE_SECONDS": "8", "EFFECT_TIMEOUT_SECONDS": "1",
         "INFRA_RETRY_BUDGET_SECONDS": "3", "SMS_LOOKUP_SETTLE_SECONDS": "1", "COMPENSATION_BACKOFF_SECONDS": "1",
         "COMPENSATION_TIMER_SECONDS": "1", "BULK_LEASE_SECONDS": "4", "BULK_TIMER_SECONDS": "0.5"}
 
+LET_GO = "no longer run here"          # the runner's line once a job it ran is paused, aborted or taken
 
 def call(worker, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
     request = urllib.request.Request(f"http://127.0.0.1:{worker.web_port}{path}", method=method,
@@ -144,8 +145,11 @@ def test_a_job_is_paused_resumed_and_aborted_by_a_person(scratch_db, topics, spa
     status, paused = call(worker, "POST", f"/bulk/{jid}/pause", {"actor": "carol"})
     assert status == 200 and paused["status"] == "paused" and paused["paused_by"] == "web:carol" and paused["changed"]
     assert call(worker, "POST", f"/bulk/{jid}/pause", {"actor": "carol"})[1]["changed"] is False
-    # The chunk in flight ends; then nothing moves while it is paused.
-    at_pause = wait_for(lambda: (j := job(worker, jid))["owner"] is None and j, timeout=30, what="the lease given up")
+    # The chunk in flight ends and is recorded; then nothing moves while it is paused. (The pause
+    # gives the lease up at once: the owner alone does not say the chunk in flight has ended.)
+    wait_for(lambda: LET_GO in worker.logs(), timeout=30, what="the runner letting the paused job go", workers=[worker])
+    at_pause = job(worker, jid)
+    assert at_pause["owner"] is None
     assert at_pause["eta_seconds"] is None
     settled = scratch_db.scalar("SELECT COUNT(*) FROM t_compensation WHERE consumer_group = %s AND status = 5",
                                 pair.group)
@@ -172,8 +176,10 @@ def test_a_job_is_paused_resumed_and_aborted_by_a_person(scratch_db, topics, spa
     status, aborted = call(worker, "POST", f"/bulk/{jid}/abort", {"actor": "dave"})
     assert status == 200 and aborted["status"] == "aborted" and aborted["aborted_by"] == "web:dave"
     assert call(worker, "POST", f"/bulk/{jid}/resume", {"actor": "dave"})[0] == 409
-    final = wait_for(lambda: (j := job(worker, jid))["owner"] is None and j, timeout=30, what="the lease given up")
-    assert 0 < final["remaining"] < 200 and final["changed"] == final["done"]
+    wait_for(lambda: LET_GO in worker.logs(), timeout=30, what="the runner letting the aborted job go",
+             workers=[worker])
+    final = job(worker, jid)
+    assert final["owner"] is None and 0 < final["remaining"] < 200 and final["changed"] == final["done"]
     left = scratch_db.scalar("SELECT COUNT(*) FROM t_compensation WHERE consumer_group = %s AND status = %s",
                              pair.group, MANUAL)
     assert left == final["remaining"]

@@ -6,13 +6,13 @@ first transaction (T1) decides for a batch. Plain data; the rules live in
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import date
 from typing import TYPE_CHECKING
 
 from app.pipeline.errors import PipelineError
 from app.pipeline.outcomes import Outcome
-from app.pipeline.states import REOPENABLE_OUTCOME, IdemStatus, OrderStatus
+from app.pipeline.states import REOPENABLE_OUTCOME, IdemStatus, Order, OrderStatus
 
 if TYPE_CHECKING:
     from app.pipeline.steps import Effect
@@ -36,25 +36,6 @@ RESOLVED_BY_PERSON = "resolved_by_person"
 DISCARDED_BY_PERSON = "discarded_by_person"
 # Failed effect steps that are settled, not errors: a replay of their event is a duplicate.
 SETTLED_FAILURES = frozenset({STALE, RESOLVED_BY_PERSON, DISCARDED_BY_PERSON})
-
-
-@dataclass(frozen=True, slots=True)
-class Order:
-    """A ``t_order`` row. The fields between ``status`` and ``has_dead_letters`` are the
-    order's data: local steps copy event fields onto them (``steps.LocalStep.sets``)."""
-
-    order_no: str
-    status: OrderStatus
-    amount_cents: int | None = None
-    phone: str | None = None
-    address: str | None = None
-    paid_cents: int | None = None
-    cancel_reason: str | None = None
-    has_dead_letters: bool = False        # a dead letter of this order awaits the order's next move
-
-
-ORDER_DATA: tuple[str, ...] = tuple(f.name for f in fields(Order)
-                                    if f.name not in ("order_no", "status", "has_dead_letters"))
 
 
 @dataclass(frozen=True, slots=True)

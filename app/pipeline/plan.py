@@ -28,9 +28,9 @@ from app.pipeline.errors import (AttemptsExhausted, EffectOutcomeUnknown, LeaseH
                                  PreconditionNotMet, UnknownOutcomeNonIdempotent)
 from app.pipeline.events import OrderEvent
 from app.pipeline.model import (NOT_DELIVERED, SETTLED_FAILURES, STALE, BatchPlan, EffectJob, EventPlan, FailRow,
-                                IdemRow, NewRow, Order, Reclaim)
+                                IdemRow, NewRow, Reclaim)
 from app.pipeline.outcomes import Outcome
-from app.pipeline.states import TERMINAL, IdemStatus, MoveVerdict, judge_move
+from app.pipeline.states import TERMINAL, IdemStatus, MoveVerdict, Order, judge_move
 from app.pipeline.steps import PIPELINES, Effect, LocalStep
 
 _APPLY = MoveVerdict.APPLY.value

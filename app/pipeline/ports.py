@@ -11,7 +11,8 @@ from datetime import date, datetime
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, TypeVar
 
 from app.pipeline.errors import PipelineError
-from app.pipeline.model import BatchPlan, EffectJob, IdemRow, Order
+from app.pipeline.model import BatchPlan, EffectJob, IdemRow
+from app.pipeline.states import Order
 
 T = TypeVar("T")
 

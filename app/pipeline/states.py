@@ -1,5 +1,5 @@
-"""The three state machines, as data: ``t_idem`` rows, orders and the compensation
-ledger's rows (``t_compensation``).
+"""The three state machines, as data: ``t_idem`` rows, orders (and the ``Order`` row
+itself) and the compensation ledger's rows (``t_compensation``).
 
 Every caller asks this module; nothing else decides what a legal move is.
 The SQL that moves rows repeats each rule as a condition, so the database
@@ -8,6 +8,7 @@ refuses an illegal move even if Python asked for one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from enum import Enum, IntEnum
 
 from app.pipeline.outcomes import Outcome
@@ -59,6 +60,25 @@ class OrderStatus(IntEnum):
     PAID = 2
     CONFIRMED = 3
     CANCELLED = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """A ``t_order`` row. The fields between ``status`` and ``has_dead_letters`` are the
+    order's data: local steps copy event fields onto them (``steps.LocalStep.sets``)."""
+
+    order_no: str
+    status: OrderStatus
+    amount_cents: int | None = None
+    phone: str | None = None
+    address: str | None = None
+    paid_cents: int | None = None
+    cancel_reason: str | None = None
+    has_dead_letters: bool = False        # a dead letter of this order awaits the order's next move
+
+
+ORDER_DATA: tuple[str, ...] = tuple(f.name for f in fields(Order)
+                                    if f.name not in ("order_no", "status", "has_dead_letters"))
 
 
 ORDER_TRANSITIONS: frozenset[tuple[OrderStatus | None, OrderStatus]] = frozenset({

@@ -22,13 +22,10 @@ A new event type is one line in :data:`PIPELINES` (and its data fields in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from app.pipeline.events import EventType, OrderEvent
-from app.pipeline.states import OrderStatus
-
-if TYPE_CHECKING:
-    from app.pipeline.model import Order
+from app.pipeline.states import Order, OrderStatus
 
 DEFAULT_KEY_FORMAT = "{order_no}:{type}:{step}"
 
@@ -37,7 +34,7 @@ DEFAULT_KEY_FORMAT = "{order_no}:{type}:{step}"
 class Effect:
     name: str
     idempotent: bool                                    # the service deduplicates by our token: a call may repeat
-    request: Callable[[OrderEvent, "Order"], dict[str, Any]] = field(repr=False)
+    request: Callable[[OrderEvent, Order], dict[str, Any]] = field(repr=False)
     done: str                                           # t_idem.outcome once the call succeeded
     receipt_fields: tuple[str, ...] = ()                # the receipt's own fields, beside its reference
     # The service can say whether it ever accepted our token (a lookup): then a call of a

@@ -14,9 +14,9 @@ from sqlalchemy.exc import IntegrityError
 from app.adapters.mysql import MySqlStore, MySqlTransaction, idem, orders
 from app.db import create_engine
 from app.pipeline.errors import Conflict, EffectRejected, EffectUnavailable
-from app.pipeline.model import BatchPlan, EffectJob, FailRow, NewRow, Order, Reclaim
+from app.pipeline.model import BatchPlan, EffectJob, FailRow, NewRow, Reclaim
 from app.pipeline.ports import Finished, Receipt
-from app.pipeline.states import IdemStatus, OrderStatus, idem_move_allowed
+from app.pipeline.states import IdemStatus, Order, OrderStatus, idem_move_allowed
 from app.pipeline.steps import ISSUE_WAYBILL
 from tests.support import sql_modes
 from tests.support.services import connect

@@ -19,9 +19,9 @@ from typing import Awaitable, Callable, Sequence, TypeVar
 
 from app.adapters.mysql.receipts import WRITERS
 from app.pipeline.errors import Conflict, StoreUnavailable
-from app.pipeline.model import ORDER_DATA, BatchPlan, FailRow, IdemRow, Order
+from app.pipeline.model import BatchPlan, FailRow, IdemRow
 from app.pipeline.ports import DeadLetter, Finished
-from app.pipeline.states import IdemStatus
+from app.pipeline.states import ORDER_DATA, IdemStatus, Order
 
 T = TypeVar("T")
 

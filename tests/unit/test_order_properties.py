@@ -22,10 +22,9 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from app.pipeline.batch import BatchHandler
-from app.pipeline.model import ORDER_DATA
 from app.pipeline.tokens import StepTokens
 from app.pipeline.processor import Processor
-from app.pipeline.states import OrderStatus
+from app.pipeline.states import ORDER_DATA, OrderStatus
 from tests.support.events import event, order_no
 from tests.support.memory_store import MemoryStore
 from tests.support.pipeline import MemorySink, source

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from app.pipeline.errors import (AttemptsExhausted, LeaseHeld, PayloadMismatch, PreconditionNotMet,
                                  UnknownOutcomeNonIdempotent)
 from app.pipeline.events import decode
-from app.pipeline.model import NOT_DELIVERED, IdemRow, Order
+from app.pipeline.model import NOT_DELIVERED, IdemRow
 from app.pipeline.plan import plan_batch, step_keys
-from app.pipeline.states import IdemStatus, OrderStatus, MoveVerdict, judge_move
+from app.pipeline.states import IdemStatus, MoveVerdict, Order, OrderStatus, judge_move
 from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
 from tests.support.events import event, record
 

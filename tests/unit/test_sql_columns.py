@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from app.pipeline.model import ORDER_DATA
+from app.pipeline.states import ORDER_DATA
 from tables import metadata
 
 ADAPTER = Path(__file__).resolve().parents[2] / "app" / "adapters" / "mysql"

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from app.adapters.mysql.sql import Execute, Sql, marks
-from app.pipeline.model import ORDER_DATA, Order
-from app.pipeline.states import OrderStatus
+from app.pipeline.states import ORDER_DATA, Order, OrderStatus
 
 _COLUMNS = ", ".join(ORDER_DATA)
 

@@ -10,7 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.adapters.mysql import idem, ledger, orders, recovery
 from app.adapters.mysql.receipts import WRITERS
-from app.pipeline.model import BatchPlan, FailRow, IdemRow, Order
+from app.pipeline.model import BatchPlan, FailRow, IdemRow
+from app.pipeline.states import Order
 from app.pipeline.ports import DeadLetter, Finished
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import Counter
+from collections import Counter, defaultdict
 from contextlib import contextmanager
 from datetime import date, datetime, timedelta, timezone
 from typing import Awaitable, Callable
@@ -33,6 +33,7 @@ from tests.support.events import order_no
 from tests.support.pipeline import ev
 
 _owners = itertools.count(1)
+REFERENCE_PREFIX = {"waybill": "WB", "sms": "SMS"}     # how the services number what they made
 
 
 class Fault:
@@ -47,8 +48,9 @@ class Crash(BaseException):
 
 
 class MemoryEffects:
-    """The ``EffectClient`` port in memory: waybills deduplicated by token, SMS counted; the
-    SMS gateway answers lookups by client_ref (the step's token) when ``verifiable`` says so."""
+    """The ``EffectClient`` port in memory, for every declared effect by its declaration: an
+    idempotent effect's service deduplicates by our token (a waybill), any other does the work
+    again on every call (an SMS), and answers lookups by the token when ``verifiable`` says so."""
 
     def __init__(self, wait: Callable[[float], Awaitable[None]]) -> None:
         self.wait = wait                                          # a call that takes time waits on the harness's clock
@@ -56,11 +58,11 @@ class MemoryEffects:
         self.crash: str | None = None                             # "before_send" or "after_send", once
         self.accepted_refs: dict[str, str] = {}
         self.lookups: list[str] = []
-        self.faults: dict[str, list[Fault]] = {"waybill": [], "sms": []}
+        self.faults: defaultdict[str, list[Fault]] = defaultdict(list)   # effect -> its next calls' faults
         self.delay: dict[str, float] = {}
         self.lookup_delay = 0.0                                   # how long a lookup takes (the harness's clock)
         self.calls: list[tuple[str, str, str]] = []              # (effect, order_no, token)
-        self.waybill_by_token: dict[str, str] = {}
+        self.reference_by_token: dict[str, str] = {}             # an idempotent effect's answer per token
         self.sent: Counter = Counter()                            # work actually done, per (effect, order_no)
         self.in_flight: Counter = Counter()
         self.peak_in_flight = 0
@@ -90,15 +92,17 @@ class MemoryEffects:
             self.in_flight[job.biz_key] -= 1
 
     def _work(self, job: EffectJob) -> Receipt:
-        if job.effect.name == "waybill":
-            if job.token not in self.waybill_by_token:
-                self.waybill_by_token[job.token] = f"WB{next(self._serial):08d}"
-                self.sent["waybill", job.order_no] += 1
-            return Receipt(reference=self.waybill_by_token[job.token])
-        self.sent["sms", job.order_no] += 1
-        message_id = f"SMS{next(self._serial):08d}"
-        self.accepted_refs[job.token] = message_id
-        return Receipt(reference=message_id)
+        name = job.effect.name
+        prefix = REFERENCE_PREFIX.get(name, name.upper())
+        if job.effect.idempotent:
+            if job.token not in self.reference_by_token:
+                self.reference_by_token[job.token] = f"{prefix}{next(self._serial):08d}"
+                self.sent[name, job.order_no] += 1
+            return Receipt(reference=self.reference_by_token[job.token])
+        self.sent[name, job.order_no] += 1
+        reference = f"{prefix}{next(self._serial):08d}"
+        self.accepted_refs[job.token] = reference
+        return Receipt(reference=reference)
 
     async def lookup(self, job: EffectJob) -> Receipt | None:
         self.lookups.append(job.token)

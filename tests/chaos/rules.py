@@ -19,12 +19,13 @@ STATUS_NAME = {None: "none", CREATED: "CREATED", PAID: "PAID", CONFIRMED: "CONFI
 TARGET = {"ORDER_CREATED": CREATED, "ORDER_PAID": PAID, "ORDER_CONFIRM": CONFIRMED, "ORDER_CANCEL": CANCELLED}
 LOCAL_STEP = {"ORDER_CREATED": "create_order", "ORDER_PAID": "mark_paid", "ORDER_CONFIRM": "mark_confirmed",
               "ORDER_CANCEL": "mark_cancelled"}
-EFFECT_STEP = {"ORDER_CONFIRM": "issue_waybill", "ORDER_CANCEL": "send_cancel_sms"}
 # The effects the checker can hold to exactly once (``tests.chaos.orders``: one check each), by the
-# name the pipeline declares them under and the service the fakes' ledger records their calls as.
-# An effect the pipeline declares and this does not name is a violation of the run (``unchecked_effects``):
-# a new effect must come with its check, or a chaos run would pass without checking it.
+# name the pipeline declares them under (the service the fakes' ledger records their calls as), with
+# the step and the event type that call them. An effect the pipeline declares and this does not name
+# is a violation of the run (``unchecked_effects``): a new effect must come with its check, or a
+# chaos run would pass without checking it.
 CHECKED_EFFECTS = {"waybill": ("issue_waybill", "ORDER_CONFIRM"), "sms": ("send_cancel_sms", "ORDER_CANCEL")}
+EFFECT_STEP = {type_: step for step, type_ in CHECKED_EFFECTS.values()}
 SERVICES = frozenset({"waybill", "sms", "sms_lookup"})      # what the fakes' ledger may record calls to
 TYPES = tuple(TARGET)
 

@@ -58,7 +58,10 @@ async def claim_many(execute, row_id: int, to: LedgerStatus) -> None:
 
 
 async def settle(execute, row_id: int, to: LedgerStatus) -> None:
-    await ledger.settle(execute, row_id, ME, to, redrives=1, retry_in=None, message="redriven", reason=None)
+    try:
+        await ledger.settle(execute, row_id, ME, to, redrives=1, retry_in=None, message="redriven", reason=None)
+    except ValueError as exc:            # a target the table forbids from retrying: refused before any SQL
+        assert not ledger_move_allowed(LedgerStatus.RETRYING, to), exc
 
 
 async def move(execute, row_id: int, to: LedgerStatus) -> None:

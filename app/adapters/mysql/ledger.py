@@ -245,8 +245,8 @@ async def settle(execute: Execute, row_id: int, owner: str, status: LedgerStatus
     """retrying -> where the attempt left it, fenced on the owner. A row left open is retriable
     (it is due for another run); a row that failed for a reason of its own takes that reason
     (the caller then moves it to that reason's error group: ``groups.regroup``)."""
-    if not ledger_move_allowed(LedgerStatus.RETRYING, status):     # the statement could not refuse it
-        return False
+    if not ledger_move_allowed(LedgerStatus.RETRYING, status):     # a caller's mistake: the table forbids it
+        raise ValueError(f"a retrying ledger row cannot be settled as {status.name.lower()} (LEDGER_TRANSITIONS)")
     retry = "NULL" if retry_in is None else f"NOW(3) + INTERVAL {int(retry_in * 1_000_000)} MICROSECOND"
     result = await execute(
         f"UPDATE t_compensation SET status = %s, redrives = %s, next_retry_at = {retry}, owner = NULL, "

@@ -21,6 +21,7 @@ confirmed again").
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from enum import Enum
 from typing import Callable, Mapping, Sequence
 
 from app.pipeline.errors import (AttemptsExhausted, EffectOutcomeUnknown, LeaseHeld, PayloadMismatch, PipelineError,
@@ -74,6 +75,52 @@ def fresh_verifiable(events: Sequence[OrderEvent], keys_of: Sequence[list[str]],
                for step, key in zip(PIPELINES[event.type].effects, keys[1:]))
 
 
+class EffectCase(Enum):
+    """What T1 does with one effect step, by what ``t_idem`` holds of it: the README's
+    ``t_idem`` table, row by row, with the waits and refusals that keep a call from
+    happening twice. :func:`effect_case` picks one; ``_Planner`` has one method for each."""
+
+    DONE = "done"                            # done: nothing left to do
+    SETTLED = "settled"                      # failed, settled (stale, or a person's decision): nothing to do
+    FAILED = "failed"                        # failed for good: the event dead-letters again
+    CLAIM = "claim"                          # (none) -> pending: attempt 1, a new token
+    CLAIM_LOOKED_UP = "claim_looked_up"      # the same in a recovery window, the service asked before the call
+    RECOVERY_WAIT = "recovery_wait"          # (none), in a recovery window too young to ask the service: wait
+    HELD = "held"                            # pending, another claimant's live lease: wait for it
+    CAPPED = "capped"                        # pending, claimed IDEM_MAX_ATTEMPTS times: a person decides
+    UNKNOWN_WAIT = "unknown_wait"            # pending, last call's outcome unknown, too early to ask: wait
+    UNKNOWN_UNASKABLE = "unknown_unaskable"  # pending, last call's outcome unknown, no way to ask: failed
+    RECLAIM = "reclaim"                      # pending -> pending: attempt + 1, the same token
+    RECLAIM_LOOKED_UP = "reclaim_looked_up"  # the same, the last call's outcome unknown: asked before calling
+
+
+def effect_case(effect: Effect, row: IdemRow | None, *, owner: str, attempt_cap: int | None,
+                verifiable: Mapping[str, float], recovering: float | None) -> EffectCase:
+    """The case of one effect step: a pure function of its row and the claim's context.
+    The order the questions come in is the rule: a live lease is respected before the cap,
+    the cap before an unknown outcome."""
+    if row is None:
+        delay = verifiable.get(effect.name) if recovering is not None and not effect.idempotent else None
+        if delay is None:
+            return EffectCase.CLAIM
+        return EffectCase.RECOVERY_WAIT if recovering < delay else EffectCase.CLAIM_LOOKED_UP
+    status = row.status
+    if status is IdemStatus.DONE:
+        return EffectCase.DONE
+    if status is IdemStatus.FAILED:
+        return EffectCase.SETTLED if row.outcome in SETTLED_FAILURES else EffectCase.FAILED
+    if not (row.expired or row.owner == owner):
+        return EffectCase.HELD
+    if attempt_cap is not None and row.attempt >= attempt_cap:
+        return EffectCase.CAPPED
+    if not _outcome_unknown(effect, row):
+        return EffectCase.RECLAIM
+    delay = verifiable.get(effect.name)
+    if delay is None:
+        return EffectCase.UNKNOWN_UNASKABLE
+    return EffectCase.UNKNOWN_WAIT if row.since_call < delay else EffectCase.RECLAIM_LOOKED_UP
+
+
 def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: dict[str, Order],
                *, owner: str, tokens: Callable[[str], str],
                keys_of: Sequence[list[str]] | None = None,
@@ -88,150 +135,215 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
     ``recovering``: seconds since a recovery window opened (None: none is open). The store may
     have forgotten claims made before it, so a fresh claim of a verifiable effect that is not
     idempotent (the SMS) is looked up before it is sent, as an unknown outcome is."""
-    verifiable = verifiable or {}
-    plan = BatchPlan(events=[EventPlan() for _ in events])
-    claims = plan.claims
-    current = dict(orders)
-    blocked: set[str] = set()
-    first_hash: dict[str, str] = {}     # local key -> payload hash of its first event in this batch
-
+    planner = _Planner(len(events), rows, orders, owner=owner, tokens=tokens, verifiable=verifiable or {},
+                       attempt_cap=attempt_cap, recovering=recovering)
+    plan_event = planner.event
     for index, event in enumerate(events):
-        result = plan.events[index]
-        if event.order_no in blocked:
-            result.deferred = True
-            continue
-        pipe = PIPELINES[event.type]
-        keys = keys_of[index] if keys_of is not None else step_keys(event)
-        local_key = keys[0]
-
-        clash = None
-        if rows:
-            for k in keys:
-                row = rows.get(k)
-                if row is not None and row.payload_hash != event.payload_hash:
-                    clash = row
-                    break
-        if clash is not None:
-            claims["mismatch"] += 1
-            result.error = PayloadMismatch(
-                f"{clash.biz_key} was recorded with payload {clash.payload_hash[:12]}, this event carries "
-                f"{event.payload_hash[:12]}")
-            continue
-        if local_key in first_hash:     # the same request twice in one batch
-            if first_hash[local_key] == event.payload_hash:
-                result.outcome = Outcome.DUPLICATE
-            else:
-                result.error = PayloadMismatch(f"{local_key} arrived twice in one batch with different payloads")
-            continue
-        first_hash[local_key] = event.payload_hash
-
-        local_row = rows.get(local_key)
-        if local_row is None:
-            verdict = _apply_local(event, pipe.local, current, plan)
-            if verdict is MoveVerdict.NOT_READY:
-                state = current.get(event.order_no)
-                result.error = PreconditionNotMet(
-                    f"{event.type.value} needs order {event.order_no} in an earlier state; it is "
-                    f"{state.status.name if state else 'unknown'}")
-                blocked.add(event.order_no)
-                continue
-            plan.inserts.append(NewRow(local_key, event.part_date, pipe.local.name, IdemStatus.DONE,
-                                       event.payload_hash, outcome=_VERDICT_VALUE[verdict]))
-            claims["new"] += 1
-            local_outcome, fresh = _VERDICT_VALUE[verdict], True
-        else:
-            claims["done"] += 1
-            local_outcome, fresh = local_row.outcome, False
-
-        if local_outcome != _APPLY:
-            result.outcome = _OUTCOME[local_outcome] if fresh else _replayed(plan)
-            continue
-
-        for step, key in zip(pipe.effects, keys[1:]):
-            row = rows.get(key)
-            if row is not None and row.status is IdemStatus.DONE:
-                claims["done"] += 1
-                continue
-            if row is not None and row.status is IdemStatus.FAILED:
-                claims["failed"] += 1
-                if row.outcome in SETTLED_FAILURES:   # settled: its order moved on, or a person settled it
-                    continue
-                result.error = _terminal_error(row)
-                break
-            order = current[event.order_no]
-            recheck = False
-            if row is None and recovering is not None and step.effect.name in verifiable \
-                    and not step.effect.idempotent:
-                if recovering < verifiable[step.effect.name]:
-                    # A request of the forgotten claim may still be on its way to the service.
-                    wait = verifiable[step.effect.name] - recovering
-                    claims["waiting"] += 1
-                    result.error = EffectOutcomeUnknown(
-                        f"{key}: a recovery window is open (the store may have forgotten an earlier claim); "
-                        f"the service is asked once {verifiable[step.effect.name]:g}s have passed since it "
-                        f"opened, in {wait:.0f}s")
-                    blocked.add(event.order_no)
-                    break
-                recheck = True
-            if row is None:
-                claims["new"] += 1
-                token, attempt = tokens(key), 1
-                plan.inserts.append(NewRow(key, event.part_date, step.name, IdemStatus.PENDING,
-                                           event.payload_hash, idem_token=token))
-            elif not (row.expired or row.owner == owner):
-                claims["held"] += 1
-                result.error = LeaseHeld(f"{key} is claimed by {row.owner} for {row.remaining:.1f}s more",
-                                         wait_seconds=row.remaining)
-                blocked.add(event.order_no)
-                break
-            elif attempt_cap is not None and row.attempt >= attempt_cap:
-                # Claimed this often without an end: something keeps failing it. A person decides.
-                claims["capped"] += 1
-                result.error = AttemptsExhausted(
-                    f"{key} was claimed {row.attempt} times without finishing (IDEM_MAX_ATTEMPTS={attempt_cap}): "
-                    "it is not claimed again automatically; retry it from the compensation console once the "
-                    "cause is fixed")
-                blocked.add(event.order_no)
-                break
-            elif _outcome_unknown(step.effect, row) and step.effect.name in verifiable \
-                    and row.since_call < verifiable[step.effect.name]:
-                # Asking the service now could miss a request still on its way to it.
-                wait = verifiable[step.effect.name] - row.since_call
-                claims["waiting"] += 1
-                result.error = EffectOutcomeUnknown(
-                    f"{key}: the outcome of attempt {row.attempt} is unknown; the service is asked once "
-                    f"{verifiable[step.effect.name]:g}s have passed, in {wait:.0f}s")
-                blocked.add(event.order_no)
-                break
-            elif _outcome_unknown(step.effect, row) and step.effect.name not in verifiable:
-                # An earlier claim may have reached the gateway: calling again could send twice,
-                # and the service cannot be asked.
-                message = (f"{key}: attempt {row.attempt} of a call without idempotency key ended "
-                           "without a known outcome")
-                claims["failed"] += 1
-                plan.fails.append(FailRow(key, event.part_date, row.attempt,
-                                          UnknownOutcomeNonIdempotent.reason, message))
-                result.error = UnknownOutcomeNonIdempotent(message)
-                break
-            else:
-                # Claimed again; a call whose outcome is unknown is looked up before it is repeated.
-                claims["reclaimed"] += 1
-                token, attempt = row.idem_token or tokens(key), row.attempt + 1
-                plan.reclaims.append(Reclaim(key, event.part_date, row.attempt))
-            result.jobs.append(EffectJob(index, event.order_no, key, event.part_date, step.name, step.effect,
-                                         token, attempt, step.effect.request(event, order),
-                                         pipe.local.moves_order_to,
-                                         verify=recheck or (row is not None and _outcome_unknown(step.effect, row)),
-                                         earlier_unknown=row is not None and row.outcome != NOT_DELIVERED))
-        if result.error is None and not result.jobs:
-            result.outcome = _OUTCOME[local_outcome] if fresh else _replayed(plan)
-    _drop_stale_jobs(plan, current, rows)
+        plan_event(index, event, keys_of[index] if keys_of is not None else step_keys(event))
+    plan = planner.plan
+    _drop_stale_jobs(plan, planner.current, rows)
     plan.superseding = {o for o, moved in plan.orders.items()      # moved on: not a stale step's facts
                         if o in orders and orders[o].has_dead_letters and moved.status != orders[o].status}
     if plan.superseding:
         plan.batch_keys = {(keys_of[i] if keys_of is not None else step_keys(e))[0]
                            for i, e in enumerate(events) if e.order_no in plan.superseding}
     return plan
+
+
+class _Planner:
+    """One batch's T1 decision in the making: what the batch has changed so far
+    (``current`` orders, the local keys seen, the orders ``blocked`` behind a retriable
+    error) and one method for each case of an event and of its effect steps."""
+
+    __slots__ = ("plan", "rows", "current", "blocked", "first_hash", "owner", "tokens", "verifiable",
+                 "attempt_cap", "recovering")
+
+    def __init__(self, size: int, rows: dict[str, IdemRow], orders: dict[str, Order], *, owner: str,
+                 tokens: Callable[[str], str], verifiable: Mapping[str, float], attempt_cap: int | None,
+                 recovering: float | None) -> None:
+        self.plan = BatchPlan(events=[EventPlan() for _ in range(size)])
+        self.rows = rows
+        self.current = dict(orders)
+        self.blocked: set[str] = set()
+        self.first_hash: dict[str, str] = {}    # local key -> payload hash of its first event in this batch
+        self.owner, self.tokens, self.verifiable = owner, tokens, verifiable
+        self.attempt_cap, self.recovering = attempt_cap, recovering
+
+    def event(self, index: int, event: OrderEvent, keys: list[str]) -> None:
+        """One event, in offset order: its order's turn, its payload, its local step, its effects."""
+        result = self.plan.events[index]
+        if event.order_no in self.blocked:      # an earlier event of its order waits: so does this one
+            result.deferred = True
+            return
+        if self._payload_clashes(result, event, keys):
+            return
+        pipe = PIPELINES[event.type]
+        local = self._local_step(result, event, pipe.local, keys[0])
+        if local is None:
+            return
+        local_outcome, fresh = local
+        if local_outcome == _APPLY:
+            rows, case_of = self.rows, effect_case
+            for step, key in zip(pipe.effects, keys[1:]):
+                row = rows.get(key)
+                case = case_of(step.effect, row, owner=self.owner, attempt_cap=self.attempt_cap,
+                               verifiable=self.verifiable, recovering=self.recovering)
+                if not _CASE_ACTIONS[case](self, result, index, event, step, key, row):
+                    break
+        if result.error is None and not result.jobs:
+            result.outcome = _OUTCOME[local_outcome] if fresh else _replayed(self.plan)
+
+    # -- an event ---------------------------------------------------------------------------------
+
+    def _payload_clashes(self, result: EventPlan, event: OrderEvent, keys: list[str]) -> bool:
+        """Its keys recorded with another payload, or its request twice in this batch."""
+        if self.rows:
+            for k in keys:
+                row = self.rows.get(k)
+                if row is not None and row.payload_hash != event.payload_hash:
+                    self.plan.claims["mismatch"] += 1
+                    result.error = PayloadMismatch(
+                        f"{row.biz_key} was recorded with payload {row.payload_hash[:12]}, this event carries "
+                        f"{event.payload_hash[:12]}")
+                    return True
+        first = self.first_hash.get(keys[0])
+        if first is None:
+            self.first_hash[keys[0]] = event.payload_hash
+            return False
+        if first == event.payload_hash:
+            result.outcome = Outcome.DUPLICATE
+        else:
+            result.error = PayloadMismatch(f"{keys[0]} arrived twice in one batch with different payloads")
+        return True
+
+    def _local_step(self, result: EventPlan, event: OrderEvent, step: LocalStep,
+                    key: str) -> tuple[str, bool] | None:
+        """(none) -> done, or done already: the local step's outcome and whether it is this
+        batch's. None when the order is not ready for it (the order waits behind it)."""
+        row = self.rows.get(key)
+        plan = self.plan
+        if row is not None:
+            plan.claims["done"] += 1
+            return row.outcome, False
+        verdict = _apply_local(event, step, self.current, plan)
+        if verdict is MoveVerdict.NOT_READY:
+            state = self.current.get(event.order_no)
+            result.error = PreconditionNotMet(
+                f"{event.type.value} needs order {event.order_no} in an earlier state; it is "
+                f"{state.status.name if state else 'unknown'}")
+            self.blocked.add(event.order_no)
+            return None
+        outcome = _VERDICT_VALUE[verdict]
+        plan.inserts.append(NewRow(key, event.part_date, step.name, IdemStatus.DONE, event.payload_hash,
+                                   outcome=outcome))
+        plan.claims["new"] += 1
+        return outcome, True
+
+    # -- an effect step, one method per EffectCase: True goes on to the event's next step -------------
+
+    def _done(self, result, index, event, step, key, row) -> bool:
+        self.plan.claims["done"] += 1
+        return True
+
+    def _settled(self, result, index, event, step, key, row) -> bool:
+        self.plan.claims["failed"] += 1
+        return True
+
+    def _failed(self, result, index, event, step, key, row) -> bool:
+        self.plan.claims["failed"] += 1
+        result.error = _terminal_error(row)
+        return False
+
+    def _claim(self, result, index, event, step, key, row) -> bool:
+        token = self.tokens(key)
+        self.plan.claims["new"] += 1
+        self.plan.inserts.append(NewRow(key, event.part_date, step.name, IdemStatus.PENDING, event.payload_hash,
+                                        idem_token=token))
+        self._job(result, index, event, step, key, token, 1, verify=False, earlier_unknown=False)
+        return True
+
+    def _claim_looked_up(self, result, index, event, step, key, row) -> bool:
+        # The store may have forgotten an earlier claim: the service is asked before the call.
+        token = self.tokens(key)
+        self.plan.claims["new"] += 1
+        self.plan.inserts.append(NewRow(key, event.part_date, step.name, IdemStatus.PENDING, event.payload_hash,
+                                        idem_token=token))
+        self._job(result, index, event, step, key, token, 1, verify=True, earlier_unknown=False)
+        return True
+
+    def _recovery_wait(self, result, index, event, step, key, row) -> bool:
+        # A request of the forgotten claim may still be on its way to the service.
+        delay = self.verifiable[step.effect.name]
+        return self._wait(result, event, EffectOutcomeUnknown(
+            f"{key}: a recovery window is open (the store may have forgotten an earlier claim); "
+            f"the service is asked once {delay:g}s have passed since it opened, in {delay - self.recovering:.0f}s"))
+
+    def _held(self, result, index, event, step, key, row) -> bool:
+        self.plan.claims["held"] += 1
+        result.error = LeaseHeld(f"{key} is claimed by {row.owner} for {row.remaining:.1f}s more",
+                                 wait_seconds=row.remaining)
+        self.blocked.add(event.order_no)
+        return False
+
+    def _capped(self, result, index, event, step, key, row) -> bool:
+        # Claimed this often without an end: something keeps failing it. A person decides.
+        self.plan.claims["capped"] += 1
+        result.error = AttemptsExhausted(
+            f"{key} was claimed {row.attempt} times without finishing (IDEM_MAX_ATTEMPTS={self.attempt_cap}): "
+            "it is not claimed again automatically; retry it from the compensation console once the "
+            "cause is fixed")
+        self.blocked.add(event.order_no)
+        return False
+
+    def _unknown_wait(self, result, index, event, step, key, row) -> bool:
+        # Asking the service now could miss a request still on its way to it.
+        delay = self.verifiable[step.effect.name]
+        return self._wait(result, event, EffectOutcomeUnknown(
+            f"{key}: the outcome of attempt {row.attempt} is unknown; the service is asked once "
+            f"{delay:g}s have passed, in {delay - row.since_call:.0f}s"))
+
+    def _unknown_unaskable(self, result, index, event, step, key, row) -> bool:
+        # An earlier claim may have reached the gateway: calling again could send twice,
+        # and the service cannot be asked.
+        message = f"{key}: attempt {row.attempt} of a call without idempotency key ended without a known outcome"
+        self.plan.claims["failed"] += 1
+        self.plan.fails.append(FailRow(key, event.part_date, row.attempt, UnknownOutcomeNonIdempotent.reason,
+                                       message))
+        result.error = UnknownOutcomeNonIdempotent(message)
+        return False
+
+    def _reclaim(self, result, index, event, step, key, row) -> bool:
+        self._take_again(result, index, event, step, key, row, verify=False)
+        return True
+
+    def _reclaim_looked_up(self, result, index, event, step, key, row) -> bool:
+        # The last call's outcome is unknown: the service is asked before it is repeated.
+        self._take_again(result, index, event, step, key, row, verify=True)
+        return True
+
+    # -- what the cases share -----------------------------------------------------------------------
+
+    def _wait(self, result: EventPlan, event: OrderEvent, error: EffectOutcomeUnknown) -> bool:
+        self.plan.claims["waiting"] += 1
+        result.error = error
+        self.blocked.add(event.order_no)
+        return False
+
+    def _take_again(self, result, index, event, step, key, row: IdemRow, *, verify: bool) -> None:
+        self.plan.claims["reclaimed"] += 1
+        self.plan.reclaims.append(Reclaim(key, event.part_date, row.attempt))
+        self._job(result, index, event, step, key, row.idem_token or self.tokens(key), row.attempt + 1,
+                  verify=verify, earlier_unknown=row.outcome != NOT_DELIVERED)
+
+    def _job(self, result: EventPlan, index: int, event: OrderEvent, step, key: str, token: str, attempt: int,
+             *, verify: bool, earlier_unknown: bool) -> None:
+        pipe = PIPELINES[event.type]
+        result.jobs.append(EffectJob(index, event.order_no, key, event.part_date, step.name, step.effect, token,
+                                     attempt, step.effect.request(event, self.current[event.order_no]),
+                                     pipe.local.moves_order_to, verify=verify, earlier_unknown=earlier_unknown))
+
+
+_CASE_ACTIONS = {case: getattr(_Planner, "_" + case.value) for case in EffectCase}
 
 
 def _replayed(plan: BatchPlan) -> Outcome:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from app.pipeline.errors import (AttemptsExhausted, LeaseHeld, PayloadMismatch, PreconditionNotMet,
                                  UnknownOutcomeNonIdempotent)
 from app.pipeline.events import decode
-from app.pipeline.model import NOT_DELIVERED, IdemRow
-from app.pipeline.plan import plan_batch, step_keys
+from app.pipeline.model import NOT_DELIVERED, STALE, IdemRow
+from app.pipeline.plan import EffectCase, effect_case, plan_batch, step_keys
 from app.pipeline.states import IdemStatus, MoveVerdict, Order, OrderStatus, judge_move
 from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
 from tests.support.events import event, record
@@ -99,6 +99,50 @@ def test_replay_of_done_event_is_a_duplicate_without_writes():
     rows = {k: row(k, e) for k in step_keys(e)}
     p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.PAID)})
     assert p.events[0].outcome == "duplicate" and not p.writes
+
+
+def _pending(*, owner=ME, expired=True, attempt=1, outcome=None, since_call=0.0, status=IdemStatus.PENDING):
+    return IdemRow("k", status, attempt, owner, "t", "h", outcome, None, expired, 0.0 if expired else 9.0, since_call)
+
+
+# (effect, row, recovering seconds, expected case): each row of the README's t_idem table, with its
+# waits and refusals, under IDEM_MAX_ATTEMPTS=5, a lookup of the SMS 30 s after an unknown outcome,
+# and the logistics API, which cannot be asked.
+EFFECT_CASES = [
+    (ISSUE_WAYBILL, None, None, EffectCase.CLAIM),
+    (SEND_SMS, None, None, EffectCase.CLAIM),
+    (ISSUE_WAYBILL, None, 5.0, EffectCase.CLAIM),                       # idempotent: a recovery changes nothing
+    (SEND_SMS, None, 5.0, EffectCase.RECOVERY_WAIT),
+    (SEND_SMS, None, 30.0, EffectCase.CLAIM_LOOKED_UP),
+    (SEND_SMS, _pending(status=IdemStatus.DONE, outcome="applied"), None, EffectCase.DONE),
+    (SEND_SMS, _pending(status=IdemStatus.FAILED, outcome=STALE), None, EffectCase.SETTLED),
+    (SEND_SMS, _pending(status=IdemStatus.FAILED, outcome="resolved_by_person"), None, EffectCase.SETTLED),
+    (SEND_SMS, _pending(status=IdemStatus.FAILED, outcome="effect_rejected"), None, EffectCase.FAILED),
+    (ISSUE_WAYBILL, _pending(owner="other/1", expired=False), None, EffectCase.HELD),
+    (SEND_SMS, _pending(owner="other/1", expired=False, attempt=9), None, EffectCase.HELD),   # the lease first
+    (ISSUE_WAYBILL, _pending(owner=ME, expired=False), None, EffectCase.RECLAIM),             # our own lease
+    (ISSUE_WAYBILL, _pending(owner="dead/1"), None, EffectCase.RECLAIM),
+    (ISSUE_WAYBILL, _pending(outcome="effect_unavailable"), None, EffectCase.RECLAIM),        # idempotent: again
+    (ISSUE_WAYBILL, _pending(attempt=5), None, EffectCase.CAPPED),
+    (SEND_SMS, _pending(attempt=5, since_call=99.0), None, EffectCase.CAPPED),                # the cap first
+    (SEND_SMS, _pending(outcome=NOT_DELIVERED), None, EffectCase.RECLAIM),
+    (SEND_SMS, _pending(since_call=10.0), None, EffectCase.UNKNOWN_WAIT),
+    (SEND_SMS, _pending(since_call=30.0), None, EffectCase.RECLAIM_LOOKED_UP),
+]
+
+
+def test_each_effect_step_falls_in_the_case_its_row_says():
+    seen = set()
+    for effect, idem_row, recovering, expected in EFFECT_CASES:
+        case = effect_case(effect, idem_row, owner=ME, attempt_cap=5, verifiable={SEND_SMS.name: 30.0},
+                           recovering=recovering)
+        assert case is expected, (effect.name, idem_row, recovering)
+        seen.add(case)
+    assert effect_case(SEND_SMS, _pending(), owner=ME, attempt_cap=5, verifiable={},
+                       recovering=None) is EffectCase.UNKNOWN_UNASKABLE
+    assert effect_case(ISSUE_WAYBILL, _pending(attempt=50), owner=ME, attempt_cap=None, verifiable={},
+                       recovering=None) is EffectCase.RECLAIM        # no cap: a person asked for the run
+    assert seen | {EffectCase.UNKNOWN_UNASKABLE} == set(EffectCase)
 
 
 def test_pending_effect_with_expired_lease_is_reclaimed_with_the_same_token():

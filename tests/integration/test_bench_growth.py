@@ -1,4 +1,4 @@
-"""The growth bench's pre-fill (``bench/growth.py``) writes what it says: done rows whose keys
+"""The growth bench's pre-fill (``bench/growth/prefill.py``) writes what it says: done rows whose keys
 the app would write, spread over the past year as ``rows_by_day`` counts them, in the month
 partitions of their dates. The bench's byte and drop figures rest on it."""
 

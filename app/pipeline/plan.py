@@ -255,20 +255,12 @@ class _Planner:
         return False
 
     def _claim(self, result, index, event, step, key, row) -> bool:
-        token = self.tokens(key)
-        self.plan.claims["new"] += 1
-        self.plan.inserts.append(NewRow(key, event.part_date, step.name, IdemStatus.PENDING, event.payload_hash,
-                                        idem_token=token))
-        self._job(result, index, event, step, key, token, 1, verify=False, earlier_unknown=False)
+        self._take_new(result, index, event, step, key, verify=False)
         return True
 
     def _claim_looked_up(self, result, index, event, step, key, row) -> bool:
         # The store may have forgotten an earlier claim: the service is asked before the call.
-        token = self.tokens(key)
-        self.plan.claims["new"] += 1
-        self.plan.inserts.append(NewRow(key, event.part_date, step.name, IdemStatus.PENDING, event.payload_hash,
-                                        idem_token=token))
-        self._job(result, index, event, step, key, token, 1, verify=True, earlier_unknown=False)
+        self._take_new(result, index, event, step, key, verify=True)
         return True
 
     def _recovery_wait(self, result, index, event, step, key, row) -> bool:
@@ -328,6 +320,13 @@ class _Planner:
         result.error = error
         self.blocked.add(event.order_no)
         return False
+
+    def _take_new(self, result, index, event, step, key, *, verify: bool) -> None:
+        token = self.tokens(key)
+        self.plan.claims["new"] += 1
+        self.plan.inserts.append(NewRow(key, event.part_date, step.name, IdemStatus.PENDING, event.payload_hash,
+                                        idem_token=token))
+        self._job(result, index, event, step, key, token, 1, verify=verify, earlier_unknown=False)
 
     def _take_again(self, result, index, event, step, key, row: IdemRow, *, verify: bool) -> None:
         self.plan.claims["reclaimed"] += 1

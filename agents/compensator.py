@@ -18,7 +18,7 @@ import faust
 from app import metrics
 from app.bootstrap import Runtime
 from app.exits import stop_without_ack
-from app.adapters.kafka_records import source_record
+from app.adapters.kafka.records import source_record
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The ``order-event`` agent: hand each batch to the batch handler, record what happened.
 
 With ``FETCH_BATCHES`` (the default) the agent takes whole fetches from Faust's consumer
-(``app.adapters.kafka_batches``): a batch is acked only by ``batch.ack()``, after the batch
+(``app.adapters.kafka.batches``): a batch is acked only by ``batch.ack()``, after the batch
 handler returned (its ledger rows and dead letters written), never implicitly. Up to
 ``BATCHES_IN_FLIGHT`` batches are worked at once, each in a task of its own: the feed never
 hands out two batches with a partition in common (so each partition is still worked, acked
@@ -41,8 +41,8 @@ import time
 import faust
 
 from app import metrics
-from app.adapters import kafka_batches
-from app.adapters.kafka_records import source_record
+from app.adapters.kafka import batches as kafka_batches
+from app.adapters.kafka.records import source_record
 from app.bootstrap import Runtime
 from app.exits import stop_without_ack
 from app.faust_app import freeze_startup_objects

@@ -11,11 +11,11 @@ import argparse
 import asyncio
 import sys
 
-from app.adapters import kafka_ops
-from app.adapters.kafka_connection import KafkaConfigError, KafkaStartupError, preflight
+from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.connection import KafkaConfigError, KafkaStartupError, preflight
 from app.exits import EXIT_CONFIG, EXIT_UNAVAILABLE
 from app.settings import get_settings_or_exit
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,8 +20,8 @@ import aiohttp
 from app.adapters.effects import Client, EffectClients, http_session
 from app.adapters.effects.logistics import WaybillClient
 from app.adapters.effects.sms import SmsClient
-from app.adapters.kafka_dlq import KafkaDeadLetterSink
-from app.adapters.kafka_ops import GroupLag
+from app.adapters.kafka.dlq import KafkaDeadLetterSink
+from app.adapters.kafka.ops import GroupLag
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.bulk import MySqlBulkJobs
 from app.adapters.mysql.clock import DatabaseClock
@@ -47,7 +47,7 @@ from app.pipeline.retention import Retention
 from app.pipeline.plan import keys_per_event
 from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
 from app.settings import Settings
-from app.topics import DLQ_RETENTION_MS
+from app.adapters.kafka.topics import DLQ_RETENTION_MS
 
 log = logging.getLogger(__name__)
 

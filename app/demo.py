@@ -14,7 +14,7 @@ import random
 import uuid
 from datetime import datetime, timezone
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.settings import get_settings_or_exit
 
 

@@ -13,8 +13,12 @@ from typing import Awaitable, Callable, Sequence
 import faust
 
 from app import exits
-from app.adapters import kafka_batches, kafka_consumer, kafka_ops, kafka_records, mysql_preflight
-from app.adapters.kafka_connection import KafkaConfigError, KafkaStartupError, preflight
+from app.adapters import mysql_preflight
+from app.adapters.kafka import batches as kafka_batches
+from app.adapters.kafka import consumer as kafka_consumer
+from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka import records as kafka_records
+from app.adapters.kafka.connection import KafkaConfigError, KafkaStartupError, preflight
 from app.adapters.mysql import schema
 from app.db import create_engine
 from app.monitor import BatchLevelMonitor
@@ -145,13 +149,13 @@ def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> "Proces
         mode.loop.use("uvloop")
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     # Batches aiokafka cannot read safely (raw header keys, decompression bombs) must
-    # not stop the fetcher: see app.adapters.kafka_records.
+    # not stop the fetcher: see app.adapters.kafka.records.
     kafka_records.install(settings.max_batch_bytes)
     # Records of aborted transactions are never read; commits go past transaction markers
-    # (see app.adapters.kafka_consumer).
+    # (see app.adapters.kafka.consumer).
     kafka_consumer.install(settings.kafka_isolation_level)
     # Topics an agent takes in whole fetches skip Faust's per-record path (see
-    # app.adapters.kafka_batches); an app that registers no feed runs Faust's own loop.
+    # app.adapters.kafka.batches); an app that registers no feed runs Faust's own loop.
     kafka_batches.install()
     _make_faust_producer_idempotent()
     app = ProcessorApp(

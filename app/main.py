@@ -13,7 +13,7 @@ import sys
 
 from agents import compensator as compensator_agent
 from agents import order_events as order_events_agent
-from app.adapters.kafka_connection import KafkaConfigError
+from app.adapters.kafka.connection import KafkaConfigError
 from app import exits
 from app.bootstrap import Runtime
 from app.commands import budget as budget_command

@@ -19,7 +19,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
-    from app.adapters.kafka_connection import KafkaConnection
+    from app.adapters.kafka.connection import KafkaConnection
     from app.adapters.mysql_tls import MySqlTls
     from app.pipeline.tokens import StepTokens
 
@@ -180,7 +180,7 @@ class Settings(BaseSettings):
     batch_size: int = Field(500, ge=1)
     batch_within_seconds: float = Field(1.0, gt=0)
     fetch_batches: bool = Field(
-        True, description="The agent takes whole fetches from Faust's consumer (app.adapters.kafka_batches); "
+        True, description="The agent takes whole fetches from Faust's consumer (app.adapters.kafka.batches); "
                           "false: through Faust's stream and take_events(), record by record.")
     batches_in_flight: int = Field(
         2, ge=1, le=8,
@@ -360,7 +360,7 @@ class Settings(BaseSettings):
     @property
     def kafka(self) -> "KafkaConnection":
         """How every Kafka client connects (the only reader of the KAFKA_SASL_*/KAFKA_SSL_* settings)."""
-        from app.adapters.kafka_connection import KafkaConnection
+        from app.adapters.kafka.connection import KafkaConnection
 
         return KafkaConnection(
             bootstrap=self.kafka_bootstrap, security_protocol=self.kafka_security_protocol,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from app.adapters.kafka_connection import KafkaConnection, connection_of
+from app.adapters.kafka.connection import KafkaConnection, connection_of
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db import create_engine

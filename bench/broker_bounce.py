@@ -46,9 +46,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.settings import Settings
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 from tests.chaos.cluster import Kafka
 from tests.support.events import event, order_no, record
 from tests.support.services import ROOT, ScratchDatabase, Worker, free_port, worker_env

@@ -21,9 +21,9 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.settings import Settings
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 from tests.support.dead_letters import write_dead_letters
 from tests.support.fakes import FakesProcess
 from tests.support.services import ScratchDatabase, Worker, wait_for, worker_env

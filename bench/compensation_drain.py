@@ -22,11 +22,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
 from app.settings import Settings
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 from tests.support.events import event, order_no, record
 from tests.support.fakes import FakesProcess
 from tests.support.services import ScratchDatabase, Worker, connect, wait_for, worker_env

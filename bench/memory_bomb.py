@@ -16,8 +16,8 @@ import json
 import time
 import uuid
 
-from app.adapters import kafka_ops
-from app.topics import topic_specs
+from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.topics import topic_specs
 from app.settings import Settings
 from tests.support.events import event, order_no, record
 from tests.support.java import java_produce, utf8, zeros

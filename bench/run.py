@@ -72,10 +72,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from app.adapters import kafka_ops
-from app.adapters.kafka_connection import KafkaConnection
+from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.connection import KafkaConnection
 from app.settings import Settings
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 from bench import environment, growth, report
 from bench.baselines import Measurement, naive, raw_ceiling
 from bench.worker import run_worker

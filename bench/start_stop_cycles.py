@@ -26,9 +26,9 @@ import time
 import uuid
 from collections import Counter
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.settings import Settings
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 from bench.broker_bounce import HOME, RESULTS, OwnKafka
 from tests.support.services import ROOT, ScratchDatabase, Worker, worker_env
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import aiohttp
 
-from app.adapters.kafka_connection import KafkaConnection
-from app.adapters.kafka_ops import CommittedOffsets, admin
+from app.adapters.kafka.connection import KafkaConnection
+from app.adapters.kafka.ops import CommittedOffsets, admin
 from bench.metrics import scrape
 
 POLL_SECONDS = 0.1

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 from app.settings import Settings
 from tests.support.fakes import fakes_in_process
 from tests.support.pipeline import Harness

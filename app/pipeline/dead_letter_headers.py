@@ -1,5 +1,5 @@
 """The headers a dead letter carries on the dead-letter topic, named once: the writer
-(``app.adapters.kafka_dlq``) sets them, the compensator reads where a letter came from
+(``app.adapters.kafka.dlq``) sets them, the compensator reads where a letter came from
 with :func:`source_of` and :func:`origin_group`. Every name starts with ``dlq.``; a
 record's own headers keep their names beside them. What each holds is in the README
 ("Dead-letter records")."""

@@ -1,6 +1,6 @@
 """Is this worker still part of its consumer group and moving? The watchdog's decision, pure.
 
-What it watches (read from the consumer by ``app.adapters.kafka_liveness`` once a tick):
+What it watches (read from the consumer by ``app.adapters.kafka.liveness`` once a tick):
 
 * **membership**: the group gave this worker an assignment (possibly of no partitions: more
   workers than partitions is fine) -- aiokafka keeps none while it is (re)joining;

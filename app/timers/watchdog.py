@@ -1,6 +1,6 @@
 """The watchdog: a worker that has fallen out of its group, or stopped moving, heals itself.
 
-Every ``WATCHDOG_INTERVAL_SECONDS`` it looks at the consumer (``app.adapters.kafka_liveness``)
+Every ``WATCHDOG_INTERVAL_SECONDS`` it looks at the consumer (``app.adapters.kafka.liveness``)
 and lets ``app.pipeline.liveness`` decide: healthy; unhealthy for the first time (``/readyz`` answers
 503 with the reason, and a rejoin of the group is forced); still unhealthy a grace later: the
 worker exits 70 through ``app.exits.stop_without_ack``, which commits nothing, so the batch in
@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY
 
 from app import metrics
 from app.pipeline import liveness
-from app.adapters.kafka_liveness import ConsumerProbe
+from app.adapters.kafka.liveness import ConsumerProbe
 from app.exits import stop_without_ack
 from app.pipeline.liveness import Action, Bounds, Watch
 from app.settings import Settings

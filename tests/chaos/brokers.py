@@ -25,7 +25,7 @@ import shutil
 import time
 from pathlib import Path
 
-from app.adapters.kafka_connection import KafkaConnection
+from app.adapters.kafka.connection import KafkaConnection
 from tests.chaos.cluster import Kafka
 from tests.support.kafka_cluster import KafkaCluster
 from tests.support.proxy import BlackholeProxy

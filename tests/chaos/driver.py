@@ -44,10 +44,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.settings import Settings
 from app.pipeline.steps import PIPELINES
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 from tests.chaos import manifest as manifests
 from tests.chaos.brokers import SecureCluster, SingleBroker
 from tests.chaos.cluster import CHAOS, MariaDB

@@ -33,7 +33,7 @@ import pymysql
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from app.adapters.kafka_connection import connection_of
+from app.adapters.kafka.connection import connection_of
 from tests.chaos.cluster import MariaDB, ServiceError
 
 MODES = ("semisync", "async")

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 from aiokafka import AIOKafkaProducer
 
-from app.topics import EVENT_MAX_MESSAGE_BYTES
+from app.adapters.kafka.topics import EVENT_MAX_MESSAGE_BYTES
 from tests.chaos.evidence import record_digest
 from tests.chaos.workload import Planned
 from tests.support.java import java_produce

@@ -50,7 +50,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from tests.chaos.cluster import MariaDB
 from tests.chaos.failover import rewind_group
 from tests.chaos.fleet import Fleet

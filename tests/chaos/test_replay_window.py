@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.pipeline.capacity import Inputs, budget, window
 from app.pipeline.events import decode
 from app.pipeline.plan import keys_per_event, step_keys
-from app.topics import EVENT_MAX_MESSAGE_BYTES
+from app.adapters.kafka.topics import EVENT_MAX_MESSAGE_BYTES
 from tests.support.events import event, order_no, record
 from tests.support.services import LOGS, caught_up, wait_for
 

@@ -14,11 +14,11 @@ from datetime import datetime, timezone
 
 import pytest
 
-from app.adapters import kafka_ops
-from app.adapters.kafka_dlq import KafkaDeadLetterSink
+from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.dlq import KafkaDeadLetterSink
 from app.pipeline.ports import DeadLetter, SourceRecord
 from app.settings import Settings
-from app.topics import TopicSpec, topic_specs
+from app.adapters.kafka.topics import TopicSpec, topic_specs
 from tests.support.events import event, order_no, record
 from tests.support.kafka_cluster import KafkaCluster
 from tests.support.services import Worker, wait_for, worker_env

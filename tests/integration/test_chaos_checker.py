@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.settings import Settings
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 from tests.chaos.checker import check
 from tests.chaos.driver import declared_effect_steps
 from tests.chaos.report import render, write_json

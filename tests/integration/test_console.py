@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import sync_playwright
 
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 from tests.conftest import Topics
 from tests.support.events import event, order_no, record
 from tests.support.fakes import FakesProcess

@@ -14,7 +14,7 @@ import os
 import pytest
 from playwright.sync_api import sync_playwright
 
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 from tests.conftest import Topics
 from tests.integration.test_console import TOKEN, call
 from tests.support.events import event, order_no, record

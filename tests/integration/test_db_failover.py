@@ -32,7 +32,7 @@ from app.adapters.mysql.store import MySqlStore
 from app.db import create_engine
 from app.pipeline.errors import StoreUnavailable
 from app.pipeline.outage import OutageGuard
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 from tests.support.events import event, order_no, record
 from tests.support.fakes import FakesProcess
 from tests.support.mariadb_pair import MariaDBPair, seq_no

@@ -1,4 +1,4 @@
-"""The order agent taking whole fetches (app.adapters.kafka_batches) with real workers: nothing is
+"""The order agent taking whole fetches (app.adapters.kafka.batches) with real workers: nothing is
 committed before a batch's dead letters are written, a rebalance waits for the batch in flight,
 and Faust's own stream path (FETCH_BATCHES=false) still works."""
 
@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.pipeline.states import OrderStatus
 from tests.support.events import event, order_no, record
 from tests.support.fakes import FakesProcess

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters import kafka_ops
-from app.adapters.kafka_connection import KafkaConnection
+from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.connection import KafkaConnection
 from tests.support.events import event, order_no, record
 from tests.support.fakes import FakesProcess
 from tests.support.kafka_cluster import KafkaCluster, make_certificates

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from app.adapters.kafka_connection import KafkaConnection, KafkaStartupError, preflight
+from app.adapters.kafka.connection import KafkaConnection, KafkaStartupError, preflight
 from app.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -25,7 +25,7 @@ from datetime import datetime
 
 import pytest
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import decode
 from app.pipeline.plan import step_keys

@@ -21,8 +21,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from app.adapters import kafka_ops
-from app.adapters.kafka_dlq import KafkaDeadLetterSink
+from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.dlq import KafkaDeadLetterSink
 from app.pipeline.ports import DeadLetter, SourceRecord
 from tests.support.events import LIFECYCLE, event, order_no, record
 from tests.support.fakes import FakesProcess

@@ -21,9 +21,9 @@ import uuid
 
 import pytest
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.settings import Settings
-from app.topics import topic_specs
+from app.adapters.kafka.topics import topic_specs
 from tests.support.events import event, order_no, record
 from tests.support.kafka_cluster import KafkaCluster
 from tests.support.services import Worker, wait_for, worker_env

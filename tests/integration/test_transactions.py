@@ -18,7 +18,7 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
 from tests.support.events import event, order_no, record

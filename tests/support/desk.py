@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from app.adapters.kafka_dlq import outgoing
+from app.adapters.kafka.dlq import outgoing
 from app.adapters.mysql.compensations import MySqlLedger
 from app.pipeline.compensation import Backoff
 from app.pipeline.compensator import Compensator

@@ -20,7 +20,7 @@ from typing import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from tests.support.services import Worker
 
 TOPIC_CONFIG = 1        # DescribeConfigs (v1+) config_source: set on the topic itself

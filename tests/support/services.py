@@ -23,10 +23,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from alembic import command
 from alembic.config import Config
 
-from app.adapters import kafka_ops
+from app.adapters.kafka import ops as kafka_ops
 from app.db import session_sql_mode, ssl_context
 from app.settings import Settings, get_settings
-from app.topics import TopicSpec
+from app.adapters.kafka.topics import TopicSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / ".cache" / "test-logs"
@@ -151,7 +151,7 @@ class ScratchDatabases:
 
 
 # ------------------------------------------------------------------ Kafka --
-# The app's own Kafka operations (app.adapters.kafka_ops), with the test settings.
+# The app's own Kafka operations (app.adapters.kafka.ops), with the test settings.
 
 async def create_topics(settings: Settings, specs: list[TopicSpec]) -> None:
     """Create topics the way ``python -m app.admin create-topics`` does (same configs)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from app.adapters.kafka_consumer import commit_offset, holes_between
+from app.adapters.kafka.consumer import commit_offset, holes_between
 
 
 def test_holes_between_positions_are_the_offsets_not_handed_out():

@@ -12,8 +12,8 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from app.adapters.kafka_dlq import KafkaDeadLetterSink, outgoing
-from app.topics import DLQ_MAX_MESSAGE_BYTES
+from app.adapters.kafka.dlq import KafkaDeadLetterSink, outgoing
+from app.adapters.kafka.topics import DLQ_MAX_MESSAGE_BYTES
 from app.pipeline.ports import DeadLetter, SourceRecord
 
 N = 1024

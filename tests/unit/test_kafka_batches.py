@@ -1,4 +1,4 @@
-"""The feed that hands whole fetches to the order agent (app.adapters.kafka_batches): what it
+"""The feed that hands whole fetches to the order agent (app.adapters.kafka.batches): what it
 tracks, when it acks, what it drops, and how it waits. Faust's consumer is a small stand-in here;
 the real one runs in the integration and chaos suites (SIGTERM, rebalances, crash windows)."""
 
@@ -11,7 +11,7 @@ import pytest
 from faust.types import TP, ConsumerMessage
 from mode.utils.queues import FlowControlEvent
 
-from app.adapters.kafka_batches import Feed
+from app.adapters.kafka.batches import Feed
 
 TOPIC = "order-event"
 
@@ -222,7 +222,7 @@ def test_one_feed_per_topic_and_one_agent_per_feed():
 def test_acking_a_batch_leaves_faust_consumer_as_its_own_ack_one_by_one_does():
     import faust
 
-    from app.adapters.kafka_batches import Batch
+    from app.adapters.kafka.batches import Batch
 
     async def scenario():
         states = []

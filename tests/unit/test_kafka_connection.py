@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.adapters.kafka_connection import KafkaConfigError, KafkaConnection, connection_of
+from app.adapters.kafka.connection import KafkaConfigError, KafkaConnection, connection_of
 from app.settings import Settings, SettingsError, explain
 
 PASSWORD = "s3cr3t-Pa55word"

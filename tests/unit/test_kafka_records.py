@@ -11,7 +11,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.record.util import calc_crc32c
 
-from app.adapters.kafka_records import GuardedRecords, unreadable
+from app.adapters.kafka.records import GuardedRecords, unreadable
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 LIMIT = 1 << 20

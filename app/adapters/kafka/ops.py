@@ -17,8 +17,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.protocol.admin import DeleteGroupsRequest
 
-from app.adapters.kafka_connection import KafkaConnection, connection_of
-from app.topics import EVENT_MAX_MESSAGE_BYTES, TopicSpec
+from app.adapters.kafka.connection import KafkaConnection, connection_of
+from app.adapters.kafka.topics import EVENT_MAX_MESSAGE_BYTES, TopicSpec
 
 # Where a function takes ``kafka``: a KafkaConnection (``Settings.kafka``), or a bare
 # "host:port,..." list for a PLAINTEXT broker.
@@ -187,7 +187,7 @@ class GroupLag:
 
     With ``read_committed`` the end is the last stable offset: records of a transaction still open
     cannot be read yet, so they are not lag. (Transaction markers and aborted records after the
-    last record are not lag either: the workers commit past them, ``app.adapters.kafka_consumer``.)"""
+    last record are not lag either: the workers commit past them, ``app.adapters.kafka.consumer``.)"""
 
     def __init__(self, kafka: Kafka, group: str, topic: str, *, isolation_level: str = "read_committed") -> None:
         self.kafka, self.group, self.topic = connection_of(kafka), group, topic

@@ -32,8 +32,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import UnknownTopicOrPartitionError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from app.adapters.kafka_connection import KafkaConnection, connection_of
-from app.topics import DLQ_MAX_MESSAGE_BYTES
+from app.adapters.kafka.connection import KafkaConnection, connection_of
+from app.adapters.kafka.topics import DLQ_MAX_MESSAGE_BYTES
 from app.pipeline import dead_letter_headers as H
 from app.pipeline.ports import DeadLetter
 

@@ -29,7 +29,7 @@ What is kept of Faust, so that its commits, rebalances and stop work as before:
   committed offsets after the rebalance fetches it again.
 * **Acks**: :meth:`Batch.ack` acks each record as ``Consumer.ack`` does, Faust's own
   bookkeeping of acked offsets, for the whole batch at once (:func:`ack_all`; then ``_new_offset``, corrected in
-  ``app.adapters.kafka_consumer``, computes what may be committed). Nothing is acked
+  ``app.adapters.kafka.consumer``, computes what may be committed). Nothing is acked
   implicitly: not when the agent asks for the next batch, not when it raises or is
   cancelled (``take_events`` acks in a ``finally``); asking for the next batch with the
   last one unacked is an error (with ``in_flight=1``). So a batch is acked only after
@@ -87,7 +87,7 @@ def install() -> None:
     for name in ("_drain_messages", "_wait_next_records", "perform_seek", "_to_message", "ack", "_add_gap"):
         if not callable(getattr(consumer, name, None)):
             raise RuntimeError(f"faust-streaming changed: Consumer.{name} is gone; "
-                               "app.adapters.kafka_batches must be revised for this version")
+                               "app.adapters.kafka.batches must be revised for this version")
     _ORIGINAL["drain"] = consumer._drain_messages
     consumer._drain_messages = _drain_messages
 

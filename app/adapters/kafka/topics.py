@@ -2,7 +2,7 @@
 
 Every record ``order-event`` accepts must fit on the dead-letter topic too, with the
 dead-letter headers on top: the dead-letter topic allows 1 MiB more (and records too
-big even for that go there truncated, see ``app.adapters.kafka_dlq``).
+big even for that go there truncated, see ``app.adapters.kafka.dlq``).
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ def install(isolation_level: str) -> None:
                         (consumer, "on_partitions_revoked")):
         if not callable(getattr(owner, name, None)):
             raise RuntimeError(f"faust-streaming or aiokafka changed: {owner.__name__}.{name} is gone; "
-                               "app.adapters.kafka_consumer must be revised for this version")
+                               "app.adapters.kafka.consumer must be revised for this version")
     thread._create_worker_consumer = _with_isolation(thread._create_worker_consumer)
     result.getall = _watching_holes(result.getall)
     consumer._new_offset = _new_offset

@@ -34,7 +34,7 @@ from app.adapters.mysql.views import ViewAudit
 from app.adapters.mysql.recovery import RecoveryWindows
 from app.adapters.mysql.watch import Watch
 from app.chaos import cut_hook
-from app.db import create_engine
+from app.adapters.mysql.engine import create_engine
 from app.pipeline.batch import BatchHandler
 from app.pipeline.bulk import BulkRunner
 from app.pipeline.compensation import Backoff

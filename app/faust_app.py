@@ -13,14 +13,14 @@ from typing import Awaitable, Callable, Sequence
 import faust
 
 from app import exits
-from app.adapters import mysql_preflight
 from app.adapters.kafka import batches as kafka_batches
 from app.adapters.kafka import consumer as kafka_consumer
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka import records as kafka_records
 from app.adapters.kafka.connection import KafkaConfigError, KafkaStartupError, preflight
+from app.adapters.mysql import preflight as mysql_preflight
 from app.adapters.mysql import schema
-from app.db import create_engine
+from app.adapters.mysql.engine import create_engine
 from app.monitor import BatchLevelMonitor
 from app.settings import Settings
 

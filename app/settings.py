@@ -20,7 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
     from app.adapters.kafka.connection import KafkaConnection
-    from app.adapters.mysql_tls import MySqlTls
+    from app.adapters.mysql.tls import MySqlTls
     from app.pipeline.tokens import StepTokens
 
 
@@ -372,7 +372,7 @@ class Settings(BaseSettings):
     @property
     def mysql_tls(self) -> "MySqlTls":
         """How every database connection is secured (the only reader of the MYSQL_SSL_* settings)."""
-        from app.adapters.mysql_tls import MySqlTls
+        from app.adapters.mysql.tls import MySqlTls
 
         return MySqlTls.of(self.mysql_ssl_mode, ca=self.mysql_ssl_ca, cert=self.mysql_ssl_cert,
                            key=self.mysql_ssl_key, verify_identity=self.mysql_ssl_verify_identity)

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from app.adapters.mysql.group_queries import WINDOWS, GroupQueries
 from app.adapters.mysql.queries import Queries, QueueFilter
 from app.adapters.mysql.store import MySqlStore
-from app.db import create_engine
+from app.adapters.mysql.engine import create_engine
 from app.pipeline.fingerprints import fingerprint
 from app.pipeline.ports import DeadLetter, SourceRecord
 from app.settings import get_settings

@@ -4,7 +4,7 @@ The URL comes from the ``MYSQL_URL`` setting (``-x url=...`` overrides it, which
 the tests use to migrate a scratch database), the session's sql_mode from
 ``DB_SQL_MODE`` (``-x sql_mode=...`` overrides it), as the worker's sessions have it;
 TLS from ``MYSQL_SSL_*``, like every other connection of the project
-(``app.db.ssl_context``). A connection the server refuses ends the run with one
+(``app.adapters.mysql.engine.ssl_context``). A connection the server refuses ends the run with one
 sentence that names the setting to fix.
 """
 
@@ -15,8 +15,8 @@ from alembic.util import CommandError
 from sqlalchemy import create_engine, pool
 from sqlalchemy.exc import DBAPIError
 
-from app.adapters.mysql_preflight import Target, explain
-from app.db import session_sql_mode, ssl_context
+from app.adapters.mysql.preflight import Target, explain
+from app.adapters.mysql.engine import session_sql_mode, ssl_context
 from app.settings import get_settings
 from tables import metadata
 

@@ -6,7 +6,7 @@ import contextlib
 import ssl
 from typing import AsyncIterator
 
-from app.adapters.mysql_preflight import Target, _causes, explain
+from app.adapters.mysql.preflight import Target, _causes, explain
 from app.settings import Settings
 
 

@@ -36,7 +36,7 @@ async def operations(url: str, settings, *, group: str, today: date, ledger_rows
     from app.adapters.mysql.partitions import Partitions, month_start
     from app.adapters.mysql.queries import Queries, QueueFilter
     from app.adapters.mysql.watch import Watch
-    from app.db import create_engine
+    from app.adapters.mysql.engine import create_engine
     from app.pipeline.states import LedgerStatus as Status
     from app.pipeline.events import decode
     from app.pipeline.plan import step_keys

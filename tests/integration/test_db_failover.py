@@ -29,7 +29,7 @@ import pytest
 
 from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.store import MySqlStore
-from app.db import create_engine
+from app.adapters.mysql.engine import create_engine
 from app.pipeline.errors import StoreUnavailable
 from app.pipeline.outage import OutageGuard
 from app.adapters.kafka.topics import topic_specs

@@ -80,7 +80,7 @@ def test_connections_that_hang_mid_batch_are_abandoned_and_the_worker_goes_on(se
     wait_for(lambda: caught_up(settings, pair.events, pair.group, 1), timeout=120, what="everything committed",
              workers=[worker])
     # A connection cut while its transaction held row locks leaves them on the server until the
-    # server drops the session (its wait_timeout, at least 60 s: app/db.py); records that need
+    # server drops the session (its wait_timeout, at least 60 s: app/adapters/mysql/engine.py); records that need
     # those rows meanwhile pass their batch's deadline and are dead-lettered as retriable, and the
     # compensator runs them once the locks are gone. Nothing is lost, nothing is done twice.
     wait_for(lambda: run.receipts() == len(orders), timeout=180, what="every order's waybill", workers=[worker])

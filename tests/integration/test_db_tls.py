@@ -21,7 +21,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from app.db import create_engine, ssl_context
+from app.adapters.mysql.engine import create_engine, ssl_context
 from app.settings import Settings
 from tests.support.events import event, order_no, record
 from tests.support.mariadb_tls import DATABASE, PASSWORDS, MariaDbTls, make_certificates

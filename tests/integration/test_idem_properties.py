@@ -29,7 +29,7 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, inva
                                  run_state_machine_as_test)
 
 from app.adapters.mysql import MySqlStore, idem
-from app.db import create_engine
+from app.adapters.mysql.engine import create_engine
 from app.pipeline.errors import EffectNotDelivered, EffectRejected, EffectUnavailable, LeaseHeld, PipelineError
 from app.pipeline.model import EffectJob
 from app.pipeline.outcomes import Outcome

@@ -10,7 +10,7 @@ import itertools
 import pytest
 
 from app.adapters.mysql import MySqlStore, MySqlTransaction, ledger
-from app.db import create_engine
+from app.adapters.mysql.engine import create_engine
 from app.pipeline.states import LEDGER_TRANSITIONS, LedgerStatus, ledger_move_allowed
 from tests.support import sql_modes
 

@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY
 from app.adapters.alerts import AlertWebhook
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.watch import Watch
-from app.db import create_engine
+from app.adapters.mysql.engine import create_engine
 from app.pipeline.states import LedgerStatus as Status
 from app.timers.stuck import Sweep
 from tests.support import sql_modes

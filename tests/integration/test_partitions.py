@@ -16,7 +16,7 @@ import pytest
 
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.partitions import CATCH_ALL, Partitions, month_name, month_start
-from app.db import create_engine
+from app.adapters.mysql.engine import create_engine
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.timers.partitions import MaintenanceReport, maintain

@@ -16,7 +16,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.adapters.mysql import MySqlStore
-from app.db import WrongCharset, check_charset
+from app.adapters.mysql.engine import WrongCharset, check_charset
 from app.pipeline.errors import ClaimExpiring, StoreUnavailable
 from app.pipeline.events import EventType
 from app.pipeline.ports import DeadLetter, SourceRecord
@@ -298,7 +298,7 @@ async def test_the_engine_pins_utf8mb4_and_four_byte_characters_survive(harness)
 
 
 async def test_the_pin_wins_over_a_url_that_asks_for_another_charset(settings, scratch_db):
-    from app.db import create_engine
+    from app.adapters.mysql.engine import create_engine
     engine = create_engine(settings, url=scratch_db.url + "?charset=latin1")   # the settings would refuse it
     async with engine.connect() as conn:
         found = (await conn.exec_driver_sql("SELECT @@character_set_client")).scalar()

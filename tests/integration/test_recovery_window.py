@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from app import metrics
-from app.db import create_engine
+from app.adapters.mysql.engine import create_engine
 from tests.support.services import ROOT, ScratchDatabase, worker_env
 
 pytestmark = pytest.mark.integration
@@ -62,7 +62,7 @@ async def test_a_connection_to_another_server_opens_a_window_and_records_the_new
     # What a replica holds after a failover: the identity the old primary recorded.
     db.query("UPDATE t_store_server SET server = 'old-primary:3306#1' WHERE id = 1")
     before = metrics.STORE_SERVER_CHANGES._value.get()
-    with caplog.at_level(logging.WARNING, logger="app.db"):
+    with caplog.at_level(logging.WARNING, logger="app.adapters.mysql.engine"):
         await connect_once(settings, db.url, n=4)
     [window] = windows(db)
     assert window["opened_by"] == f"worker:{settings.worker_id}" and window["ended_at"] is None

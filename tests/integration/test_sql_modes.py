@@ -21,7 +21,7 @@ from app.adapters.mysql.partitions import CATCH_ALL, Partitions
 from app.adapters.mysql.queries import Queries, QueueFilter
 from app.adapters.mysql.views import Seen, ViewAudit
 from app.adapters.mysql.watch import Watch
-from app.db import create_engine, session_sql_mode
+from app.adapters.mysql.engine import create_engine, session_sql_mode
 from app.pipeline.states import LedgerStatus as Status
 from tests.support import sql_modes
 from tests.support.desk import desk

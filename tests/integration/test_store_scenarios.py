@@ -10,7 +10,7 @@ import time
 import pytest
 
 from app.adapters.mysql import MySqlStore
-from app.db import create_engine
+from app.adapters.mysql.engine import create_engine
 from tests.support import sql_modes
 from tests.support.scenarios import SCENARIOS, Harness, MemoryEffects
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy.exc import IntegrityError
 
 from app.adapters.mysql import MySqlStore, MySqlTransaction, idem, orders
-from app.db import create_engine
+from app.adapters.mysql.engine import create_engine
 from app.pipeline.errors import Conflict, EffectRejected, EffectUnavailable
 from app.pipeline.model import BatchPlan, EffectJob, FailRow, NewRow, Reclaim
 from app.pipeline.ports import Finished, Receipt

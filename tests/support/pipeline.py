@@ -9,7 +9,7 @@ import aiohttp
 from app.adapters.effects import EffectClients
 from app.adapters.mysql import MySqlStore
 from app.bootstrap import EFFECT_CLIENTS
-from app.db import create_engine
+from app.adapters.mysql.engine import create_engine
 from app.pipeline.batch import BatchHandler
 from app.pipeline.events import decode
 from app.pipeline.ports import SourceRecord

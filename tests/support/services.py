@@ -24,7 +24,7 @@ from alembic import command
 from alembic.config import Config
 
 from app.adapters.kafka import ops as kafka_ops
-from app.db import session_sql_mode, ssl_context
+from app.adapters.mysql.engine import session_sql_mode, ssl_context
 from app.settings import Settings, get_settings
 from app.adapters.kafka.topics import TopicSpec
 
@@ -78,7 +78,7 @@ def with_database(url: str, name: str) -> str:
 def connect(url: str, *, database: bool = True, tls: ssl.SSLContext | None | bool = True,
             sql_mode: str | None = None) -> pymysql.connections.Connection:
     """A PyMySQL connection for the tests and the benchmarks; ``tls=True``: TLS as ``MYSQL_SSL_*``
-    of this process's environment says (``app.db.ssl_context``), like every connection of the app;
+    of this process's environment says (``app.adapters.mysql.engine.ssl_context``), like every connection of the app;
     its sql_mode set as the app's sessions set theirs."""
     parts = urlsplit(url)
     context = ssl_context(get_settings()) if tls is True else tls or None

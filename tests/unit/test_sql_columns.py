@@ -19,6 +19,9 @@ KNOWN = {table.name for table in metadata.tables.values()} | {
 # The server's own names (its columns there are upper case, which the scan does not read), and
 # Alembic's table of the schema's revision (app.adapters.mysql.schema reads it).
 SERVER = {"information_schema", "lock_wait_timeout", "alembic_version", "version_num"}
+# The connection's modules (the engine, TLS, the first connection): session settings and the
+# server's answers in words, no statement of a table.
+CONNECTION = {"engine.py", "tls.py", "preflight.py"}
 
 
 def sql_fragments(path: Path) -> list[str]:
@@ -43,7 +46,7 @@ def unknown_names(fragments: list[str]) -> set[str]:
 
 
 def test_every_name_in_the_adapters_sql_is_a_table_or_column():
-    fragments = [f for path in sorted(ADAPTER.glob("*.py")) for f in sql_fragments(path)]
+    fragments = [f for path in sorted(ADAPTER.glob("*.py")) if path.name not in CONNECTION for f in sql_fragments(path)]
     assert len(fragments) > 30, "the scan found too little SQL to be checking anything"
     assert unknown_names(fragments) == set()
 

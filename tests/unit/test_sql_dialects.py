@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.db import session_sql_mode
+from app.adapters.mysql.engine import session_sql_mode
 from tables import metadata
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -40,7 +40,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.adapters.mysql.transaction import MySqlTransaction
-from app.adapters.mysql_preflight import tls_failure
+from app.adapters.mysql.preflight import tls_failure
 from app.pipeline.errors import Conflict, StoreFailure, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ LOCK_ERRORS = {1213, 1205, 1020}
 # Lost races on an insert: somebody else inserted the same key first. The re-run sees it.
 RACE_ERRORS = {1062}
 # The server is gone, or never was; 2026: it came back without TLS while MYSQL_SSL_* asks for TLS
-# (nothing was sent: see app.adapters.mysql_tls), which the next start-up names; 4031: MySQL
+# (nothing was sent: see app.adapters.mysql.tls), which the next start-up names; 4031: MySQL
 # 8.0.24+ closed the connection for idling past wait_timeout and says so (MariaDB just closes it:
 # 2013 or 2006).
 CONNECTION_ERRORS = {2002, 2003, 2005, 2006, 2013, 2014, 2026, 2045, 2055, 1040, 1053, 4031}

@@ -1,7 +1,7 @@
 """How every database connection of the project is secured: TLS, server verification, client certificates.
 
 One :class:`MySqlTls` is built from the settings (``Settings.mysql_tls``, the only reader of the
-``MYSQL_SSL_*`` settings); :func:`app.db.ssl_context` turns it into the ``ssl.SSLContext`` that the
+``MYSQL_SSL_*`` settings); :func:`app.adapters.mysql.engine.ssl_context` turns it into the ``ssl.SSLContext`` that the
 worker's engine, the CLI, Alembic, the benchmarks and the tests' own connections hand their driver.
 
 Both drivers (aiomysql and PyMySQL) quietly carry on *without* TLS when given a context and a

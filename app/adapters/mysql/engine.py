@@ -30,7 +30,7 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
     """The TLS context of every database connection the project opens (the worker's engine, the
     CLI, Alembic, the benchmarks, the tests' own PyMySQL connections), from ``MYSQL_SSL_*``; None
     without TLS. A driver given one refuses a server that offers no TLS instead of falling back
-    to plaintext (``app.adapters.mysql_tls``)."""
+    to plaintext (``app.adapters.mysql.tls``)."""
     return settings.mysql_tls.ssl_context()
 
 

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from app.adapters.mysql_tls import CLIENT_SSL, CR_SSL_CONNECTION_ERROR, MySqlTls
+from app.adapters.mysql.tls import CLIENT_SSL, CR_SSL_CONNECTION_ERROR, MySqlTls
 
 log = logging.getLogger(__name__)
 

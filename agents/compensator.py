@@ -15,7 +15,7 @@ import logging
 
 import faust
 
-from app import metrics
+from app.observability import metrics
 from app.bootstrap import Runtime
 from app.exits import stop_without_ack
 from app.adapters.kafka.records import source_record

@@ -40,7 +40,7 @@ import time
 
 import faust
 
-from app import metrics
+from app.observability import metrics
 from app.adapters.kafka import batches as kafka_batches
 from app.adapters.kafka.records import source_record
 from app.bootstrap import Runtime

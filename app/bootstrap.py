@@ -40,7 +40,7 @@ from app.pipeline.bulk import BulkRunner
 from app.pipeline.compensation import Backoff
 from app.pipeline.compensator import Compensator
 from app.pipeline.outage import OutageGuard
-from app.metrics import PipelineMetrics
+from app.observability.metrics import PipelineMetrics
 from app.pipeline.capacity import Budget, Inputs, budget
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention

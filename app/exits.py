@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 
-import faust
 
 log = logging.getLogger(__name__)
 EXIT_NOT_ACKED = 70   # EX_SOFTWARE: stopped on purpose, the batch in flight was not committed
@@ -35,7 +34,7 @@ def stop_without_ack(exc: BaseException) -> None:
 
 
 EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: a service we need did not answer within its bound
-EXIT_CONFIG = 78       # EX_CONFIG: the settings cannot work (a wrong password, an unknown CA, ...)
+EXIT_CONFIG = 78       # EX_CONFIG: the settings cannot work (a wrong password, an unknown CA, ...): change them
 
 
 def stop_at_startup(code: int, message: str) -> None:
@@ -84,6 +83,8 @@ def bound_the_stop(seconds: float) -> None:
             if callable(previous):
                 previous(signum, frame)
         return on_sigterm
+
+    import faust      # here, not at the top: the settings read the exit codes without Faust
 
     install = getattr(faust.Worker.install_signal_handlers, "__wrapped__", faust.Worker.install_signal_handlers)
 

@@ -21,7 +21,7 @@ from app.adapters.kafka.connection import KafkaConfigError, KafkaStartupError, p
 from app.adapters.mysql import preflight as mysql_preflight
 from app.adapters.mysql import schema
 from app.adapters.mysql.engine import create_engine
-from app.monitor import BatchLevelMonitor
+from app.observability.monitor import BatchLevelMonitor
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ from app.commands import budget as budget_command
 from app.commands import dlq as dlq_command
 from app.commands import recovery as recovery_command
 from app.faust_app import check_database, create_app, dead_letter_topic, order_event_topic
-from app.settings import EXIT_CONFIG, SettingsError, get_settings_or_exit
+from app.exits import EXIT_CONFIG
+from app.settings import SettingsError, get_settings_or_exit
 from app.timers import bulk as bulk_timer
 from app.timers import compensation as compensation_timer
 from app.timers import gauges as gauges_timer

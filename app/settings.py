@@ -18,6 +18,8 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.exits import EXIT_CONFIG
+
 if TYPE_CHECKING:
     from app.adapters.kafka.connection import KafkaConnection
     from app.adapters.mysql.tls import MySqlTls
@@ -489,9 +491,6 @@ class Settings(BaseSettings):
                 f"MYSQL_URL asks for charset={','.join(charsets)}; the processor needs utf8mb4 (order data is "
                 "arbitrary Unicode, and a narrower connection charset silently mangles it). Remove the charset "
                 "parameter or set it to utf8mb4.")
-
-
-EXIT_CONFIG = 78     # EX_CONFIG: the settings cannot work; changing them, not a restart, helps
 
 
 class SettingsError(ValueError):

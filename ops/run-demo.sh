@@ -36,7 +36,7 @@ wait_http() {  # wait_http <url> <what> <log>
   exit 1
 }
 
-"$BIN/python" -m app.fakes --port "$FAKES_PORT" >"$LOGS/fakes.log" 2>&1 &
+"$BIN/python" -m app.demo.fakes --port "$FAKES_PORT" >"$LOGS/fakes.log" 2>&1 &
 pids+=($!)
 wait_http "http://127.0.0.1:$FAKES_PORT/__health" "the fake services" "$LOGS/fakes.log"
 

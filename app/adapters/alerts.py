@@ -20,7 +20,7 @@ from itertools import groupby
 
 import aiohttp
 
-from app.metrics import ALERT_POSTS
+from app.observability.metrics import ALERT_POSTS
 
 log = logging.getLogger(__name__)
 MAX_PER_POST = 100

@@ -122,7 +122,7 @@ class EffectClient(Protocol):
 
 
 class Observer(Protocol):
-    """Where the pipeline reports what it saw (``app.metrics`` plugs in Prometheus)."""
+    """Where the pipeline reports what it saw (``app.observability.metrics`` plugs in Prometheus)."""
 
     def planned(self, plan: BatchPlan) -> None:
         """A T1 committed ``plan``: its claims by result (``plan.claims``) and replayed events."""

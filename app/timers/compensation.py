@@ -16,7 +16,7 @@ import logging
 
 import faust
 
-from app import metrics
+from app.observability import metrics
 from app.bootstrap import Runtime, RuntimeStopping
 from app.pipeline.errors import Fatal
 from app.settings import Settings

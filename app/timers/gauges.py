@@ -16,7 +16,7 @@ from datetime import date
 
 import faust
 
-from app import metrics
+from app.observability import metrics
 from app.adapters.mysql.partitions import CATCH_ALL, month_start
 from app.bootstrap import Runtime
 from app.settings import Settings

@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import faust
 
-from app import metrics
+from app.observability import metrics
 from app.adapters.alerts import Alert, AlertWebhook
 from app.adapters.mysql.leases import lease_name
 from app.adapters.mysql.watch import Watch

@@ -18,7 +18,7 @@ from dataclasses import replace
 import faust
 from prometheus_client import REGISTRY
 
-from app import metrics
+from app.observability import metrics
 from app.pipeline import liveness
 from app.adapters.kafka.liveness import ConsumerProbe
 from app.exits import stop_without_ack

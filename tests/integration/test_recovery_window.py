@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from app import metrics
+from app.observability import metrics
 from app.adapters.mysql.engine import create_engine
 from tests.support.services import ROOT, ScratchDatabase, worker_env
 

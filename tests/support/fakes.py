@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 from aiohttp import web
 
-from app.fakes.services import FakeServices
+from app.demo.fakes import FakeServices
 from tests.support.services import LOGS, ROOT, free_port
 
 
@@ -32,14 +32,14 @@ async def fakes_in_process(config: dict | None = None):
 
 
 class FakesProcess:
-    """``python -m app.fakes`` on a free port, driven over HTTP like the real thing."""
+    """``python -m app.demo.fakes`` on a free port, driven over HTTP like the real thing."""
 
     def __init__(self, config: dict | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         LOGS.mkdir(parents=True, exist_ok=True)
         self._log = open(LOGS / f"fakes-{self.port}.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "app.fakes", "--port", str(self.port),
+        self.proc = subprocess.Popen([sys.executable, "-m", "app.demo.fakes", "--port", str(self.port),
                                       "--config", json.dumps(config or {})], cwd=ROOT,
                                      stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30

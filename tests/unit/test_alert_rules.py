@@ -80,13 +80,13 @@ def test_every_alert_has_a_severity_and_says_what_to_look_at():
 
 
 def exported_names() -> set[str]:
-    """Every series name the collectors of app/metrics.py expose, with or without children yet."""
-    import app.metrics
+    """Every series name the collectors of app/observability/metrics.py expose, with or without children yet."""
+    import app.observability.metrics
     from prometheus_client.metrics import MetricWrapperBase
 
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
     names: set[str] = set()
-    for collector in vars(app.metrics).values():
+    for collector in vars(app.observability.metrics).values():
         if not isinstance(collector, MetricWrapperBase):
             continue
         for family in collector.collect():      # a Counter "order_x_total" is the family "order_x"
@@ -99,7 +99,7 @@ def exported_names() -> set[str]:
 def test_rules_use_only_metrics_the_app_exports():
     used = set(re.findall(r"order_[a-z_]+", RULES.read_text()))
     assert used, "no order_ metric found in rules.yml"
-    assert sorted(used - exported_names()) == [], "rules.yml names metrics app/metrics.py does not define"
+    assert sorted(used - exported_names()) == [], "rules.yml names metrics app/observability/metrics.py does not define"
 
 
 README = ROOT / "README.md"

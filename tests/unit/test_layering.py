@@ -41,7 +41,7 @@ MODULES = {module_name(p): p for folder in ("app", "agents") for p in (ROOT / fo
 # (modules whose name starts with, may not import anything starting with, why)
 RULES = [
     ("app.pipeline", ("app.adapters", "app.main", "app.bootstrap", "app.web", "agents", "app.settings",
-                      "app.metrics", "faust", "mode", "aiohttp", "aiokafka", "sqlalchemy", "aiomysql"),
+                      "app.observability.metrics", "faust", "mode", "aiohttp", "aiokafka", "sqlalchemy", "aiomysql"),
      "the pipeline is pure: ports in, results out"),
     ("agents", ("app.main", "agents.", "app.web", "app.timers", "app.commands"), "an agent gets its runtime handed over"),
     ("app.web", ("app.main", "agents", "app.timers", "app.commands"), "a view gets what it needs handed over"),

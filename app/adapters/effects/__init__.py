@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Protocol
 
 import aiohttp
 
-from app.metrics import EFFECT_CALLS, EFFECT_SECONDS
+from app.observability.metrics import EFFECT_CALLS, EFFECT_SECONDS
 from app.pipeline.errors import PipelineError
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt

@@ -50,7 +50,7 @@ What is kept of Faust, so that its commits, rebalances and stop work as before:
   its flow for a rebalance (``suspend_flow``, as Faust's loop does).
 
 Left out for feed topics: Faust's per-message sensors (``on_message_in`` and the stream's
-events; the worker's monitor ignores them anyway, ``app.monitor``), the conductor's
+events; the worker's monitor ignores them anyway, ``app.observability.monitor``), the conductor's
 decode (values are raw bytes here, read by our decoder), and the round-robin scheduler
 between partitions inside one fetch (a batch holds the whole fetch; per partition the
 records stay in offset order).
@@ -371,7 +371,7 @@ async def _drain_messages(self, fetcher) -> None:
     acks_enabled_for = self.app.topics.acks_enabled_for
     to_message = self._to_message
     app = self.app
-    monitor = app.monitor
+    monitor = app.observability.monitor
     try:
         while not (consumer_should_stop() or fetcher_should_stop()):
             set_flag(faust_consumer.CONSUMER_FETCHING)

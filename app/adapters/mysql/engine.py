@@ -11,7 +11,7 @@ import ssl
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app import metrics
+from app.observability import metrics
 from app.adapters.mysql import recovery
 from app.settings import Settings
 

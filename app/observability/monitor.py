@@ -4,7 +4,7 @@ Faust's default ``Monitor`` and its Prometheus sensor do bookkeeping for every
 message and every event (dictionaries of timestamps, histograms with
 topic/partition labels); measured here, the Prometheus sensor alone cut a
 no-op ``take_events()`` agent from 4.4k to 3.1k events/s. The processor counts
-per batch instead (``app.metrics``), and this monitor keeps only what happens
+per batch instead (``app.observability.metrics``), and this monitor keeps only what happens
 per commit, send and rebalance.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from faust.sensors import Monitor
 from prometheus_client import Counter, Histogram
 
-from app.metrics import LAST_COMMIT
+from app.observability.metrics import LAST_COMMIT
 
 COMMIT_SECONDS = Histogram("order_kafka_commit_seconds", "Offset commits: latency.",
                            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))

@@ -1,1 +1,0 @@
-"""Stand-ins for the external services, keeping their real contracts."""

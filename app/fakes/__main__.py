@@ -1,3 +1,0 @@
-from app.fakes.services import main
-
-main()

@@ -371,7 +371,7 @@ async def _drain_messages(self, fetcher) -> None:
     acks_enabled_for = self.app.topics.acks_enabled_for
     to_message = self._to_message
     app = self.app
-    monitor = app.observability.monitor
+    monitor = app.monitor
     try:
         while not (consumer_should_stop() or fetcher_should_stop()):
             set_flag(faust_consumer.CONSUMER_FETCHING)

@@ -4,7 +4,7 @@
     python -m bench.broker_bounce --sigterm killed|stopped [--trials 3]
     ... [--env WATCHDOG_ENABLED=false]          (any setting of the worker)
 
-One Kafka node of its own (free ports, a small heap, ``tests.chaos.cluster.Kafka``), a scratch
+One Kafka node of its own (free ports, a small heap, ``harness.own_servers.Kafka``), a scratch
 database on the shared MariaDB, one ``faust -A app worker`` and a producer that writes an
 ``ORDER_CREATED`` (a local step only, no fake services needed) every 50 ms, retrying through
 the outage. Each trial:
@@ -49,9 +49,9 @@ from aiokafka import AIOKafkaProducer
 from app.adapters.kafka import ops as kafka_ops
 from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
-from tests.chaos.cluster import Kafka
-from tests.support.events import event, order_no, record
-from tests.support.services import ROOT, ScratchDatabase, Worker, free_port, worker_env
+from harness.events import event, order_no, record
+from harness.own_servers import Kafka
+from harness.services import ROOT, ScratchDatabase, Worker, free_port, worker_env
 
 HOME = ROOT / ".cache" / "broker-bounce"
 RESULTS = ROOT / "bench" / "results"

@@ -24,9 +24,9 @@ from pathlib import Path
 from app.adapters.kafka import ops as kafka_ops
 from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
-from tests.support.dead_letters import write_dead_letters
-from tests.support.fakes import FakesProcess
-from tests.support.services import ScratchDatabase, Worker, wait_for, worker_env
+from harness.dead_letters import write_dead_letters
+from harness.fakes import FakesProcess
+from harness.services import ScratchDatabase, Worker, wait_for, worker_env
 
 RESULTS = Path(__file__).with_name("results")
 TOKEN = "bench-bulk-token"

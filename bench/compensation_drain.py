@@ -27,9 +27,9 @@ from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
 from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.services import ScratchDatabase, Worker, connect, wait_for, worker_env
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.services import ScratchDatabase, Worker, connect, wait_for, worker_env
 
 RESULTS = Path(__file__).with_name("results")
 

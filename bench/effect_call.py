@@ -23,7 +23,7 @@ from app.adapters.effects.logistics import WaybillClient
 from app.pipeline.model import EffectJob
 from app.pipeline.states import OrderStatus
 from app.pipeline.steps import ISSUE_WAYBILL
-from tests.support.fakes import FakesProcess
+from harness.fakes import FakesProcess
 
 
 def parse_args(argv=None) -> argparse.Namespace:

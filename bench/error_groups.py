@@ -33,7 +33,7 @@ from app.adapters.mysql.engine import create_engine
 from app.pipeline.fingerprints import fingerprint
 from app.pipeline.ports import DeadLetter, SourceRecord
 from app.settings import get_settings
-from tests.support.services import ScratchDatabase
+from harness.services import ScratchDatabase
 
 GROUP = "bench-groups"
 # (reason, message with {o} for the order and {e} for the event id, weight in 1000ths)

@@ -19,9 +19,9 @@ import uuid
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.topics import topic_specs
 from app.settings import Settings
-from tests.support.events import event, order_no, record
-from tests.support.java import java_produce, utf8, zeros
-from tests.support.services import (ScratchDatabase, Worker, caught_up, consume_all, produce, wait_for,
+from harness.events import event, order_no, record
+from harness.java import java_produce, utf8, zeros
+from harness.services import (ScratchDatabase, Worker, caught_up, consume_all, produce, wait_for,
                                     worker_env)
 
 

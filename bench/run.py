@@ -80,8 +80,8 @@ from bench import environment, growth, report
 from bench.baselines import Measurement, naive, raw_ceiling
 from bench.worker import run_worker
 from bench.workload import Workload, build
-from tests.support.fakes import FakesProcess
-from tests.support.services import ScratchDatabase, free_port, worker_env
+from harness.fakes import FakesProcess
+from harness.services import ScratchDatabase, free_port, worker_env
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

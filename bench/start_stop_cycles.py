@@ -30,7 +30,7 @@ from app.adapters.kafka import ops as kafka_ops
 from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
 from bench.broker_bounce import HOME, RESULTS, OwnKafka
-from tests.support.services import ROOT, ScratchDatabase, Worker, worker_env
+from harness.services import ROOT, ScratchDatabase, Worker, worker_env
 
 READY = "Worker ready"
 

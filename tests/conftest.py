@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 
 import pytest
 
 from app.adapters.kafka.topics import topic_specs
 from app.settings import Settings
-from tests.support.fakes import fakes_in_process
-from tests.support.pipeline import Harness
-from tests.support.services import (TEST_TOKEN_SECRET, ScratchDatabase, ScratchDatabases, Worker, create_topics,
-                                    delete_topics, worker_env)
+from harness.fakes import fakes_in_process
+from harness.pipeline import Harness
+from harness.services import (TEST_TOKEN_SECRET, ScratchDatabase, ScratchDatabases, Topics, Worker, create_topics,
+                              delete_topics, worker_env)
 
 os.environ.setdefault("IDEM_TOKEN_SECRET", TEST_TOKEN_SECRET)
 
@@ -26,7 +25,7 @@ def settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def scratch_dbs():
-    """The session's scratch databases, one per sql_mode (``tests/support/sql_modes.py``)."""
+    """The session's scratch databases, one per sql_mode (``harness/sql_modes.py``)."""
     databases = ScratchDatabases()
     yield databases
     databases.drop()
@@ -35,23 +34,6 @@ def scratch_dbs():
 @pytest.fixture(scope="session")
 def scratch_db(settings: Settings, scratch_dbs: ScratchDatabases) -> ScratchDatabase:
     return scratch_dbs.get(settings)
-
-
-class Topics:
-    """A fresh ``order-event`` / ``order-event-dlq`` pair and consumer group for one test."""
-
-    def __init__(self, settings: Settings, partitions: int = 4, dlq_partitions: int = 3) -> None:
-        suffix = uuid.uuid4().hex[:8]
-        self.settings = settings
-        self.events = f"test-order-event-{suffix}"
-        self.dlq = f"test-order-event-dlq-{suffix}"
-        self.group = f"test-group-{suffix}"
-        self.partitions = partitions
-        self.dlq_partitions = dlq_partitions
-
-    def env(self) -> dict[str, str]:
-        return {"ORDER_EVENT_TOPIC": self.events, "DLQ_TOPIC": self.dlq, "APP_ID": self.group,
-                "ORDER_EVENT_PARTITIONS": str(self.partitions), "DLQ_PARTITIONS": str(self.dlq_partitions)}
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from tests.support.services import connect
+from harness.services import connect
 
 # A statement that reads this many rows (ANALYZE's r_rows), or walks a whole table or index
 # (type ALL or index) past FULL_SCAN_ROWS, is reported as a finding.

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import pymysql
 
-from tests.support.services import connect
+from harness.services import connect
 
 PREFILL_CHUNK = 1_000_000
 PARTITIONED_AFTER = "0005"                # the revision before migration 0006 (t_idem's partitions)
@@ -127,7 +127,7 @@ def restore_partitions(url: str) -> list[str]:
     the scratch table starts three months back, and its first partition would swallow nine
     months of the pre-fill. Migration 0006 is undone and done again (instant on the empty table).
     Returns the partitions' names."""
-    from tests.support.services import migrate
+    from harness.services import migrate
     if run_sql(url, ["SELECT COUNT(*) FROM t_idem"])[0][0]:
         raise RuntimeError("t_idem is not empty: its partitions are not laid out again under rows")
     migrate(url, PARTITIONED_AFTER, down=True)

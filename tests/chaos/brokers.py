@@ -1,8 +1,8 @@
 """The run's brokers, one way for the driver and the storm to speak of either kind:
 
-    SingleBroker    today's run: one KRaft node (``tests.chaos.cluster.Kafka``), PLAINTEXT,
+    SingleBroker    today's run: one KRaft node (``harness.own_servers.Kafka``), PLAINTEXT,
                     everybody straight to it; SIGKILLed once and started again
-    SecureCluster   ``--cluster``: three combined KRaft nodes (``tests.support.kafka_cluster``),
+    SecureCluster   ``--cluster``: three combined KRaft nodes (``harness.kafka_cluster``),
                     replication 3, ``min.insync.replicas`` 2, each client listener behind a
                     proxy of the test; the workers on SASL_SSL (SCRAM-SHA-512), the run's
                     producer on mTLS, the drain and the checker on SASL_SSL
@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 from app.adapters.kafka.connection import KafkaConnection
-from tests.chaos.cluster import Kafka
-from tests.support.kafka_cluster import KafkaCluster
-from tests.support.proxy import BlackholeProxy
+from harness.kafka_cluster import KafkaCluster
+from harness.own_servers import Kafka
+from harness.proxy import BlackholeProxy
 
 WORKERS, PRODUCER, CHECKER = "sasl", "mtls", "sasl"
 

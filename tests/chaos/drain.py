@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pymysql
 
 from app.adapters.kafka import ops as kafka_ops
-from tests.support.services import ROOT
+from harness.services import ROOT
 
 STATUSES = {1: "open", 2: "retrying", 3: "compensated", 4: "manual", 5: "discarded", 6: "superseded", 7: "resolved"}
 

@@ -48,18 +48,18 @@ from app.adapters.kafka import ops as kafka_ops
 from app.settings import Settings
 from app.pipeline.steps import PIPELINES
 from app.adapters.kafka.topics import topic_specs
+from harness.fakes import FakesProcess
+from harness.own_servers import CHAOS, MariaDB
+from harness.proxy import BlackholeProxy
+from harness.services import ROOT, worker_env
 from tests.chaos import manifest as manifests
 from tests.chaos.brokers import SecureCluster, SingleBroker
-from tests.chaos.cluster import CHAOS, MariaDB
 from tests.chaos.drain import DrainTimeout, read_backlog, wait_settled
 from tests.chaos.failover import MODES as FAILOVER_MODES, ReplicatedMariaDB
 from tests.chaos.fleet import Fleet
 from tests.chaos.producer import SteadyProducer
 from tests.chaos.storm import CLUSTER_PROFILES, PROFILES, SLOTS, Storm
 from tests.chaos.workload import Shares, plan
-from tests.support.fakes import FakesProcess
-from tests.support.proxy import BlackholeProxy
-from tests.support.services import ROOT, worker_env
 
 GROUP = "order-event-processor"
 EVENTS, DLQ = "order-event", "order-event-dlq"

@@ -34,7 +34,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from app.adapters.kafka.connection import connection_of
-from tests.chaos.cluster import MariaDB, ServiceError
+from harness.own_servers import MariaDB, ServiceError
 
 MODES = ("semisync", "async")
 REPL_USER, REPL_PASSWORD = "repl", "repl-chaos"

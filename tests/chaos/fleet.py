@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.services import ROOT, Worker, free_port
+from harness.services import ROOT, Worker, free_port
 
 # The counters the manifest sums over processes: name -> the label its samples are keyed by.
 COUNTERS = {

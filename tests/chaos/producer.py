@@ -19,9 +19,9 @@ from types import SimpleNamespace
 from aiokafka import AIOKafkaProducer
 
 from app.adapters.kafka.topics import EVENT_MAX_MESSAGE_BYTES
+from harness.java import java_produce
 from tests.chaos.evidence import record_digest
 from tests.chaos.workload import Planned
-from tests.support.java import java_produce
 
 TICK = 0.05
 DELIVERY_TIMEOUT_MS = 180_000      # a broker restart takes seconds; a lost record would void the run

@@ -51,12 +51,12 @@ import time
 from dataclasses import dataclass, field
 
 from app.adapters.kafka import ops as kafka_ops
-from tests.chaos.cluster import MariaDB
+from harness.fakes import FakesProcess
+from harness.own_servers import MariaDB
+from harness.proxy import BlackholeProxy
 from tests.chaos.failover import rewind_group
 from tests.chaos.fleet import Fleet
 from tests.chaos.producer import SteadyProducer
-from tests.support.fakes import FakesProcess
-from tests.support.proxy import BlackholeProxy
 
 SLOTS = ("w1", "w2", "w3")
 EXTRA = "w4"

@@ -20,8 +20,8 @@ import secrets
 
 import pytest
 
+from harness.services import ROOT
 from tests.chaos.driver import run
-from tests.support.services import ROOT
 
 pytestmark = pytest.mark.chaos
 

@@ -17,9 +17,9 @@ from collections import Counter
 
 import pytest
 
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.services import LOGS, caught_up, produce, wait_for
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.services import LOGS, caught_up, produce, wait_for
 
 pytestmark = pytest.mark.chaos
 

@@ -39,8 +39,8 @@ from app.pipeline.capacity import Inputs, budget, window
 from app.pipeline.events import decode
 from app.pipeline.plan import keys_per_event, step_keys
 from app.adapters.kafka.topics import EVENT_MAX_MESSAGE_BYTES
-from tests.support.events import event, order_no, record
-from tests.support.services import LOGS, caught_up, wait_for
+from harness.events import event, order_no, record
+from harness.services import LOGS, caught_up, wait_for
 
 pytestmark = pytest.mark.chaos
 

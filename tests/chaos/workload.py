@@ -24,7 +24,7 @@ import random
 import uuid
 from dataclasses import dataclass, field
 
-from tests.support.events import TODAY
+from harness.events import TODAY
 
 CREATED, PAID, CONFIRM, CANCEL = "ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM", "ORDER_CANCEL"
 LIFECYCLES = (((CREATED,), 0.10), ((CREATED, PAID), 0.15), ((CREATED, PAID, CONFIRM), 0.45),

@@ -10,9 +10,9 @@ import pytest
 
 from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.services import caught_up, committed_offsets, consume_all, produce, wait_for
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.services import caught_up, committed_offsets, consume_all, produce, wait_for
 
 pytestmark = pytest.mark.integration
 FAST_RETRIES = {"RETRY_BACKOFF_MS": "50,100,200", "BATCH_WITHIN_SECONDS": "0.5",

@@ -10,7 +10,7 @@ import pytest
 
 from app.pipeline.events import part_date_of
 from bench import growth
-from tests.support.services import ScratchDatabase
+from harness.services import ScratchDatabase
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """A network cut between a worker and its brokers: connections that hang, not refused.
 
-The broker advertises a proxy the test owns (tests.support.kafka_cluster, ``proxied=True``), so
+The broker advertises a proxy the test owns (harness.kafka_cluster, ``proxied=True``), so
 every connection of the client goes through it; ``blackhole()`` stops forwarding on every open
 connection for good and on every connection opened while the cut lasts.
 """
@@ -19,9 +19,9 @@ from app.adapters.kafka.dlq import KafkaDeadLetterSink
 from app.pipeline.ports import DeadLetter, SourceRecord
 from app.settings import Settings
 from app.adapters.kafka.topics import TopicSpec, topic_specs
-from tests.support.events import event, order_no, record
-from tests.support.kafka_cluster import KafkaCluster
-from tests.support.services import Worker, wait_for, worker_env
+from harness.events import event, order_no, record
+from harness.kafka_cluster import KafkaCluster
+from harness.services import Worker, wait_for, worker_env
 
 pytestmark = pytest.mark.integration
 SEND_BOUND = 15.0         # the sink's bound (DLQ_SEND_TIMEOUT_SECONDS is 30 by default)

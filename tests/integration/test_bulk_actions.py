@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.dead_letters import MANUAL, write_dead_letters
-from tests.support.fakes import FakesProcess
-from tests.support.services import ROOT, wait_for
+from harness.dead_letters import MANUAL, write_dead_letters
+from harness.fakes import FakesProcess
+from harness.services import ROOT, wait_for
 
 pytestmark = pytest.mark.integration
 TOKEN = "bulk-token-for-tests"

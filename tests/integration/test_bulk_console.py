@@ -4,15 +4,15 @@ each state in the logs folder)."""
 
 from __future__ import annotations
 
-import os
 
 import pytest
 from playwright.sync_api import sync_playwright
 
+from harness.console import chromium
+from harness.dead_letters import write_dead_letters
+from harness.fakes import FakesProcess
+from harness.services import LOGS, wait_for
 from tests.integration.test_bulk_actions import FAST, TOKEN, answering
-from tests.support.dead_letters import write_dead_letters
-from tests.support.fakes import FakesProcess
-from tests.support.services import LOGS, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -33,9 +33,7 @@ def test_the_console_retries_the_filtered_queue_in_bulk_from_dry_run_to_done(scr
             shots.append(path)
 
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"), args=[
-                "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+            browser = chromium(p)
             try:
                 page = browser.new_page()
                 errors = []

@@ -32,9 +32,9 @@ from app.adapters.kafka.topics import topic_specs
 from tests.chaos.checker import check
 from tests.chaos.driver import declared_effect_steps
 from tests.chaos.report import render, write_json
-from tests.support.events import event, order_no
-from tests.support.fakes import FakesProcess
-from tests.support.services import (ROOT, ScratchDatabase, Worker, caught_up, create_topics, delete_topics,
+from harness.events import event, order_no
+from harness.fakes import FakesProcess
+from harness.services import (ROOT, ScratchDatabase, Worker, caught_up, create_topics, delete_topics,
                                     free_port, worker_env, wait_for)
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ from app.pipeline.compensation import Backoff
 from app.pipeline.states import PERSON_CLAIMS, LedgerStatus as Status
 from app.pipeline.compensator import Compensator
 from app.pipeline.ports import SourceRecord
-from tests.support import sql_modes
-from tests.support.desk import desk
-from tests.support.events import event
-from tests.support.pipeline import ev, paid_orders, source
+from harness import sql_modes
+from harness.desk import desk
+from harness.events import event
+from harness.pipeline import ev, paid_orders, source
 
 pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.

@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.services import caught_up, produce, wait_for
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.services import caught_up, produce, wait_for
 
 pytestmark = pytest.mark.integration
 FAST = {"RETRY_BACKOFF_MS": "20,20,20", "BATCH_WITHIN_SECONDS": "0.3", "DLQ_RETRY_AFTER_SECONDS": "1",

@@ -12,9 +12,9 @@ from app.pipeline.compensation import Backoff
 from app.pipeline.states import LedgerStatus as Status
 from app.pipeline.compensator import Compensator
 from app.pipeline.ports import SourceRecord
-from tests.support.desk import desk
-from tests.support.events import event, order_no
-from tests.support.pipeline import paid_orders
+from harness.desk import desk
+from harness.events import event, order_no
+from harness.pipeline import paid_orders
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +153,7 @@ async def test_a_dead_letter_already_done_is_compensated_without_a_call(harness)
 
 
 def source_event(order: str):
-    from tests.support.pipeline import ev
+    from harness.pipeline import ev
     return ev(order, "ORDER_CONFIRM")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.services import ROOT
+from harness.services import ROOT
 
 
 def rendered() -> dict:

@@ -8,9 +8,7 @@ PAID that contradicts an earlier one, and a record whose order number carries HT
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import subprocess
 import sys
 import urllib.error
@@ -21,11 +19,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import sync_playwright
 
-from app.adapters.kafka.topics import topic_specs
-from tests.conftest import Topics
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.services import LOGS, ROOT, Worker, create_topics, delete_topics, produce, wait_for, worker_env
+from harness import console
+from harness.console import chromium, served_worker
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.services import LOGS, ROOT, Worker, wait_for
 
 pytestmark = pytest.mark.integration
 TOKEN = "s3cret-token-for-tests"
@@ -54,51 +52,29 @@ def call(method: str, url: str, *, token: str | None | object = READER, body: by
          headers: dict | None = None) -> tuple[int, dict]:
     if token is READER:
         token = TOKEN if method == "GET" else None
-    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    if body is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"{}")
+    return console.call(method, url, token=token, body=body, headers=headers)
 
 
 @pytest.fixture(scope="module")
 def desk(settings, scratch_db):
-    pair = Topics(settings, partitions=1)
-    specs = topic_specs(settings.model_copy(update={"order_event_partitions": 1, "dlq_partitions": 1}),
-                        events=pair.events, dlq=pair.dlq)
-    asyncio.run(create_topics(settings, specs))
-    fakes = FakesProcess()
     failing, mismatch = order_no(prefix="CONS"), order_no(prefix="CONSMIS")
-    fakes.configure({"waybill": {"fail_orders": [failing], "fail_status": 500}})
     docs = [event(o, t) for o in (failing, mismatch) for t in ("ORDER_CREATED", "ORDER_PAID")]
     docs += [event(failing, "ORDER_CONFIRM"), event(mismatch, "ORDER_PAID", data={"amount_cents": 1})]
     hostile = event(order_no(prefix="CONSX"), "ORDER_CREATED")
     hostile["order_no"] = f"ORD-20261129-{XSS}"
     records = [record(d) for d in docs] + [(b"ORD-XSS", json.dumps(hostile).encode())]
-    asyncio.run(produce(settings, pair.events, records))
-    env = worker_env(**{"MYSQL_URL": scratch_db.url, "WORKER_ID": "console-w", **pair.env(), "WEB_TOKEN": TOKEN,
-                        "WEB_READ_TOKEN": READ_TOKEN,
-                        "LOGISTICS_URL": fakes.url, "SMS_URL": fakes.url, "RETRY_BACKOFF_MS": "20,20,20",
-                        "DLQ_RETRY_AFTER_SECONDS": "0", "COMPENSATION_BACKOFF_SECONDS": "3600",
-                        "WEB_MAX_BODY_BYTES": "2048"})
-    worker = Worker(env, "console").start()
-    d = Desk(f"http://127.0.0.1:{worker.web_port}", worker, fakes, scratch_db, pair.events, failing, mismatch)
-    try:
+    with served_worker(settings, scratch_db, "console", records,
+                       fakes={"waybill": {"fail_orders": [failing], "fail_status": 500}},
+                       WEB_TOKEN=TOKEN, WEB_READ_TOKEN=READ_TOKEN, RETRY_BACKOFF_MS="20,20,20",
+                       DLQ_RETRY_AFTER_SECONDS="0", COMPENSATION_BACKOFF_SECONDS="3600",
+                       WEB_MAX_BODY_BYTES="2048") as served:
+        d = Desk(served.base, served.worker, served.fakes, scratch_db, served.topics.events, failing, mismatch)
         # The compensator tries the CONFIRM once (still 500: open, next retry in an hour); the
         # mismatch and the hostile record go to a person at once.
         wait_for(lambda: {r: (row["status"], row["redrives"]) for r, row in d.rows().items()} == {
             "effect_unavailable": (1, 1), "payload_mismatch": (4, 0), "bad_order_no": (4, 0)}, timeout=120,
-            what="the dead letters worked once", workers=[worker])
+            what="the dead letters worked once", workers=[d.worker])
         yield d
-    finally:
-        worker.stop()
-        fakes.stop()
-        asyncio.run(delete_topics(settings, [pair.events, pair.dlq]))
 
 
 # -- the JSON views ------------------------------------------------------------------
@@ -250,9 +226,7 @@ def test_the_console_finds_a_dead_letter_and_retries_it_to_compensated(desk):
     desk.fakes.configure({"waybill": {"fail_orders": []}})                 # the logistics API is back
     shot = LOGS / "console.png"
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"), args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = chromium(p)
         try:
             page = browser.new_page()
             page.goto(f"{desk.base}/console/")

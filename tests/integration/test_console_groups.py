@@ -8,60 +8,43 @@ group) and one it refuses with 422 (another group).
 
 from __future__ import annotations
 
-import asyncio
-import os
 
 import pytest
 from playwright.sync_api import sync_playwright
 
-from app.adapters.kafka.topics import topic_specs
-from tests.conftest import Topics
-from tests.integration.test_console import TOKEN, call
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.services import LOGS, Worker, create_topics, delete_topics, produce, wait_for, worker_env
+from harness.console import call, chromium, served_worker
+from harness.events import event, order_no, record
+from harness.services import LOGS, wait_for
 
 pytestmark = pytest.mark.integration
+TOKEN = "s3cret-token-for-group-tests"
 
 
 @pytest.fixture(scope="module")
 def desk(settings, scratch_db):
-    pair = Topics(settings, partitions=1)
-    specs = topic_specs(settings.model_copy(update={"order_event_partitions": 1, "dlq_partitions": 1}),
-                        events=pair.events, dlq=pair.dlq)
-    asyncio.run(create_topics(settings, specs))
-    fakes = FakesProcess()
     down = [order_no(prefix="GRPDOWN") for _ in range(3)]
     refused = order_no(prefix="GRPREF")
-    fakes.configure({"waybill": {"fail_orders": down, "fail_status": 500, "reject_orders": [refused]}})
     docs = [event(o, t) for o in down + [refused] for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
-    asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
-    env = worker_env(**{"MYSQL_URL": scratch_db.url, "WORKER_ID": "groups-w", **pair.env(), "WEB_TOKEN": TOKEN,
-                        "LOGISTICS_URL": fakes.url, "SMS_URL": fakes.url, "RETRY_BACKOFF_MS": "20,20,20",
-                        "DLQ_RETRY_AFTER_SECONDS": "0", "COMPENSATION_BACKOFF_SECONDS": "3600"})
-    worker = Worker(env, "groups").start()
+    with served_worker(settings, scratch_db, "groups", [record(d) for d in docs],
+                       fakes={"waybill": {"fail_orders": down, "fail_status": 500, "reject_orders": [refused]}},
+                       WEB_TOKEN=TOKEN, RETRY_BACKOFF_MS="20,20,20", DLQ_RETRY_AFTER_SECONDS="0",
+                       COMPENSATION_BACKOFF_SECONDS="3600") as served:
 
-    def rows():
-        return scratch_db.query("SELECT order_no, reason, status, redrives, fingerprint FROM t_compensation "
-                                "WHERE src_topic = %s ORDER BY order_no", pair.events)
-    try:
+        def rows():
+            return scratch_db.query("SELECT order_no, reason, status, redrives, fingerprint FROM t_compensation "
+                                    "WHERE src_topic = %s ORDER BY order_no", served.topics.events)
         # The compensator tries each 500 once (still 500: open, next retry in an hour); the 422 is a person's.
         wait_for(lambda: sorted((r["reason"], r["status"], r["redrives"]) for r in rows()) ==
                  [("effect_rejected", 4, 0)] + [("effect_unavailable", 1, 1)] * 3, timeout=120,
-                 what="the dead letters worked once", workers=[worker])
+                 what="the dead letters worked once", workers=[served.worker])
         outage = {r["fingerprint"] for r in rows() if r["order_no"] in down}
         assert len(outage) == 1
-        yield {"base": f"http://127.0.0.1:{worker.web_port}", "outage": outage.pop(), "down": down,
-               "refused": refused}
-    finally:
-        worker.stop()
-        fakes.stop()
-        asyncio.run(delete_topics(settings, [pair.events, pair.dlq]))
+        yield {"base": served.base, "outage": outage.pop(), "down": down, "refused": refused}
 
 
 def test_the_groups_view_lists_one_line_per_cause_and_a_group_its_inflow(desk):
     base = desk["base"]
-    status, listing = call("GET", f"{base}/groups/?window=24h&status=all")
+    status, listing = call("GET", f"{base}/groups/?window=24h&status=all", token=TOKEN)
     assert status == 200
     first, second = listing["groups"][:2]
     assert first["fingerprint"] == desk["outage"]
@@ -69,23 +52,21 @@ def test_the_groups_view_lists_one_line_per_cause_and_a_group_its_inflow(desk):
         (3, 3, 3, 1.0, "500")
     assert (second["reason"], second["letters"], second["detail"]) == ("effect_rejected", 1, "422")
     assert listing["queue"]["depth"] >= 4
-    status, one = call("GET", f"{base}/groups/{desk['outage']}")
+    status, one = call("GET", f"{base}/groups/{desk['outage']}", token=TOKEN)
     assert status == 200 and sum(p["letters"] for p in one["windows"]["7d"]["series"]) == 3
-    status, queue = call("GET", f"{base}/compensation/?fingerprint={desk['outage']}")
+    status, queue = call("GET", f"{base}/compensation/?fingerprint={desk['outage']}", token=TOKEN)
     assert status == 200 and sorted(i["order_no"] for i in queue["items"]) == sorted(desk["down"])
-    assert call("GET", f"{base}/groups/?window=1y")[0] == 400
-    assert call("GET", f"{base}/groups/?status=some")[0] == 400
-    assert call("GET", f"{base}/groups/not-a-print")[0] == 400
-    assert call("GET", f"{base}/groups/0123456789abcdef")[0] == 404
+    assert call("GET", f"{base}/groups/?window=1y", token=TOKEN)[0] == 400
+    assert call("GET", f"{base}/groups/?status=some", token=TOKEN)[0] == 400
+    assert call("GET", f"{base}/groups/not-a-print", token=TOKEN)[0] == 400
+    assert call("GET", f"{base}/groups/0123456789abcdef", token=TOKEN)[0] == 404
     assert call("GET", f"{base}/groups/", token=None)[0] == 401
 
 
 def test_the_console_shows_a_groups_chart_and_opens_its_queue(desk):
     shot = LOGS / "console-groups.png"
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"), args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = chromium(p)
         try:
             page = browser.new_page()
             errors = []

@@ -1,6 +1,6 @@
 """A database failover under load: real workers reach a MariaDB primary through a TCP proxy the
 test owns; mid-storm the primary is SIGKILLed, its GTID replica promoted, and the proxy moved to it
-(``tests.support.mariadb_pair``, ``tests.support.proxy``). The workers wait out the outage (the
+(``harness.mariadb_pair``, ``harness.proxy``). The workers wait out the outage (the
 dead connections, then the replica still read-only) and finish on the new primary.
 
 With semi-synchronous replication (``AFTER_SYNC``) nothing the old primary committed is lost:
@@ -33,11 +33,11 @@ from app.adapters.mysql.engine import create_engine
 from app.pipeline.errors import StoreUnavailable
 from app.pipeline.outage import OutageGuard
 from app.adapters.kafka.topics import topic_specs
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.mariadb_pair import MariaDBPair, seq_no
-from tests.support.proxy import BlackholeProxy
-from tests.support.services import (Worker, caught_up, create_topics, delete_topics, produce, rewind_group,
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.mariadb_pair import MariaDBPair, seq_no
+from harness.proxy import BlackholeProxy
+from harness.services import (Worker, caught_up, create_topics, delete_topics, produce, rewind_group,
                                     wait_for, worker_env)
 
 pytestmark = pytest.mark.integration

@@ -12,10 +12,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.proxy import BlackholeProxy
-from tests.support.services import caught_up, committed_offsets, produce, wait_for
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.proxy import BlackholeProxy
+from harness.services import caught_up, committed_offsets, produce, wait_for
 
 pytestmark = pytest.mark.integration
 TIMEOUTS = {"DB_STATEMENT_TIMEOUT_SECONDS": "2", "DB_TRANSACTION_TIMEOUT_SECONDS": "4",

@@ -1,5 +1,5 @@
 """TLS to the database, against a MariaDB of this module's own that requires it
-(``tests.support.mariadb_tls``: ``require_secure_transport=ON``, an account ``REQUIRE X509``,
+(``harness.mariadb_tls``: ``require_secure_transport=ON``, an account ``REQUIRE X509``,
 certificates from throwaway CAs made at test time).
 
 Migrations, a real worker and the CLI work over TLS and mTLS; each way it cannot work stops a
@@ -23,9 +23,9 @@ import pytest
 
 from app.adapters.mysql.engine import create_engine, ssl_context
 from app.settings import Settings
-from tests.support.events import event, order_no, record
-from tests.support.mariadb_tls import DATABASE, PASSWORDS, MariaDbTls, make_certificates
-from tests.support.services import ROOT, Worker, caught_up, connect, produce, wait_for, worker_env
+from harness.events import event, order_no, record
+from harness.mariadb_tls import DATABASE, PASSWORDS, MariaDbTls, make_certificates
+from harness.services import ROOT, Worker, caught_up, connect, produce, wait_for, worker_env
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ import pytest
 
 from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
-from tests.support.events import event, order_no, record
-from tests.support import services
-from tests.support.services import produce, wait_for
+from harness import services
+from harness.events import event, order_no, record
+from harness.services import produce, wait_for
 
 pytestmark = pytest.mark.integration
 

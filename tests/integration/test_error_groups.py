@@ -19,11 +19,11 @@ from app.pipeline.compensation import Backoff, SourceKey
 from app.pipeline.states import LedgerStatus as Status
 from app.pipeline.fingerprints import fingerprint
 from app.pipeline.ports import DeadLetter, SourceRecord
-from tests.support import sql_modes
-from tests.support.desk import desk
-from tests.support.events import event, order_no
-from tests.support.pipeline import paid_orders
-from tests.support.services import ScratchDatabase
+from harness import sql_modes
+from harness.desk import desk
+from harness.events import event, order_no
+from harness.pipeline import paid_orders
+from harness.services import ScratchDatabase
 
 pytestmark = pytest.mark.integration
 settings, scratch_db = sql_modes.each_sql_mode()

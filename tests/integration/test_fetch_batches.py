@@ -13,9 +13,9 @@ from aiokafka import AIOKafkaProducer
 
 from app.adapters.kafka import ops as kafka_ops
 from app.pipeline.states import OrderStatus
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.services import caught_up, committed_offsets, produce, wait_for
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.services import caught_up, committed_offsets, produce, wait_for
 
 pytestmark = pytest.mark.integration
 FAST = {"RETRY_BACKOFF_MS": "50,100,200", "BATCH_WITHIN_SECONDS": "0.5", "BROKER_SESSION_TIMEOUT_SECONDS": "6",

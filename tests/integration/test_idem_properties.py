@@ -37,10 +37,10 @@ from app.pipeline.ports import Finished, Receipt
 from app.pipeline.tokens import StepTokens
 from app.pipeline.processor import Processor
 from app.pipeline.states import IdemStatus, OrderStatus
-from tests.support import sql_modes
-from tests.support.events import order_no
-from tests.support.pipeline import ev
-from tests.support.services import connect
+from harness import sql_modes
+from harness.events import order_no
+from harness.pipeline import ev
+from harness.services import connect
 
 pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.

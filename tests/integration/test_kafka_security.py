@@ -3,7 +3,7 @@ over TLS and mTLS work end to end; a wrong password, a CA that did not sign the 
 against a TLS listener and a missing client certificate each stop start-up with a line that says
 which; the password shows up in no log line and no page of the worker.
 
-One broker of this module's own (``tests.support.kafka_cluster``), started once: a throwaway CA,
+One broker of this module's own (``harness.kafka_cluster``), started once: a throwaway CA,
 a SASL_SSL listener (SCRAM-SHA-512/256, PLAIN) and an mTLS listener (``ssl.client.auth=required``).
 """
 
@@ -24,10 +24,10 @@ import pytest
 
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.connection import KafkaConnection
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.kafka_cluster import KafkaCluster, make_certificates
-from tests.support.services import ROOT, Worker, free_port, wait_for
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.kafka_cluster import KafkaCluster, make_certificates
+from harness.services import ROOT, Worker, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 

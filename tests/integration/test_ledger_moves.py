@@ -12,7 +12,7 @@ import pytest
 from app.adapters.mysql import MySqlStore, MySqlTransaction, ledger
 from app.adapters.mysql.engine import create_engine
 from app.pipeline.states import LEDGER_TRANSITIONS, LedgerStatus, ledger_move_allowed
-from tests.support import sql_modes
+from harness import sql_modes
 
 pytestmark = pytest.mark.integration
 settings, scratch_db = sql_modes.each_sql_mode()

@@ -12,8 +12,8 @@ from alembic.config import Config
 from sqlalchemy import create_engine
 
 from tables import metadata
-from tests.support import sql_modes
-from tests.support.services import ROOT, ScratchDatabase
+from harness import sql_modes
+from harness.services import ROOT, ScratchDatabase
 
 pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.

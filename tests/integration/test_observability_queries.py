@@ -30,9 +30,9 @@ import yaml
 
 from app.adapters.kafka.topics import topic_specs
 from tests.conftest import Topics
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.services import (LOGS, ROOT, ScratchDatabase, Worker, create_topics, delete_topics, free_port,
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.services import (LOGS, ROOT, ScratchDatabase, Worker, create_topics, delete_topics, free_port,
                                     produce, wait_for, worker_env)
 
 pytestmark = pytest.mark.integration

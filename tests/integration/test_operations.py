@@ -24,11 +24,11 @@ from app.adapters.mysql.watch import Watch
 from app.adapters.mysql.engine import create_engine
 from app.pipeline.states import LedgerStatus as Status
 from app.timers.stuck import Sweep
-from tests.support import sql_modes
-from tests.support.alerts import AlertReceiver
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.services import ROOT, ScratchDatabase, produce, wait_for
+from harness import sql_modes
+from harness.alerts import AlertReceiver
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.services import ROOT, ScratchDatabase, produce, wait_for
 
 pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.

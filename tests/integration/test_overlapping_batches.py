@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from tests.support.events import event, order_no
-from tests.support.pipeline import paid_orders, source
+from harness.events import event, order_no
+from harness.pipeline import paid_orders, source
 
 pytestmark = pytest.mark.integration
 

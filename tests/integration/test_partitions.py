@@ -20,11 +20,11 @@ from app.adapters.mysql.engine import create_engine
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.timers.partitions import MaintenanceReport, maintain
-from tests.support import sql_modes
-from tests.support.events import order_no
-from tests.support.fakes import fakes_in_process
-from tests.support.pipeline import Harness, ev
-from tests.support.services import ScratchDatabase, connect
+from harness import sql_modes
+from harness.events import order_no
+from harness.fakes import fakes_in_process
+from harness.pipeline import Harness, ev
+from harness.services import ScratchDatabase, connect
 
 pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.

@@ -9,9 +9,9 @@ import pytest
 
 from app.pipeline.errors import (EffectNotDelivered, EffectRejected, EffectUnavailable, LeaseHeld, PayloadMismatch,
                                  PreconditionNotMet, UnknownOutcomeNonIdempotent)
-from tests.support.events import order_no
-from tests.support.pipeline import ev, paid_orders
-from tests.support.services import free_port
+from harness.events import order_no
+from harness.pipeline import ev, paid_orders
+from harness.services import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from app.pipeline.events import EventType
 from app.pipeline.ports import DeadLetter, SourceRecord
 from app.pipeline.states import OrderStatus
 from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, EffectStep, LocalStep, Pipeline
-from tests.support.events import event, order_no
-from tests.support.pipeline import ev, paid_orders, source
+from harness.events import event, order_no
+from harness.pipeline import ev, paid_orders, source
 
 pytestmark = pytest.mark.integration
 

@@ -31,9 +31,9 @@ from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
 from app.pipeline.retention import Retention
 from app.pipeline.states import IdemStatus, OrderStatus
-from tests.support import services
-from tests.support.events import event, order_no, record
-from tests.support.services import consume_all, end_offsets, wait_for
+from harness import services
+from harness.events import event, order_no, record
+from harness.services import consume_all, end_offsets, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from app.observability import metrics
 from app.adapters.mysql.engine import create_engine
-from tests.support.services import ROOT, ScratchDatabase, worker_env
+from harness.services import ROOT, ScratchDatabase, worker_env
 
 pytestmark = pytest.mark.integration
 FAUST = Path(sys.executable).parent / "faust"

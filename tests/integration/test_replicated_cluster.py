@@ -3,7 +3,7 @@ at start-up, a dead letter sent while its partition's leader dies is retried and
 and with two of the three brokers down the worker commits nothing it could not write and goes
 on when one comes back.
 
-One cluster for the module (tests.support.kafka_cluster), started once; a test that leaves a
+One cluster for the module (harness.kafka_cluster), started once; a test that leaves a
 node down has it started again before the next test. The shared broker is never touched.
 """
 
@@ -24,11 +24,11 @@ import pytest
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.dlq import KafkaDeadLetterSink
 from app.pipeline.ports import DeadLetter, SourceRecord
-from tests.support.events import LIFECYCLE, event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.kafka_cluster import KafkaCluster
-from tests.support.replicated import CommitWatch, Supervisor, letter_origins, own_configs, read_to_end
-from tests.support.services import ROOT, wait_for, worker_env
+from harness.events import LIFECYCLE, event, order_no, record
+from harness.fakes import FakesProcess
+from harness.kafka_cluster import KafkaCluster
+from harness.replicated import CommitWatch, Supervisor, letter_origins, own_configs, read_to_end
+from harness.services import ROOT, wait_for, worker_env
 
 pytestmark = pytest.mark.integration
 RISK = "may not survive the loss of a broker"

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from app.pipeline.states import OrderStatus
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.services import ROOT, ScratchDatabase, caught_up, produce, rewind_group, wait_for, worker_env
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.services import ROOT, ScratchDatabase, caught_up, produce, rewind_group, wait_for, worker_env
 
 pytestmark = pytest.mark.integration
 FAUST = Path(sys.executable).parent / "faust"

@@ -10,9 +10,7 @@ address), a record that is not JSON, and one too large whose dead letter keeps o
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import subprocess
 import sys
 import urllib.error
@@ -23,10 +21,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import sync_playwright
 
-from app.adapters.kafka.topics import topic_specs
-from tests.conftest import Topics
-from tests.support.events import event, order_no, record
-from tests.support.services import LOGS, ROOT, Worker, create_topics, delete_topics, produce, wait_for, worker_env
+from harness.console import chromium, served_worker
+from harness.events import event, order_no, record
+from harness.services import LOGS, ROOT, Worker, wait_for
 
 pytestmark = pytest.mark.integration
 TOKEN = "operator-token-for-roles"
@@ -74,10 +71,6 @@ def get(url: str, token: str | None, actor: str | None = None) -> tuple[int, byt
 
 @pytest.fixture(scope="module")
 def site(settings, scratch_db):
-    pair = Topics(settings, partitions=1)
-    specs = topic_specs(settings.model_copy(update={"order_event_partitions": 1, "dlq_partitions": 1}),
-                        events=pair.events, dlq=pair.dlq)
-    asyncio.run(create_topics(settings, specs))
     order, text_order, cut_order = order_no(prefix="ROLE"), order_no(prefix="ROLET"), order_no(prefix="ROLEC")
     first, second = ({"amount_cents": 500, "phone": p, "address": a} for p, a in (PEOPLE["first"], PEOPLE["second"]))
     big = event(cut_order, "ORDER_CREATED", data={"amount_cents": 1, "phone": PEOPLE["cut"][0],
@@ -85,19 +78,13 @@ def site(settings, scratch_db):
     records = [record(event(order, "ORDER_CREATED", data=first)), record(event(order, "ORDER_CREATED", data=second)),
                (text_order.encode(), f"phone={PEOPLE['text'][0]}; address={PEOPLE['text'][1]}".encode()),
                record(big)]
-    asyncio.run(produce(settings, pair.events, records))
-    env = worker_env(**{"MYSQL_URL": scratch_db.url, "WORKER_ID": "roles-w", **pair.env(), "WEB_TOKEN": TOKEN,
-                        "WEB_READ_TOKEN": READ_TOKEN, "MAX_EVENT_BYTES": "2048", "DLQ_TRUNCATE_BYTES": "1024",
-                        "DLQ_RETRY_AFTER_SECONDS": "0", "COMPENSATION_BACKOFF_SECONDS": "3600"})
-    worker = Worker(env, "roles").start()
-    s = Site(f"http://127.0.0.1:{worker.web_port}", worker, scratch_db, pair.events, order)
-    try:
+    with served_worker(settings, scratch_db, "roles", records, WEB_TOKEN=TOKEN, WEB_READ_TOKEN=READ_TOKEN,
+                       MAX_EVENT_BYTES="2048", DLQ_TRUNCATE_BYTES="1024", DLQ_RETRY_AFTER_SECONDS="0",
+                       COMPENSATION_BACKOFF_SECONDS="3600") as served:
+        s = Site(served.base, served.worker, scratch_db, served.topics.events, order)
         wait_for(lambda: set(s.rows()) == {"payload_mismatch", "not_json", "oversized"}, timeout=120,
-                 what="the three dead letters", workers=[worker])
+                 what="the three dead letters", workers=[s.worker])
         yield s
-    finally:
-        worker.stop()
-        asyncio.run(delete_topics(settings, [pair.events, pair.dlq]))
 
 
 def views(site: Site) -> list[str]:
@@ -203,9 +190,6 @@ def test_the_cli_shows_masked_unless_asked_and_audits_the_unmasked(site):
 
 # -- the console, in a real browser ------------------------------------------------------
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-
 
 def sign_in(page, base: str, token: str, role: str) -> None:
     page.goto(f"{base}/console/")
@@ -225,8 +209,7 @@ def test_the_console_masks_for_a_viewer_shows_an_operator_whole_and_keeps_the_to
     phone, address = PEOPLE["second"]
     row = site.rows()["payload_mismatch"]
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"),
-                                    args=CHROMIUM_ARGS)
+        browser = chromium(p)
         try:
             tab = browser.new_context(accept_downloads=True)
             page = tab.new_page()

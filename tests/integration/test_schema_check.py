@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.services import ScratchDatabase
+from harness.services import ScratchDatabase
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@ work /readyz says why, and SIGTERM with the broker gone ends within STOP_TIMEOUT
 exit 70 of a worker that a broker answers but that still cannot work: tests/unit/test_liveness.py
 and ``python -m bench.broker_bounce --move``.)
 
-A single KRaft node of the module's own (tests.support.kafka_cluster), killed and started again;
+A single KRaft node of the module's own (harness.kafka_cluster), killed and started again;
 the shared broker is never touched. Session timeouts are short (6 s, the least the settings
 allow) so the watchdog's stall, which follows it, is too: unhealthy after 6 s; the grace before
 the exit is 20 s, so /readyz (whose own Kafka check may take 10 s with the broker gone) is asked
@@ -24,9 +24,9 @@ import pytest
 from app.adapters.kafka import ops as kafka_ops
 from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
-from tests.support.events import event, order_no, record
-from tests.support.kafka_cluster import KafkaCluster
-from tests.support.services import Worker, wait_for, worker_env
+from harness.events import event, order_no, record
+from harness.kafka_cluster import KafkaCluster
+from harness.services import Worker, wait_for, worker_env
 
 pytestmark = pytest.mark.integration
 SESSION = 6                    # BROKER_SESSION_TIMEOUT_SECONDS: the watchdog's stall and grace too

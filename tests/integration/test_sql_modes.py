@@ -1,4 +1,4 @@
-"""The SQL under each sql_mode (``tests/support/sql_modes.py``): the sessions really have the
+"""The SQL under each sql_mode (``harness/sql_modes.py``): the sessions really have the
 mode, and every read the web views, the CLI, the sweep, the gauges and the timers make runs
 under it, with the answers the rows planted imply. The workers run these only in the
 modules that start real workers; here they run in this process, once per mode.
@@ -23,11 +23,11 @@ from app.adapters.mysql.views import Seen, ViewAudit
 from app.adapters.mysql.watch import Watch
 from app.adapters.mysql.engine import create_engine, session_sql_mode
 from app.pipeline.states import LedgerStatus as Status
-from tests.support import sql_modes
-from tests.support.desk import desk
-from tests.support.events import event, order_no
-from tests.support.pipeline import ev, paid_orders
-from tests.support.services import ScratchDatabase, connect
+from harness import sql_modes
+from harness.desk import desk
+from harness.events import event, order_no
+from harness.pipeline import ev, paid_orders
+from harness.services import ScratchDatabase, connect
 
 pytestmark = pytest.mark.integration
 settings, scratch_db = sql_modes.each_sql_mode()

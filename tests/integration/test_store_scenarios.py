@@ -1,4 +1,4 @@
-"""The processor's scenario table (``tests/support/scenarios.py``) on MariaDB: the same
+"""The processor's scenario table (``harness/scenarios.py``) on MariaDB: the same
 scenarios the in-memory store passes in ``tests/unit/test_processor_scenarios.py``, so
 the fake's rules are checked against the real ones."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.engine import create_engine
-from tests.support import sql_modes
-from tests.support.scenarios import SCENARIOS, Harness, MemoryEffects
+from harness import sql_modes
+from harness.scenarios import SCENARIOS, Harness, MemoryEffects
 
 pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.

@@ -18,8 +18,8 @@ from app.pipeline.model import BatchPlan, EffectJob, FailRow, NewRow, Reclaim
 from app.pipeline.ports import Finished, Receipt
 from app.pipeline.states import IdemStatus, Order, OrderStatus, idem_move_allowed
 from app.pipeline.steps import ISSUE_WAYBILL
-from tests.support import sql_modes
-from tests.support.services import connect
+from harness import sql_modes
+from harness.services import connect
 
 pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.

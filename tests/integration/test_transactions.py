@@ -21,10 +21,10 @@ from aiokafka import AIOKafkaProducer
 from app.adapters.kafka import ops as kafka_ops
 from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
-from tests.support.events import event, order_no, record
-from tests.support.fakes import FakesProcess
-from tests.support.java import java_produce, utf8
-from tests.support.services import committed_offsets, end_offsets, wait_for
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.java import java_produce, utf8
+from harness.services import committed_offsets, end_offsets, wait_for
 
 pytestmark = pytest.mark.integration
 ENV = {"BATCH_WITHIN_SECONDS": "0.3", "METRICS_REFRESH_SECONDS": "1", "BROKER_COMMIT_INTERVAL_SECONDS": "0.5"}

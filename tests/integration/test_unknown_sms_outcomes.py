@@ -15,7 +15,7 @@ from app.pipeline.errors import EffectOutcomeUnknown
 from app.pipeline.model import EffectJob
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import Receipt
-from tests.support.pipeline import ev, paid_orders
+from harness.pipeline import ev, paid_orders
 
 pytestmark = pytest.mark.integration
 

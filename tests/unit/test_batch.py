@@ -9,7 +9,7 @@ from app.pipeline.errors import (EffectRejected, EffectUnavailable, LeaseHeld, P
                                  StoreUnavailable)
 from app.pipeline.ports import SourceRecord, UnreadableRun
 from app.pipeline.processor import Result
-from tests.support.events import event, order_no, record
+from harness.events import event, order_no, record
 
 OK = Result(outcome="applied")
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import EventType, decode, part_date_of, payload_hash
-from tests.support.events import event, record
+from harness.events import event, record
 
 MAX = 1024 * 1024
 ORDER = "ORD-20260915-88231"

@@ -6,6 +6,8 @@
   need handed to them; they import neither ``app.main`` nor each other, and no
   module but ``app.main`` imports an agent or a view.
 * Adapters never reach back into the wiring.
+* ``harness`` is what the tests and the benchmark both stand on: it imports neither, and
+  the benchmark imports nothing of the tests.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ RULES = [
     ("app.commands", ("app.main", "agents", "app.web", "app.timers"), "a command gets what it needs handed over"),
     ("app.adapters", ("app.main", "app.bootstrap", "app.web", "app.timers", "app.commands", "agents"),
      "adapters do not know the wiring"),
+    ("app", ("tests", "harness", "bench"), "the product does not stand on its tests, their harness or the benchmark"),
+    ("agents", ("tests", "harness", "bench"), "the product does not stand on its tests, their harness or the benchmark"),
 ]
 
 
@@ -93,3 +97,13 @@ def test_the_checks_can_fail(tmp_path):
     assert {"aiohttp", "app.adapters.mysql"} <= imports(bad)
     forbidden = RULES[0][1]
     assert sorted(i for i in imports(bad) if i.startswith(forbidden))
+
+
+def test_the_tests_and_the_benchmark_share_the_harness_not_each_other():
+    bad = {}
+    for folder, forbidden in (("harness", ("tests", "bench")), ("bench", ("tests",))):
+        for path in (ROOT / folder).rglob("*.py"):
+            hits = sorted(i for i in imports(path) if i.split(".")[0] in forbidden)
+            if hits:
+                bad[str(path.relative_to(ROOT))] = hits
+    assert not bad, f"the harness imports neither the tests nor the benchmark, the benchmark not the tests: {bad}"

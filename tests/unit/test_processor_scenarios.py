@@ -1,5 +1,5 @@
 """The processor's orchestration on the in-memory store, without MariaDB: the scenario
-table of ``tests/support/scenarios.py`` (the same table runs on MariaDB in
+table of ``harness/scenarios.py`` (the same table runs on MariaDB in
 ``tests/integration/test_store_scenarios.py``)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import asdict
 
 import pytest
 
-from tests.support.memory_store import MemoryStore
-from tests.support.scenarios import SCENARIOS, Harness, MemoryEffects
+from harness.memory_store import MemoryStore
+from harness.scenarios import SCENARIOS, Harness, MemoryEffects
 
 
 class MemoryHarness(Harness):

@@ -15,8 +15,8 @@ from app.pipeline.plan import plan_batch, step_keys
 from app.pipeline.states import IdemStatus
 from app.pipeline.tokens import TOKEN_CHARS, StepTokens
 from app.settings import Settings, SettingsError
-from tests.support.events import event, record
-from tests.support.services import ROOT
+from harness.events import event, record
+from harness.services import ROOT
 
 
 def ev(order_no: str, type_: str):

@@ -18,7 +18,7 @@ broker of ``make services``, plus the lines below. Listeners of a node:
     CONTROLLER PLAINTEXT, the KRaft quorum
 
 With ``proxied=True`` the client listeners are advertised at the port of a
-``tests.support.proxy.BlackholeProxy`` in front of each (``proxies[node_id][listener]``), so
+``harness.proxy.BlackholeProxy`` in front of each (``proxies[node_id][listener]``), so
 every client connection, bootstrap and after, goes through a proxy the test can blackhole.
 
 This class knows nothing of pytest; the shared broker on 9092 is never touched.
@@ -44,9 +44,9 @@ from aiokafka.helpers import create_ssl_context
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import CompactArray, CompactString, Int16, Int32, Int64, Schema, TaggedFields
 
-from tests.support.java import kafka_libs
-from tests.support.proxy import BlackholeProxy
-from tests.support.services import ROOT, free_port
+from harness.java import kafka_libs
+from harness.proxy import BlackholeProxy
+from harness.services import ROOT, free_port
 
 READY_TIMEOUT = 90.0
 HEAP = ("-Xms128m", "-Xmx384m")          # several JVMs share two cores here
@@ -213,7 +213,7 @@ class KafkaCluster:
         template = TEMPLATE.read_text().replace("@PORT@", str(node.ports["plain"])).replace(
             "@CONTROLLER_PORT@", str(node.ports["controller"])).replace("@DATA_DIR@", str(node.data))
         # java.util.Properties keeps the last value of a key: these lines win over the template's.
-        return template + "\n# KafkaCluster (tests/support/kafka_cluster.py)\n" + "\n".join(lines) + "\n"
+        return template + "\n# KafkaCluster (harness/kafka_cluster.py)\n" + "\n".join(lines) + "\n"
 
     def _format(self, node: Node) -> None:
         node.data.mkdir(parents=True)

@@ -29,8 +29,8 @@ from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.pipeline.states import IdemStatus, OrderStatus
 from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, EffectStep, LocalStep, Pipeline
-from tests.support.events import order_no
-from tests.support.pipeline import ev
+from harness.events import order_no
+from harness.pipeline import ev
 
 _owners = itertools.count(1)
 REFERENCE_PREFIX = {"waybill": "WB", "sms": "SMS"}     # how the services number what they made

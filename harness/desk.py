@@ -12,8 +12,8 @@ from app.pipeline.compensation import Backoff
 from app.pipeline.compensator import Compensator
 from app.pipeline.outage import OutageGuard
 from app.pipeline.ports import SourceRecord
-from tests.support.events import order_no
-from tests.support.pipeline import MemorySink, source
+from harness.events import order_no
+from harness.pipeline import MemorySink, source
 
 
 class Desk:

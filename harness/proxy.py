@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from tests.support.services import free_port
+from harness.services import free_port
 
 
 class BlackholeProxy:

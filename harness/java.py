@@ -1,4 +1,4 @@
-"""Records written by Kafka's own Java client (``tests/support/java/RawProducer.java``).
+"""Records written by Kafka's own Java client (``harness/java/RawProducer.java``).
 
 aiokafka refuses to write some records that are legal on the wire (neither key nor
 value) and cannot size a compressed record the way the Java client does; the worker
@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 from app.settings import Settings
-from tests.support.services import ROOT
+from harness.services import ROOT
 
 SOURCE = Path(__file__).with_name("java") / "RawProducer.java"
 

@@ -38,7 +38,7 @@ from typing import Iterable
 
 import pymysql
 
-from tests.support.services import free_port, migrate
+from harness.services import free_port, migrate
 
 READY_TIMEOUT = 90.0
 SCRATCH_PREFIX = "mariadb-pair-"

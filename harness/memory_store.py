@@ -1,7 +1,7 @@
 """The pipeline's store in memory: the same ``Store`` / ``Transaction`` ports and the same
 rules as ``app.adapters.mysql`` (status, attempt, owner and lease fencing; an order's rank
 never goes down; one ledger row per record and group), for unit tests of the processor's
-orchestration without MariaDB. ``tests/support/scenarios.py`` runs the same scenarios on
+orchestration without MariaDB. ``harness/scenarios.py`` runs the same scenarios on
 both stores, so this one cannot drift from the real one unnoticed.
 
 Transactions run one at a time (a lock stands in for MariaDB's row locks) on a copy of

@@ -1,4 +1,4 @@
-"""What tests on a replicated cluster (``tests.support.kafka_cluster``) ask besides the cluster's
+"""What tests on a replicated cluster (``harness.kafka_cluster``) ask besides the cluster's
 own state: a topic read to its end, the configs a topic was given itself, a supervisor that
 restarts a worker as an orchestrator would, and a watch that checks every commit of a group
 against the dead letters it needs.
@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from app.adapters.kafka import ops as kafka_ops
-from tests.support.services import Worker
+from harness.services import Worker
 
 TOPIC_CONFIG = 1        # DescribeConfigs (v1+) config_source: set on the topic itself
 

@@ -15,8 +15,8 @@ from app.pipeline.events import decode
 from app.pipeline.ports import SourceRecord
 from app.pipeline.processor import Processor
 from app.pipeline.tokens import StepTokens
-from tests.support.events import event, order_no, record
-from tests.support.services import TEST_TOKEN_SECRET
+from harness.events import event, order_no, record
+from harness.services import TEST_TOKEN_SECRET
 
 _owners = itertools.count(1)
 _offsets = itertools.count(1)

@@ -28,7 +28,7 @@ from app.adapters.mysql.engine import session_sql_mode, ssl_context
 from app.settings import Settings, get_settings
 from app.adapters.kafka.topics import TopicSpec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / ".cache" / "test-logs"
 
 
@@ -301,3 +301,20 @@ def wait_for(predicate, *, timeout: float = 60.0, interval: float = 0.25, what: 
                                      f"for {what}; log {worker.log_path}")
         time.sleep(interval)
     raise AssertionError(f"{what} not reached within {timeout}s (last value: {last!r})")
+
+
+class Topics:
+    """A fresh ``order-event`` / ``order-event-dlq`` pair and consumer group for one test."""
+
+    def __init__(self, settings: Settings, partitions: int = 4, dlq_partitions: int = 3) -> None:
+        suffix = uuid.uuid4().hex[:8]
+        self.settings = settings
+        self.events = f"test-order-event-{suffix}"
+        self.dlq = f"test-order-event-dlq-{suffix}"
+        self.group = f"test-group-{suffix}"
+        self.partitions = partitions
+        self.dlq_partitions = dlq_partitions
+
+    def env(self) -> dict[str, str]:
+        return {"ORDER_EVENT_TOPIC": self.events, "DLQ_TOPIC": self.dlq, "APP_ID": self.group,
+                "ORDER_EVENT_PARTITIONS": str(self.partitions), "DLQ_PARTITIONS": str(self.dlq_partitions)}

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from aiohttp import web
 
 from app.demo.fakes import FakeServices
-from tests.support.services import LOGS, ROOT, free_port
+from harness.services import LOGS, ROOT, free_port
 
 
 @asynccontextmanager

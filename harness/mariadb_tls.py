@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pymysql
 
-from tests.support.services import free_port, wait_for
+from harness.services import free_port, wait_for
 
 SCRATCH_PREFIX = "tls-mariadb-"          # <temp dir>/tls-mariadb-<port>: the server's own files
 MARIADBD = "/usr/sbin/mariadbd"

@@ -8,8 +8,8 @@ from __future__ import annotations
 from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
 from app.pipeline.tokens import StepTokens
-from tests.support.events import event, order_no, record
-from tests.support.services import TEST_TOKEN_SECRET, ScratchDatabase
+from harness.events import event, order_no, record
+from harness.services import TEST_TOKEN_SECRET, ScratchDatabase
 
 MANUAL, OPEN = 4, 1
 KINDS = {

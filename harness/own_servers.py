@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pymysql
 
-from tests.support.java import kafka_libs
-from tests.support.kafka_cluster import new_cluster_id
-from tests.support.services import ROOT, free_port, migrate
+from harness.java import kafka_libs
+from harness.kafka_cluster import new_cluster_id
+from harness.services import ROOT, free_port, migrate
 
 CHAOS = ROOT / ".cache" / "chaos"
 MARIADB_SCRATCH = "chaos-mariadb-"      # the run's MariaDB files: <temp folder>/chaos-mariadb-<port>

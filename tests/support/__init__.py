@@ -1,1 +1,0 @@
-"""Helpers shared by the integration and chaos suites: real services, real processes."""

@@ -29,7 +29,7 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
 
     @app.agent(topic, name="compensator", concurrency=1)
     async def compensate_dead_letters(stream):
-        rt = await runtime.start()
+        rt = runtime.started()
         log.info("compensating %s as %s", settings.dlq_topic, rt.compensator.processor.owner)
         async for batch in stream.take_events(settings.compensator_batch_size,
                                               within=settings.compensator_within_seconds):

@@ -62,7 +62,7 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
 
     @app.agent(topic, name="order_events", concurrency=1)
     async def process_order_events(stream):
-        rt = await runtime.start()
+        rt = runtime.started()
         freeze_startup_objects()
         in_flight = settings.batches_in_flight if feed else 1
         log.info("consuming %s as %s (event loop: %s; %s)", settings.order_event_topic, rt.owner,

@@ -71,6 +71,10 @@ class RuntimeStopping(Exception):
     """Background work asked for after the runtime began to stop."""
 
 
+class RuntimeNotOpen(RuntimeError):
+    """The runtime asked for before the worker opened it, or after it closed it."""
+
+
 class Runtime:
     def __init__(self, settings: Settings, role: str = "main",
                  clients: dict[str, ClientFactory] | None = None) -> None:
@@ -147,6 +151,13 @@ class Runtime:
             self._started = True
         return self
 
+    def started(self) -> "Runtime":
+        """This runtime, open: the worker opens it once as it starts (``RuntimeService``), before
+        its agents, timers and web views run; a command opens it itself (``start(kafka=False)``)."""
+        if not self._started:
+            raise RuntimeNotOpen("the runtime is not open: the worker has not started it yet, or has stopped it")
+        return self
+
     def _processor(self, owner: str) -> Processor:
         s = self.settings
         return Processor(self.store, self.effects, owner=owner, tokens=self.tokens, lease_seconds=s.lease_seconds,
@@ -168,8 +179,7 @@ class Runtime:
         return s.lease_seconds + s.infra_retry_budget_seconds + 3 * s.db_transaction_timeout_seconds
 
     async def kafka_ping(self) -> None:
-        rt = await self.start()
-        await rt.dead_letters.ping()
+        await self.started().dead_letters.ping()
 
     def capacity(self, **overrides) -> Budget:
         """The capacity model of the settings (``app.pipeline.capacity``); ``overrides`` replace inputs."""

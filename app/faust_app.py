@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Awaitable, Callable, Sequence
 
 import faust
+import mode
 
 from app import exits
 from app.adapters.kafka import batches as kafka_batches
@@ -27,14 +28,46 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 
+class OpenedWithTheApp(mode.Service):
+    """What a worker opens once, as a Faust service: started with the app, after its start-up
+    checks and before Faust's producer and consumer, the agents, the timers and the web views
+    (``ProcessorApp.opened_first``), and stopped after all of them."""
+
+    def __init__(self, name: str, open_: Callable[[], Awaitable[object]], close: Callable[[], Awaitable[None]],
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.name, self._open, self._close = name, open_, close
+
+    @property
+    def shortlabel(self) -> str:
+        return self.name
+
+    async def on_start(self) -> None:
+        await self._open()
+
+    async def on_stop(self) -> None:
+        await self._close()
+
+
 class ProcessorApp(faust.App):
-    """Faust's app, with checks that run when a worker starts, before any Kafka client of Faust's."""
+    """Faust's app, with checks that run when a worker starts, before any Kafka client of Faust's,
+    and the services a worker opens before anything of Faust's runs (``opened_first``)."""
 
     startup_checks: list[Callable[["ProcessorApp"], Awaitable[None]]]
+    opened_first: list[tuple[str, Callable[[], Awaitable[object]], Callable[[], Awaitable[None]]]]
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.startup_checks = []
+        self.opened_first = []      # (name, open, close)
+
+    def on_init_dependencies(self):
+        faust_own = list(super().on_init_dependencies())
+        if self.producer_only or self.client_only:      # a command: it opens what it needs itself
+            return faust_own
+        # Started in this order, stopped in the reverse one: ours first up and last down.
+        return [*(OpenedWithTheApp(name, open_, close, loop=self.loop, beacon=self.beacon)
+                  for name, open_, close in self.opened_first), *faust_own]
 
     async def on_first_start(self) -> None:
         await super().on_first_start()

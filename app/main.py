@@ -47,6 +47,8 @@ try:
 except SettingsError as exc:            # no IDEM_TOKEN_SECRET
     print(f"order-event-processor: the settings cannot work: {exc}", file=sys.stderr, flush=True)
     raise SystemExit(EXIT_CONFIG) from None
+# Opened once as the worker starts, before the agents, timers and views that use it.
+app.opened_first.append(("runtime", runtime.start, runtime.stop))
 process_order_events = order_events_agent.register(app, order_events, runtime, settings)
 if settings.compensator_enabled:
     compensate_dead_letters = compensator_agent.register(app, dead_letters, runtime, settings)

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 def register(app: faust.App, runtime: Runtime, settings: Settings):
     @app.task
     async def run_bulk_jobs() -> None:
-        rt = await runtime.start()
+        rt = runtime.started()
         while not rt.stopping:
             wait = None
             try:

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 def register(app: faust.App, runtime: Runtime, settings: Settings):
     @app.task
     async def drain_due_compensations() -> None:
-        rt = await runtime.start()
+        rt = runtime.started()
         while not rt.stopping:
             ran = 0
             try:

@@ -72,7 +72,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
     @app.timer(interval=settings.metrics_refresh_seconds, name="refresh_gauges")
     async def refresh_gauges() -> None:
         try:
-            await refresh(await runtime.start(), settings)
+            await refresh(runtime.started(), settings)
         except Exception:
             log.exception("the gauges could not be refreshed this tick")
 

@@ -74,7 +74,7 @@ async def maintain(partitions: Partitions, *, retention: Retention, ahead: int,
 def register(app: faust.App, runtime: Runtime, settings: Settings):
     async def tick() -> None:
         try:
-            rt = await runtime.start()
+            rt = runtime.started()
             if not await rt.leases.acquire(LEASE, rt.owner, 2 * settings.partition_timer_seconds):
                 return
             await maintain(rt.partitions, retention=rt.retention, ahead=settings.partitions_ahead)

@@ -154,7 +154,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
     @app.timer(interval=settings.stuck_sweep_seconds, name="stuck_sweep")
     async def sweep_stuck() -> None:
         try:
-            rt = await runtime.start()
+            rt = runtime.started()
             if not await rt.leases.acquire(lease_name(LEASE, settings.app_id), rt.owner, 2 * settings.stuck_sweep_seconds):
                 return
             if not sweeps:

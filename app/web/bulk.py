@@ -76,7 +76,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 action, filters = action_of(doc), queue_filter(doc.get("filter"))
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             found = await rt.bulk_jobs.dry_run(filters, cap=cap, sample=SAMPLE)
             return json_response({"action": action, **found, "tolerance": tolerance(found["count"], percent),
                                   "tolerance_percent": percent})
@@ -84,7 +84,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     @app.page("/bulk/")
     class Jobs(View):
         async def get(self, request: web.Request) -> web.Response:
-            rt = await runtime.start()
+            rt = runtime.started()
             answer = {"items": await rt.bulk_jobs.jobs()}
             return json_response(as_seen(role(request, settings), answer))
 
@@ -99,7 +99,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 note, actor = note_and_actor(doc, "web")
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             try:
                 job = await rt.bulk_jobs.create(action, filters, expected=expected, tolerance_percent=percent,
                                                 cap=cap, actor=actor, note=note)
@@ -115,7 +115,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 number = integer(job_id, "id", low=1, high=2 ** 62)
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             job = await rt.bulk_jobs.get(number)
             if job is None:
                 return json_response({"error": f"no bulk job {number}"}, status=404)
@@ -133,7 +133,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 _, actor = note_and_actor(await body(request, settings), "web")
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             try:
                 job, changed = await rt.bulk_jobs.command(number, command, actor=actor)
             except TransitionRefused as exc:

@@ -61,7 +61,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 who = role(request, settings)
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             items = await rt.queries.compensations(filters)
             cursor = items[-1]["id"] if len(items) == filters.limit else None
             answer = {"items": items, "next_before": cursor, "counts": await rt.queries.counts()}
@@ -75,7 +75,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 who, name = role(request, settings), viewer_name(request)
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             row = await rt.queries.compensation(number)
             if row is None:
                 return json_response({"error": f"no compensation row {number}"}, status=404)
@@ -101,7 +101,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 name = viewer_name(request)
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             row = await rt.queries.compensation(number)
             if row is None:
                 return json_response({"error": f"no compensation row {number}"}, status=404)
@@ -118,7 +118,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 note, actor = note_and_actor(await body(request, settings), "web")
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             return await act(rt, number, action, actor=actor, note=note)
 
 

@@ -37,7 +37,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 return refused(Refused(400, f"window must be one of {', '.join(WINDOWS)}"))
             if status not in LISTS:
                 return refused(Refused(400, f"status must be one of {', '.join(LISTS)}"))
-            rt = await runtime.start()
+            rt = runtime.started()
             answer = await rt.groups.groups(WINDOWS[window], unsettled_only=status == "unsettled")
             return json_response(as_seen(role(request, settings), answer))
 
@@ -48,7 +48,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 text(fingerprint, "fingerprint", FINGERPRINT, "16 hex digits")
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             found = await rt.groups.group(fingerprint)
             if found is None:
                 return json_response({"error": f"no error group {fingerprint}"}, status=404)

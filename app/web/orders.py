@@ -36,7 +36,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 who, name = role(request, settings), viewer_name(request)
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             order = await rt.queries.order(order_no)
             steps = await rt.queries.idem_of_order(order_no)
             letters = await rt.queries.dead_letters_of_order(order_no)
@@ -57,7 +57,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 who = role(request, settings)
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             rows = await rt.queries.stuck(settings.stuck_pending_seconds, limit)
             answer = {"older_than_seconds": settings.stuck_pending_seconds, "rows": rows}
             return json_response(as_seen(who, answer))
@@ -70,7 +70,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 who = role(request, settings)
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             rows = await rt.queries.idem([biz_key])
             if not rows:
                 return json_response({"error": f"no t_idem row {biz_key}"}, status=404)

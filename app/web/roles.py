@@ -37,7 +37,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 before = integer(request.query.get("before"), "before", low=1, high=2 ** 62)
             except Refused as exc:
                 return refused(exc)
-            rt = await runtime.start()
+            rt = runtime.started()
             items = await rt.view_audit.recent(limit=limit, before_id=before)
             cursor = items[-1]["id"] if len(items) == limit else None
             return json_response({"items": items, "next_before": cursor})

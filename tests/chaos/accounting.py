@@ -115,8 +115,9 @@ class Accountant:
         self.calls_of: dict[tuple[str, str], list[dict]] = defaultdict(list)
         for call in (fakes or {}).get("calls", []):
             self.a.effects[f"{call.get('service')}_calls"] += 1
-            if call.get("service") == "waybill":
-                self.calls_of[("waybill", (call.get("body") or {}).get("order_no"))].append(call)
+            order = (call.get("body") or {}).get("order_no")      # a service whose request names the order
+            if order is not None:
+                self.calls_of[(call.get("service"), order)].append(call)
 
     def run(self) -> Accounts:
         self.manifest_against_topic()

@@ -63,7 +63,7 @@ from tests.chaos import evidence
 from tests.chaos.accounting import Accountant, Findings
 from tests.chaos.acked import check_acked
 from tests.chaos.orders import OrderCheck
-from tests.chaos.rules import SERVICES, step_keys, unchecked_effects
+from tests.chaos.rules import LOCAL_STEP, SERVICES, step_keys, unchecked_effects
 
 VIOLATIONS = ("lost", "acked_not_consumed", "double_accounted", "misaccounted", "duplicate_effects", "missing_effects",
               "unchecked_effects", "regressions",
@@ -265,7 +265,7 @@ def _keys(manifest: dict) -> list[str]:
     so a row for an event nobody sent is seen)."""
     keys = []
     for order_no in _orders(manifest):
-        for type_ in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM", "ORDER_CANCEL"):
+        for type_ in LOCAL_STEP:
             keys += [k for k in step_keys(order_no, type_) if k]
     return keys
 

@@ -78,7 +78,7 @@ def test_a_malformed_record_needs_a_reason_that_fits_its_kind(kind, reason, fits
 
 def test_the_test_brokers_get_cluster_ids_the_storage_tool_accepts():
     # One base64url id in 64 starts with a dash, which kafka-storage reads as an option.
-    from tests.support.kafka_cluster import new_cluster_id
+    from harness.kafka_cluster import new_cluster_id
 
     ids = [new_cluster_id() for _ in range(5000)]
     assert not [i for i in ids if i.startswith("-")]
@@ -89,21 +89,21 @@ def test_the_checker_checks_every_effect_the_pipeline_declares():
     assert rules.unchecked_effects(declared_effect_steps()) == []
 
 
-def _with_push(pipelines):
-    push = Effect("push", idempotent=True, done="push_sent", request=lambda event, order: {})
+def _with_fax(pipelines):
+    fax = Effect("fax", idempotent=True, done="fax_sent", request=lambda event, order: {})
     cancel = pipelines[EventType.CANCEL]
-    return {**pipelines, EventType.CANCEL: replace(cancel, effects=(*cancel.effects, EffectStep("send_push", push)))}
+    return {**pipelines, EventType.CANCEL: replace(cancel, effects=(*cancel.effects, EffectStep("send_fax", fax)))}
 
 
 def test_an_effect_the_checker_has_no_check_for_fails_the_run():
-    """A third effect declared (a push notification) and not taught to the checker: the run is
+    """A third effect declared (a fax) and not taught to the checker: the run is
     not ok, with a line that names it, though nothing else went wrong."""
     findings = Findings()
-    checker._effects_checked({"effect_steps": declared_effect_steps(_with_push(PIPELINES))},
-                             {"calls": [{"service": "push"}] * 3 + [{"service": "waybill"}]}, findings)
+    checker._effects_checked({"effect_steps": declared_effect_steps(_with_fax(PIPELINES))},
+                             {"calls": [{"service": "fax"}] * 3 + [{"service": "waybill"}]}, findings)
     assert findings.counts["unchecked_effects"] == 4          # the declaration, and its three calls
-    assert any("'push'" in line and "send_push" in line for line in findings.problems)
-    assert any("3 calls to the service 'push'" in line for line in findings.problems)
+    assert any("'fax'" in line and "send_fax" in line for line in findings.problems)
+    assert any("3 calls to the service 'fax'" in line for line in findings.problems)
 
 
 def test_a_manifest_without_the_declared_effects_fails_the_run():

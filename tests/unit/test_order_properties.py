@@ -1,5 +1,5 @@
 """The order state machine under any delivery of one order's events, through the real batch
-handler and processor on the in-memory store (``tests/support/memory_store.py``).
+handler and processor on the in-memory store (``harness/memory_store.py``).
 
 A delivery is the order's events (CREATED, PAID, CONFIRM, CANCEL: any of them) in any order,
 with copies: exact ones (the same record again, same ``event_id``) and re-published ones (a new
@@ -24,13 +24,14 @@ from hypothesis import strategies as st
 from app.pipeline.batch import BatchHandler
 from app.pipeline.tokens import StepTokens
 from app.pipeline.processor import Processor
+from app.pipeline.events import EventType
 from app.pipeline.states import ORDER_DATA, OrderStatus
-from tests.support.events import event, order_no
-from tests.support.memory_store import MemoryStore
-from tests.support.pipeline import MemorySink, source
-from tests.support.scenarios import MemoryEffects
+from harness.events import event, order_no
+from harness.memory_store import MemoryStore
+from harness.pipeline import MemorySink, source
+from harness.scenarios import MemoryEffects
 
-TYPES = ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM", "ORDER_CANCEL")
+TYPES = tuple(t.value for t in EventType)      # a new event type is drawn too: the model below must know it
 LIFECYCLE = [("ORDER_CREATED", False), ("ORDER_PAID", False), ("ORDER_CONFIRM", False), ("ORDER_CANCEL", False)]
 # A delivery that reaches CONFIRMED before its CANCEL needs four events in one order: 1,000 examples find one.
 PROPERTY = hsettings(max_examples=1000, deadline=None, derandomize=True, database=None)

@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 
 from app.pipeline.errors import (AttemptsExhausted, LeaseHeld, PayloadMismatch, PreconditionNotMet,
                                  UnknownOutcomeNonIdempotent)
-from app.pipeline.events import decode
+from app.pipeline.events import EventType, decode
 from app.pipeline.model import NOT_DELIVERED, STALE, IdemRow
 from app.pipeline.plan import EffectCase, effect_case, plan_batch, step_keys
 from app.pipeline.states import IdemStatus, MoveVerdict, Order, OrderStatus, judge_move
 from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
-from tests.support.events import event, record
+from harness.events import event, record
 
 ME = "worker-a/1"
 ORDER = "ORD-20261129-P0001"
@@ -228,7 +228,7 @@ def test_dead_lettered_event_does_not_stop_later_events_of_its_order():
     assert p.events[1].jobs and p.orders[ORDER].status is OrderStatus.CANCELLED
 
 
-TYPES = ["ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM", "ORDER_CANCEL"]
+TYPES = [t.value for t in EventType]
 
 
 @hsettings(max_examples=300, deadline=None)

@@ -60,7 +60,7 @@ def run_once(settings: Settings, rows: int, latency_ms: float, rate: float | Non
         orders = write_dead_letters(db, group, events, rows, prefix="BENCH")
         overrides = {} if rate is None else {"BULK_RATE_PER_SECOND": str(rate)}
         env = worker_env(MYSQL_URL=db.url, ORDER_EVENT_TOPIC=events, DLQ_TOPIC=dlq, APP_ID=group,
-                         WORKER_ID=f"bulk-{suffix}", LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, WEB_TOKEN=TOKEN,
+                         WORKER_ID=f"bulk-{suffix}", **fakes.env(), WEB_TOKEN=TOKEN,
                          **overrides)
         worker = Worker(env, f"bench-bulk-{suffix}").start()
         wait_for(lambda: _answers(worker.web_port), timeout=120, what="the worker's web views", workers=[worker])

@@ -83,7 +83,7 @@ def run_once(settings: Settings, rows: int, workers: int, latency_ms: float, obs
         started = time.monotonic()
         for n in range(workers):
             env = worker_env(MYSQL_URL=db.url, ORDER_EVENT_TOPIC=events, DLQ_TOPIC=dlq, APP_ID=group,
-                             WORKER_ID=f"drain-{suffix}-{n}", LOGISTICS_URL=fakes.url, SMS_URL=fakes.url)
+                             WORKER_ID=f"drain-{suffix}-{n}", **fakes.env())
             procs.append(Worker(env, f"bench-drain-{suffix}-{n}").start())
 
         def left() -> int:

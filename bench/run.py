@@ -279,7 +279,7 @@ async def row_c(ctx: Context, workload: Workload, row: str | None = None, app_mo
     group = ctx.group(f"worker-{row}")
     data_dir = tempfile.mkdtemp(prefix="bench-faust-")
     env = worker_env(order_event_topic=workload.topic, dlq_topic=f"bench-order-event-dlq-{workload.name}-{ctx.tag}",
-                     app_id=group, mysql_url=ctx.db.url, logistics_url=ctx.fakes.url, sms_url=ctx.fakes.url,
+                     app_id=group, mysql_url=ctx.db.url, **ctx.fakes.env(),
                      web_port=str(free_port()), worker_id="bench",
                      order_event_partitions=str(ctx.partitions.get(workload.name, PARTITIONS)),
                      dlq_partitions=str(DLQ_PARTITIONS), log_level="warning", data_dir=data_dir,

@@ -67,7 +67,7 @@ def served_worker(settings: Settings, db: ScratchDatabase, name: str, records: l
         if fakes is not None:
             services = FakesProcess()
             services.configure(fakes)
-            env = {"LOGISTICS_URL": services.url, "SMS_URL": services.url, **env}
+            env = {**services.env(), **env}
         asyncio.run(produce(settings, pair.events, records))
         worker = Worker(worker_env(**{"MYSQL_URL": db.url, "WORKER_ID": f"{name}-w", **pair.env(), **env}),
                         name).start()

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 from aiohttp import web
 
-from app.demo.fakes import FakeServices
+from app.demo.fakes import FakeServices, worker_urls
 from harness.services import LOGS, ROOT, free_port
 
 
@@ -51,6 +51,10 @@ class FakesProcess:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise AssertionError("fake services did not start")
                 time.sleep(0.1)
+
+    def env(self) -> dict[str, str]:
+        """A worker's settings that send every effect to these fakes."""
+        return worker_urls(self.url)
 
     def _post(self, path: str, body: dict) -> dict:
         req = urllib.request.Request(f"{self.url}{path}", data=json.dumps(body).encode(), method="POST",

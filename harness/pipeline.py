@@ -9,6 +9,7 @@ import aiohttp
 from app.adapters.effects import EffectClients
 from app.adapters.mysql import MySqlStore
 from app.bootstrap import EFFECT_CLIENTS
+from app.demo.fakes import worker_urls
 from app.adapters.mysql.engine import create_engine
 from app.pipeline.batch import BatchHandler
 from app.pipeline.events import decode
@@ -62,8 +63,8 @@ class Harness:
         SIGSTOP) past its lease, which the check before each call cannot prevent."""
         session = aiohttp.ClientSession()
         self._closers.append(session.close)
-        settings = self.settings.model_copy(update={"logistics_url": self.base_url,
-                                                    "sms_url": sms_url or self.base_url,
+        urls = {name.lower(): url for name, url in worker_urls(self.base_url).items()}
+        settings = self.settings.model_copy(update={**urls, "sms_url": sms_url or self.base_url,
                                                     "effect_timeout_seconds": timeout, "sms_lookup": sms_lookup,
                                                     "sms_lookup_settle_seconds": settle})
         effects = EffectClients({name: make(session, settings) for name, make in EFFECT_CLIENTS.items()})

@@ -60,6 +60,15 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 ORDER_IN_TEXT = re.compile(r"ORD-\d{8}-[A-Za-z0-9]+")
+# The settings that point a worker at the services these fakes play, one per effect's service:
+# a fake for a new effect adds its setting here, and every test, benchmark and chaos run that
+# starts a worker on the fakes (``harness.fakes``) sends it there too.
+URL_SETTINGS = ("LOGISTICS_URL", "SMS_URL")
+
+
+def worker_urls(url: str) -> dict[str, str]:
+    """Every effect of a worker sent to the fakes at ``url``."""
+    return {name: url for name in URL_SETTINGS}
 
 
 @dataclass

@@ -206,7 +206,7 @@ class ChaosRun:
                          TOPIC_REPLICATION=str(self.brokers.nodes),
                          MYSQL_URL=self.mariadb.url(DATABASE, USER, self.password, port=self.proxy.port),
                          ORDER_EVENT_TOPIC=EVENTS, DLQ_TOPIC=DLQ, ORDER_EVENT_PARTITIONS=str(PARTITIONS),
-                         DLQ_PARTITIONS=str(DLQ_PARTITIONS), LOGISTICS_URL=self.fakes.url, SMS_URL=self.fakes.url,
+                         DLQ_PARTITIONS=str(DLQ_PARTITIONS), **self.fakes.env(),
                          DATA_DIR=str(self.folder / "faust"))
         self.fleet = Fleet(env, self.folder / "workers", say=self.say)
         clock = time.monotonic()

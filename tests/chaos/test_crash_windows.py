@@ -65,7 +65,7 @@ def test_sigkill_at_cut_point_then_restart(cut, settings, topics, spawn_worker, 
     pair = topics(partitions=2)
     confirm, cancel, docs = lifecycle(f"CUT{cut.upper().replace('_', '')}")
     asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
-    env = {**CHAOS_ENV, "LOGISTICS_URL": fakes.url, "SMS_URL": fakes.url}
+    env = {**CHAOS_ENV, **fakes.env()}
 
     first = spawn_worker(pair, "w1", CHAOS_KILL_AT=cut, **env)
     assert first.wait_exit(90) == -signal.SIGKILL, f"worker did not die at {cut}; log {first.log_path}"
@@ -132,7 +132,7 @@ def test_the_ledger_catches_a_service_that_ignores_the_idempotency_key(settings,
         pair = topics(partitions=2)
         confirm, cancel, docs = lifecycle("CUTNOKEY")
         asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
-        env = {**CHAOS_ENV, "LOGISTICS_URL": fakes.url, "SMS_URL": fakes.url}
+        env = {**CHAOS_ENV, **fakes.env()}
         first = spawn_worker(pair, "w1", CHAOS_KILL_AT="b_c", **env)
         assert first.wait_exit(90) == -signal.SIGKILL
         called = {c["body"]["order_no"] for c in fakes.ledger()["calls"] if c["service"] == "waybill"}

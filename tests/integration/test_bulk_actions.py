@@ -67,7 +67,7 @@ def fakes():
 def test_a_dry_run_counts_exactly_and_a_start_on_a_stale_count_is_refused(scratch_db, topics, spawn_worker, fakes):
     pair = topics(partitions=1)
     write_dead_letters(scratch_db, pair.group, pair.events, 300)
-    worker = spawn_worker(pair, LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, BULK_RATE_PER_SECOND="100",
+    worker = spawn_worker(pair, **fakes.env(), BULK_RATE_PER_SECOND="100",
                           BULK_CHUNK_SIZE="20", **FAST)
     wait_for(lambda: answering(worker), timeout=90, what="the worker's web views", workers=[worker])
     selection = {"action": "retry", "filter": {"status": "manual", "reason": "effect_unavailable"}}
@@ -132,7 +132,7 @@ def cli(worker, *args: str, code: int = 0) -> dict | None:
 def test_a_job_is_paused_resumed_and_aborted_by_a_person(scratch_db, topics, spawn_worker, fakes):
     pair = topics(partitions=1)
     write_dead_letters(scratch_db, pair.group, pair.events, 200)
-    worker = spawn_worker(pair, LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, BULK_RATE_PER_SECOND="20",
+    worker = spawn_worker(pair, **fakes.env(), BULK_RATE_PER_SECOND="20",
                           BULK_CHUNK_SIZE="10", **FAST)
     wait_for(lambda: answering(worker), timeout=90, what="the worker's web views", workers=[worker])
     selection = {"action": "discard", "filter": {"status": "manual"}}
@@ -167,7 +167,7 @@ def test_a_job_is_paused_resumed_and_aborted_by_a_person(scratch_db, topics, spa
                              pair.group) == 0, "a chunk was left claimed"
     assert scratch_db.scalar("SELECT COUNT(*) FROM t_compensation WHERE consumer_group = %s AND status = 5",
                              pair.group) == after_stop["done_count"]
-    worker = spawn_worker(pair, "again", LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, BULK_RATE_PER_SECOND="20",
+    worker = spawn_worker(pair, "again", **fakes.env(), BULK_RATE_PER_SECOND="20",
                           BULK_CHUNK_SIZE="10", **FAST)
     wait_for(lambda: answering(worker), timeout=90, what="the worker's web views", workers=[worker])
     wait_for(lambda: job(worker, jid)["done"] >= after_stop["done_count"] + 10, timeout=60,
@@ -197,7 +197,7 @@ def test_ten_thousand_dead_letters_retried_through_a_worker_kill_are_settled_onc
                                  prefix="BKILL")
     # 20 calls at a time, 40 ms each: a chunk spends most of its time between its first call
     # and its T3, where the kill must land (the lease then covers 5 rounds of calls).
-    env = dict(LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, BULK_RATE_PER_SECOND="5000",
+    env = dict(**fakes.env(), BULK_RATE_PER_SECOND="5000",
                **{**FAST, "EFFECT_CONCURRENCY": "20", "LEASE_SECONDS": "12"})
     first = spawn_worker(pair, "a", **env)
     wait_for(lambda: answering(first), timeout=90, what="the first worker's web views", workers=[first])

@@ -22,7 +22,7 @@ def test_the_console_retries_the_filtered_queue_in_bulk_from_dry_run_to_done(scr
     orders = write_dead_letters(scratch_db, pair.group, pair.events, 60, prefix="BCONS")
     fakes = FakesProcess()
     try:
-        worker = spawn_worker(pair, LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, BULK_RATE_PER_SECOND="15",
+        worker = spawn_worker(pair, **fakes.env(), BULK_RATE_PER_SECOND="15",
                               BULK_CHUNK_SIZE="5", **FAST)
         wait_for(lambda: answering(worker), timeout=90, what="the worker's web views", workers=[worker])
         shots = []

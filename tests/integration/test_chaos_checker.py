@@ -139,7 +139,7 @@ def run(settings: Settings, scratch_db: ScratchDatabase, tmp_path_factory):
         placed = asyncio.run(kafka_ops.produce(settings.kafka_bootstrap, events, [r for _, r in records]))
         env = worker_env(MYSQL_URL=scratch_db.url, WORKER_ID=f"chk-{suffix}", ORDER_EVENT_TOPIC=events, DLQ_TOPIC=dlq,
                          APP_ID=group, ORDER_EVENT_PARTITIONS=str(PARTITIONS), DLQ_PARTITIONS="1",
-                         LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, **FAST)
+                         **fakes.env(), **FAST)
         worker = Worker(env, f"chaos-checker-{suffix}").start()
         worker_started = time.time()
         marks = ", ".join(["%s"] * len(shape["lifecycles"]))

@@ -29,7 +29,7 @@ def test_dead_letters_are_compensated_once_the_services_answer(settings, topics,
         docs = [event(o, t) for o in (waybill, lost_reply, never_sent) for t in ("ORDER_CREATED", "ORDER_PAID")]
         docs += [event(waybill, "ORDER_CONFIRM"), event(lost_reply, "ORDER_CANCEL"), event(never_sent, "ORDER_CANCEL")]
         asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
-        worker = spawn_worker(pair, LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, **FAST)
+        worker = spawn_worker(pair, **fakes.env(), **FAST)
 
         def ledger(order: str) -> dict | None:
             rows = scratch_db.query("SELECT * FROM t_compensation WHERE order_no = %s", order)

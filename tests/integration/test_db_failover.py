@@ -127,7 +127,7 @@ class Rig:
         for name in ("a", "b"):
             env = worker_env(MYSQL_URL=url, WORKER_ID=f"{self.name}-{name}", ORDER_EVENT_TOPIC=self.events,
                              DLQ_TOPIC=self.dlq, APP_ID=self.group, ORDER_EVENT_PARTITIONS=str(PARTITIONS),
-                             LOGISTICS_URL=self.fakes.url, SMS_URL=self.fakes.url, **WORKER_SETTINGS)
+                             **self.fakes.env(), **WORKER_SETTINGS)
             self.envs.append(env)
         self.start_workers()
         return self

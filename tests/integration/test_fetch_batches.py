@@ -97,7 +97,7 @@ def test_an_order_in_two_partitions_is_never_in_two_batches_in_flight_at_once(se
     pair = topics(partitions=2)
     target = order_no(prefix="SPLIT")
     asyncio.run(produce(settings, pair.events, [record(event(target, t)) for t in ("ORDER_CREATED", "ORDER_PAID")]))
-    env = dict(FAST, LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, BATCHES_IN_FLIGHT="2")
+    env = dict(FAST, **fakes.env(), BATCHES_IN_FLIGHT="2")
     first = spawn_worker(pair, "first", **env)
     wait_for(lambda: caught_up(settings, pair.events, pair.group, 2), timeout=90, what="the order paid",
              workers=[first])

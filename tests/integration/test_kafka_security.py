@@ -97,7 +97,7 @@ def test_worker_compensator_admin_and_cli_work_over_a_secure_listener(broker, fa
     topics = {"ORDER_EVENT_TOPIC": f"sec-event-{suffix}", "DLQ_TOPIC": f"sec-dlq-{suffix}",
               "APP_ID": f"sec-group-{suffix}", "ORDER_EVENT_PARTITIONS": "2", "DLQ_PARTITIONS": "1"}
     env = environment(broker.env(listener), MYSQL_URL=scratch_db.url, WORKER_ID=f"sec-{listener}-{suffix}",
-                      LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, WEB_READ_TOKEN=READ_TOKEN, **topics, **FAST)
+                      **fakes.env(), WEB_READ_TOKEN=READ_TOKEN, **topics, **FAST)
     conn = connection(broker, listener)
 
     created = run([sys.executable, "-m", "app.admin", "create-topics"], env)

@@ -115,7 +115,7 @@ def scraped(settings):
     docs += [event(mismatch, "ORDER_CREATED"), event(mismatch, "ORDER_PAID"),
              event(mismatch, "ORDER_PAID", data={"amount_cents": 1})]
     env = worker_env(**{"MYSQL_URL": db.url, "WORKER_ID": "observability-w", **pair.env(),
-                        "LOGISTICS_URL": fakes.url, "SMS_URL": fakes.url, "RETRY_BACKOFF_MS": "20,20,20",
+                        **fakes.env(), "RETRY_BACKOFF_MS": "20,20,20",
                         "DLQ_RETRY_AFTER_SECONDS": "0", "COMPENSATION_BACKOFF_SECONDS": "3600",
                         "METRICS_REFRESH_SECONDS": "1"})
     worker = Worker(env, "observability").start()

@@ -201,7 +201,7 @@ def test_workers_sweep_one_at_a_time_take_over_from_a_dead_sweeper_and_export_th
     receiver = AlertReceiver()
     fakes = FakesProcess()
     env = {"MYSQL_URL": ops_db.url, "STUCK_SWEEP_SECONDS": "1", "METRICS_REFRESH_SECONDS": "1",
-           "ALERT_WEBHOOK_URL": receiver.url, "LOGISTICS_URL": fakes.url, "SMS_URL": fakes.url,
+           "ALERT_WEBHOOK_URL": receiver.url, **fakes.env(),
            "BATCH_WITHIN_SECONDS": "0.3", "COMPENSATOR_WITHIN_SECONDS": "0.3"}
     try:
         workers = {name: spawn_worker(pair, name, **env) for name in ("a", "b")}

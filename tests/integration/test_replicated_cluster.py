@@ -284,7 +284,7 @@ def test_with_two_of_three_brokers_down_nothing_unsafe_is_committed_and_the_work
     letters_ledgered = lambda: scratch_db.scalar(  # noqa: E731
         "SELECT COUNT(*) FROM t_compensation WHERE src_topic = %s", pair.events)
 
-    env = {**SLOW, "LOGISTICS_URL": fakes.url, "SMS_URL": fakes.url}
+    env = {**SLOW, **fakes.env()}
     supervisor = Supervisor(lambda n: spawn_worker(pair, f"run{n}", **env)).start()
     watch = CommitWatch(whole.bootstrap(), pair.group, pair.events, pair.partitions, pair.dlq, pair.dlq_partitions,
                         needs_letter).start()

@@ -60,7 +60,7 @@ def test_a_replay_after_a_restore_from_backup_issues_and_sends_nothing_twice(set
     docs = [event(o, t) for o in confirmed + cancelled for t in ("ORDER_CREATED", "ORDER_PAID")]
     for confirm, cancel in zip(confirmed, cancelled):      # waybills and SMS all through the run
         docs += [event(confirm, "ORDER_CONFIRM"), event(cancel, "ORDER_CANCEL")]
-    env = {"MYSQL_URL": db.url, "LOGISTICS_URL": fakes.url, "SMS_URL": fakes.url, **SETTINGS}
+    env = {"MYSQL_URL": db.url, **fakes.env(), **SETTINGS}
 
     def effects() -> tuple[dict, dict]:
         ledger = fakes.ledger()

@@ -120,7 +120,7 @@ def test_only_committed_transactions_are_acted_on_and_commits_reach_the_end(sett
     asyncio.run(write())
     fakes = FakesProcess()
     try:
-        worker = spawn_worker(pair, LOGISTICS_URL=fakes.url, SMS_URL=fakes.url, **ENV)
+        worker = spawn_worker(pair, **fakes.env(), **ENV)
         expected = keys_of([event(o, t) for o in kept for t in ("ORDER_CREATED", "ORDER_PAID")]
                            + [event(o, "ORDER_CONFIRM") for o in confirmed]
                            + [event(o, "ORDER_CANCEL") for o in cancelled]

@@ -104,7 +104,8 @@ class EffectJob:
     token: str
     attempt: int          # the fencing token: T3 matches only this attempt
     request: dict
-    target: OrderStatus   # the order state the call is for; past it, the call is stale
+    target: OrderStatus   # the order state the call is for
+    voided_by: frozenset[OrderStatus] = frozenset()   # the states in which it is stale (``EffectStep.voids``)
     verify: bool = False  # an earlier call's outcome is unknown: ask the service before calling again
     # An earlier attempt may have reached the service (any effect). If this attempt is not called
     # either, the row must keep saying so: "not delivered" would be true of this attempt only.

@@ -11,11 +11,11 @@ that a retry may fix, the later events of that order in the batch are
 *deferred*: they run after it, in phase 2, so an order's events never
 overtake each other.
 
-An effect is only ever called for an order still at its step's target: once
-the order has moved past it (a CONFIRM's waybill when a CANCEL came after),
-the effect row is failed as ``stale`` without a call, whether it is claimed
-for the first time or again (the effect form of "a cancelled order got
-confirmed again").
+An effect is never called for an order in a state that voids it: by default
+every state past its step's target (a CONFIRM's waybill when a CANCEL came
+after; ``EffectStep.voided_by`` names them otherwise). Its row is failed as
+``stale`` without a call, whether it is claimed for the first time or again
+(the effect form of "a cancelled order got confirmed again").
 """
 
 from __future__ import annotations
@@ -339,7 +339,8 @@ class _Planner:
         pipe = PIPELINES[event.type]
         result.jobs.append(EffectJob(index, event.order_no, key, event.part_date, step.name, step.effect, token,
                                      attempt, step.effect.request(event, self.current[event.order_no]),
-                                     pipe.local.moves_order_to, verify=verify, earlier_unknown=earlier_unknown))
+                                     pipe.local.moves_order_to, step.voids(pipe.local.moves_order_to),
+                                     verify=verify, earlier_unknown=earlier_unknown))
 
 
 _CASE_ACTIONS = {case: getattr(_Planner, "_" + case.value) for case in EffectCase}
@@ -352,7 +353,7 @@ def _replayed(plan: BatchPlan) -> Outcome:
 
 
 def _drop_stale_jobs(plan: BatchPlan, current: dict[str, Order], rows: dict[str, IdemRow]) -> None:
-    """No call for an order that has moved past the call's target by the end of this T1.
+    """No call for an order that is in a state voiding the call by the end of this T1.
 
     The job's row is failed as ``stale`` instead: a fresh claim is inserted failed,
     a re-claim becomes a fenced pending -> failed. Its event ends ``stale``, not in error,
@@ -363,7 +364,7 @@ def _drop_stale_jobs(plan: BatchPlan, current: dict[str, Order], rows: dict[str,
     fresh = {row.biz_key: i for i, row in enumerate(plan.inserts) if row.status is IdemStatus.PENDING}
     reclaimed = {r.biz_key: r for r in plan.reclaims}
     for result in plan.events:
-        stale = [job for job in result.jobs if current[job.order_no].status > job.target]
+        stale = [job for job in result.jobs if current[job.order_no].status in job.voided_by]
         if not stale:
             continue
         for job in stale:

@@ -22,6 +22,7 @@ A new event type is one line in :data:`PIPELINES` (and its data fields in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from app.pipeline.events import EventType, OrderEvent
@@ -67,6 +68,20 @@ class LocalStep:
 class EffectStep:
     name: str
     effect: Effect
+    # The order states in which the call no longer stands: it is failed ``stale``, never made.
+    # None is every state ranked past the step's target (a CONFIRM's waybill once the order is
+    # CANCELLED). A step names them when a state past its target must not void it (a SHIPPED
+    # state after CONFIRMED: a shipped order still needs its waybill).
+    voided_by: frozenset[OrderStatus] | None = None
+
+    def voids(self, target: OrderStatus) -> frozenset[OrderStatus]:
+        """The states that void this step, whose event moves the order to ``target``."""
+        return _voiding(self.voided_by, target)
+
+
+@lru_cache(maxsize=None)
+def _voiding(voided_by: frozenset[OrderStatus] | None, target: OrderStatus) -> frozenset[OrderStatus]:
+    return voided_by if voided_by is not None else frozenset(s for s in OrderStatus if s > target)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from hypothesis import given, settings as hsettings
 from hypothesis import strategies as st
@@ -13,7 +14,7 @@ from app.pipeline.events import EventType, decode
 from app.pipeline.model import NOT_DELIVERED, STALE, IdemRow
 from app.pipeline.plan import EffectCase, effect_case, plan_batch, step_keys
 from app.pipeline.states import IdemStatus, MoveVerdict, Order, OrderStatus, judge_move
-from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
+from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS
 from harness.events import event, record
 
 ME = "worker-a/1"
@@ -267,6 +268,20 @@ def test_a_waybill_claimed_with_a_cancel_later_in_the_batch_is_stale_and_not_cal
     assert [j.effect for j in cancel.jobs] == [SEND_SMS]
     [waybill] = [r for r in p.inserts if r.step == "issue_waybill"]
     assert (waybill.status, waybill.outcome, waybill.idem_token) == (IdemStatus.FAILED, "stale", None)
+
+
+def test_a_step_voided_only_by_the_states_it_names_is_called_past_its_target(monkeypatch):
+    """A state past the target that the step does not name leaves its call standing (a shipped
+    order still needs its waybill); by default every state past the target voids it."""
+    confirm = PIPELINES[EventType.CONFIRM]
+    [waybill] = confirm.effects
+    assert waybill.voids(OrderStatus.CONFIRMED) == {s for s in OrderStatus if s > OrderStatus.CONFIRMED}
+    kept = replace(confirm, effects=(replace(waybill, voided_by=frozenset()),))
+    monkeypatch.setitem(PIPELINES, EventType.CONFIRM, kept)
+    p = plan([ev("ORDER_CONFIRM"), ev("ORDER_CANCEL")], orders={ORDER: Order(ORDER, OrderStatus.PAID, phone="1")})
+    confirm_plan, cancel_plan = p.events
+    assert [j.effect for j in confirm_plan.jobs] == [ISSUE_WAYBILL] and confirm_plan.outcome is None
+    assert [j.effect for j in cancel_plan.jobs] == [SEND_SMS]
 
 
 def test_a_pending_waybill_reclaimed_after_the_order_was_cancelled_is_failed_stale():

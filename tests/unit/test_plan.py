@@ -14,7 +14,7 @@ from app.pipeline.events import EventType, decode
 from app.pipeline.model import NOT_DELIVERED, STALE, IdemRow
 from app.pipeline.plan import EffectCase, effect_case, plan_batch, step_keys
 from app.pipeline.states import IdemStatus, MoveVerdict, Order, OrderStatus, judge_move
-from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS
+from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, EffectStep
 from harness.events import event, record
 
 ME = "worker-a/1"
@@ -275,7 +275,8 @@ def test_a_step_voided_only_by_the_states_it_names_is_called_past_its_target(mon
     order still needs its waybill); by default every state past the target voids it."""
     confirm = PIPELINES[EventType.CONFIRM]
     [waybill] = confirm.effects
-    assert waybill.voids(OrderStatus.CONFIRMED) == {s for s in OrderStatus if s > OrderStatus.CONFIRMED}
+    assert EffectStep("any", ISSUE_WAYBILL).voids(OrderStatus.CONFIRMED) == {
+        s for s in OrderStatus if s > OrderStatus.CONFIRMED}
     kept = replace(confirm, effects=(replace(waybill, voided_by=frozenset()),))
     monkeypatch.setitem(PIPELINES, EventType.CONFIRM, kept)
     p = plan([ev("ORDER_CONFIRM"), ev("ORDER_CANCEL")], orders={ORDER: Order(ORDER, OrderStatus.PAID, phone="1")})

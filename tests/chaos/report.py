@@ -143,12 +143,15 @@ def _topic(dlq: dict) -> str:
 
 
 def _effects(effects: dict) -> str:
-    """What the services did, each effect the checker counted (the calls and the SMS left
-    unknown are shown elsewhere): "526 waybills, 526 receipts, 358 SMS"."""
+    """What the services did, each effect the checker counted (not the raw calls):
+    "526 waybills, 526 receipts, 358 SMS"."""
     done = {name: n for name, n in effects.items()
-            if not name.endswith("_calls") and name not in ("peak_in_flight_per_key", "sms_unknown_manual")}
+            if not name.endswith("_calls") and name != "peak_in_flight_per_key"}
     shown = {"waybills": 0, "receipts": 0, "sms": 0, **done}         # the first three even at 0
-    return ", ".join(f"{n:,} {'SMS' if name == 'sms' else name}" for name, n in shown.items())
+    return ", ".join(f"{n:,} {LABELS.get(name, name)}" for name, n in shown.items())
+
+
+LABELS = {"sms": "SMS", "sms_unknown_manual": "SMS of unknown outcome left to a person"}
 
 
 def _counts(counts: dict) -> str:

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from app.pipeline.states import OrderStatus
 from app.pipeline.errors import (EffectNotDelivered, EffectRejected, EffectUnavailable, LeaseHeld, PayloadMismatch,
                                  PreconditionNotMet, UnknownOutcomeNonIdempotent)
 from harness.events import order_no
@@ -50,7 +51,7 @@ async def test_confirm_issues_one_waybill_with_receipt_in_t3(harness):
     assert (row["status"], row["outcome"], row["attempt"]) == (2, "waybill_issued", 1)
     assert receipt["idem_token"] == row["idem_token"] and receipt["attempt"] == 1
     assert harness.fakes.ledger.waybills[order] == [receipt["waybill_no"]]
-    assert harness.order(order)["status"] == 3
+    assert harness.order(order)["status"] == OrderStatus.CONFIRMED
 
 
 async def test_unknown_outcome_keeps_pending_and_the_retry_reuses_the_token(harness):
@@ -147,7 +148,7 @@ async def test_stale_event_changes_nothing_and_calls_nothing(harness):
     assert cancel.outcome == "applied"
     [confirm] = await p.run([ev(order, "ORDER_CONFIRM")])                # a CONFIRM after the CANCEL
     assert confirm.outcome == "stale"
-    assert harness.order(order)["status"] == 4
+    assert harness.order(order)["status"] == OrderStatus.CANCELLED
     assert harness.idem(f"{order}:ORDER_CONFIRM:mark_confirmed")[0]["outcome"] == "stale"
     assert not harness.idem(f"{order}:ORDER_CONFIRM:issue_waybill")
     assert not harness.fakes.ledger.waybills.get(order)
@@ -157,7 +158,7 @@ async def test_stale_event_changes_nothing_and_calls_nothing(harness):
     old = order_no(prefix="STALE")
     harness.db.query("INSERT INTO t_order (order_no, status, amount_cents) VALUES (%s, 2, 5)", old)
     [created] = await p.run([ev(old, "ORDER_CREATED")])
-    assert created.outcome == "stale" and harness.order(old)["status"] == 2
+    assert created.outcome == "stale" and harness.order(old)["status"] == OrderStatus.PAID
     assert harness.order(old)["amount_cents"] == 5
 
 

@@ -20,24 +20,23 @@ skipped, a pending call is repeated with its token, never a new one). A call of 
 non-idempotent effect whose outcome was unknown is verified with its service
 before anything else, when the service offers that (the SMS gateway's lookup).
 
-The compensator that works the rows is ``app.pipeline.compensator``; this module is the
-ledger's rows and port, and what one redrive makes of a row (:func:`judge_redrive`). The
-statuses and the moves between them are in ``app.pipeline.states`` with the other two
-state machines (``LEDGER_TRANSITIONS``).
+The compensator that works the rows is ``app.pipeline.compensator``; this module is what one
+redrive makes of a row (:func:`judge_redrive`) and the backoff between redrives. The statuses
+and the moves between them are in ``app.pipeline.states`` with the other two state machines
+(``LEDGER_TRANSITIONS``), the rows in ``app.pipeline.model`` and the ledger's port in
+``app.pipeline.ports``, beside the others.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Protocol, Sequence
 
 from app.pipeline.errors import BeyondDedupRetention, LeaseHeld, StaleEffectMayExist
 from app.pipeline.model import DISCARDED_BY_PERSON, RESOLVED_BY_PERSON
 from app.pipeline.outcomes import Outcome
-from app.pipeline.ports import SourceRecord
 from app.pipeline.processor import Result
-from app.pipeline.states import AUTOMATIC_CLAIMS, LedgerStatus
+from app.pipeline.model import LedgerRow, RedriveVerdict
+from app.pipeline.states import LedgerStatus
 
 
 # What a person's decision makes of the event's steps still pending (``t_idem.outcome``,
@@ -53,74 +52,6 @@ PERSON_ONLY: dict[str, str] = {
     BeyondDedupRetention.reason: "the order is older than the dedup store remembers, so running it could repeat "
                                  "what was done: reconcile it by hand, then resolve or discard this row",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class SourceKey:
-    """Which record a dead letter stands for (the ledger's unique key)."""
-
-    group: str
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerRow:
-    id: int
-    status: LedgerStatus
-    reason: str
-    message: str | None
-    retriable: bool
-    attempts: int                 # tries before it was dead-lettered
-    redrives: int                 # times the compensator ran it again since
-    due: bool                     # next_retry_at has passed (the database clock)
-    next_retry_at: datetime | None
-    order_no: str | None
-    biz_key: str | None
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-
-
-@dataclass(frozen=True)
-class RedriveVerdict:
-    status: LedgerStatus
-    redrives: int
-    retry_in: float | None
-    detail: str
-    reason: str | None = None     # the row's new reason: why it failed this time, if it did
-
-
-@dataclass(frozen=True)
-class Settlement:
-    """What one run made of one claimed row, and the step keys whose claims it gives up."""
-
-    row_id: int
-    verdict: RedriveVerdict
-    release: tuple[str, ...] = ()
-    note: str | None = None
-
-
-class Ledger(Protocol):
-    """The compensation ledger, as the compensator needs it. Rows are this consumer group's."""
-
-    async def find(self, source: SourceKey) -> LedgerRow | None: ...
-    async def get(self, row_id: int, group: str) -> LedgerRow | None: ...
-    async def add_manual(self, source: SourceKey, record: SourceRecord, reason: str, message: str) -> LedgerRow: ...
-    async def claim(self, row_id: int, owner: str, lease_seconds: float, *,
-                    allowed: frozenset[LedgerStatus] = AUTOMATIC_CLAIMS) -> LedgerRow | None: ...
-    async def claim_due(self, group: str, limit: int, owner: str, lease_seconds: float) -> list[LedgerRow]: ...
-    async def settle(self, settlements: Sequence[Settlement], *, owner: str, actor: str, action: str,
-                     job_id: int | None = None) -> set[int]: ...
-    async def act(self, row_id: int, group: str, to: LedgerStatus, allowed: frozenset[LedgerStatus], *,
-                  actor: str, action: str, note: str | None, steps: Sequence[str], step_outcome: str,
-                  job_id: int | None = None) -> tuple[LedgerRow | None, bool, str | None]: ...
-    async def reopen_unknown(self, keys: Sequence[str]) -> int: ...
-    async def get_many(self, row_ids: Sequence[int], group: str) -> list[LedgerRow]: ...
-    async def claim_many(self, row_ids: Sequence[int], group: str, owner: str, lease_seconds: float, *,
-                         allowed: frozenset[LedgerStatus]) -> list[LedgerRow]: ...
 
 
 @dataclass(frozen=True)
@@ -158,17 +89,3 @@ def judge_redrive(row: LedgerRow, result: Result, backoff: Backoff) -> RedriveVe
                               f"gave up after {redrives} redrives: {error.reason}: {error}", error.reason)
     return RedriveVerdict(LedgerStatus.OPEN, redrives, backoff.after(redrives), f"{error.reason}: {error}",
                           error.reason)
-
-
-@dataclass(frozen=True)
-class ActionResult:
-    found: bool
-    changed: bool
-    refused: str | None          # why the action could not be done, if it could not
-    status: LedgerStatus | None
-    message: str | None
-
-    def as_dict(self) -> dict:
-        return {"changed": self.changed, "status": None if self.status is None else self.status.name.lower(),
-                "message": self.message}
-

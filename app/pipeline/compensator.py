@@ -22,14 +22,13 @@ from collections import defaultdict
 from typing import Sequence
 
 from app.pipeline.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
-from app.pipeline.compensation import (PERSON_ONLY, STEP_OUTCOMES, ActionResult, Backoff, Ledger, LedgerRow,
-                                       RedriveVerdict, Settlement, SourceKey, judge_redrive)
+from app.pipeline.compensation import PERSON_ONLY, STEP_OUTCOMES, Backoff, judge_redrive
 from app.pipeline.dead_letter_headers import origin_group, source_of
 from app.pipeline.errors import Fatal, InternalError, MalformedEvent, PipelineError
 from app.pipeline.events import OrderEvent, decode
-from app.pipeline.model import UNKNOWN
+from app.pipeline.model import UNKNOWN, ActionResult, LedgerRow, RedriveVerdict, Settlement, SourceKey
 from app.pipeline.plan import step_keys
-from app.pipeline.ports import SourceRecord
+from app.pipeline.ports import Ledger, SourceRecord
 from app.pipeline.processor import Processor, Result
 from app.pipeline.states import AUTOMATIC_CLAIMS, LEDGER_SETTLED, PERSON_ACTIONS, PERSON_CLAIMS, LedgerStatus
 from app.pipeline.steps import PIPELINES

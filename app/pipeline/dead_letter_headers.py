@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from app.pipeline.compensation import SourceKey
+from app.pipeline.model import SourceKey
 from app.pipeline.ports import SourceRecord
 
 PREFIX = "dlq."

@@ -1,18 +1,18 @@
-"""The records the pipeline reads and writes: orders, ``t_idem`` rows, and what the
-first transaction (T1) decides for a batch. Plain data; the rules live in
-``states`` (what may move where), ``steps`` (what each event does) and ``plan``
-(the decision)."""
+"""The records the pipeline reads and writes: ``t_idem`` rows, what the first
+transaction (T1) decides for a batch, and the compensation ledger's rows. Plain data;
+the rules live in ``states`` (what may move where), ``steps`` (what each event does),
+``plan`` (T1's decision) and ``compensation`` (a redrive's)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 from typing import TYPE_CHECKING
 
 from app.pipeline.errors import PipelineError
 from app.pipeline.outcomes import Outcome
-from app.pipeline.states import REOPENABLE_OUTCOME, IdemStatus, Order, OrderStatus
+from app.pipeline.states import REOPENABLE_OUTCOME, IdemStatus, LedgerStatus, Order, OrderStatus
 
 if TYPE_CHECKING:
     from app.pipeline.steps import Effect
@@ -151,3 +151,66 @@ class BatchPlan:
     @property
     def writes(self) -> bool:
         return bool(self.orders or self.inserts or self.reclaims or self.fails)
+
+
+# -- the compensation ledger's rows (``t_compensation``) ------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class SourceKey:
+    """Which record a dead letter stands for (the ledger's unique key)."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    id: int
+    status: LedgerStatus
+    reason: str
+    message: str | None
+    retriable: bool
+    attempts: int                 # tries before it was dead-lettered
+    redrives: int                 # times the compensator ran it again since
+    due: bool                     # next_retry_at has passed (the database clock)
+    next_retry_at: datetime | None
+    order_no: str | None
+    biz_key: str | None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class RedriveVerdict:
+    status: LedgerStatus
+    redrives: int
+    retry_in: float | None
+    detail: str
+    reason: str | None = None     # the row's new reason: why it failed this time, if it did
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What one run made of one claimed row, and the step keys whose claims it gives up."""
+
+    row_id: int
+    verdict: RedriveVerdict
+    release: tuple[str, ...] = ()
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    found: bool
+    changed: bool
+    refused: str | None          # why the action could not be done, if it could not
+    status: LedgerStatus | None
+    message: str | None
+
+    def as_dict(self) -> dict:
+        return {"changed": self.changed, "status": None if self.status is None else self.status.name.lower(),
+                "message": self.message}

@@ -15,7 +15,8 @@ import pytest
 
 from app.adapters.mysql.compensations import MySqlLedger
 from app.adapters.mysql.group_queries import WINDOWS, GroupQueries
-from app.pipeline.compensation import Backoff, SourceKey
+from app.pipeline.compensation import Backoff
+from app.pipeline.model import SourceKey
 from app.pipeline.states import LedgerStatus as Status
 from app.pipeline.fingerprints import fingerprint
 from app.pipeline.ports import DeadLetter, SourceRecord

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.pipeline.compensation import Backoff, LedgerRow, judge_redrive
+from app.pipeline.compensation import Backoff, judge_redrive
+from app.pipeline.model import LedgerRow
 
 from app.pipeline.states import LedgerStatus as Status
 from app.pipeline.dead_letter_headers import source_of

@@ -7,7 +7,7 @@ from typing import Awaitable, Callable, Sequence, TypeVar
 from app.adapters.mysql import groups, idem, ledger
 from app.adapters.mysql.sql import Execute
 from app.adapters.mysql.store import MySqlStore
-from app.pipeline.compensation import LedgerRow, Settlement, SourceKey
+from app.pipeline.model import LedgerRow, Settlement, SourceKey
 from app.pipeline.states import AUTOMATIC_CLAIMS, LedgerStatus
 from app.pipeline.ports import SourceRecord
 

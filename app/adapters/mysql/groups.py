@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Iterable, Sequence
 
 from app.adapters.mysql.sql import Execute, marks
-from app.pipeline.compensation import SourceKey
+from app.pipeline.model import SourceKey
 from app.pipeline.fingerprints import ErrorShape, shape
 
 GROUPED = "id, consumer_group, fingerprint, first_failure_at, reason, message"

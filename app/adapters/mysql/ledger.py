@@ -9,7 +9,7 @@ from typing import Sequence
 
 from app.adapters.mysql import groups, orders
 from app.adapters.mysql.sql import Execute, Sql, marks
-from app.pipeline.compensation import LedgerRow, SourceKey
+from app.pipeline.model import LedgerRow, SourceKey
 from app.pipeline.states import LedgerStatus, ledger_move_allowed
 from app.pipeline.ports import DeadLetter, SourceRecord
 

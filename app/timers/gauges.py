@@ -71,6 +71,8 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
 
     @app.timer(interval=settings.metrics_refresh_seconds, name="refresh_gauges")
     async def refresh_gauges() -> None:
+        if runtime.stopping:                # the worker is stopping: nothing to refresh for
+            return
         try:
             await refresh(runtime.started(), settings)
         except Exception:

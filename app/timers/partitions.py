@@ -73,6 +73,8 @@ async def maintain(partitions: Partitions, *, retention: Retention, ahead: int,
 
 def register(app: faust.App, runtime: Runtime, settings: Settings):
     async def tick() -> None:
+        if runtime.stopping:
+            return
         try:
             rt = runtime.started()
             if not await rt.leases.acquire(LEASE, rt.owner, 2 * settings.partition_timer_seconds):

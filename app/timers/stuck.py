@@ -153,6 +153,8 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
 
     @app.timer(interval=settings.stuck_sweep_seconds, name="stuck_sweep")
     async def sweep_stuck() -> None:
+        if runtime.stopping:
+            return
         try:
             rt = runtime.started()
             if not await rt.leases.acquire(lease_name(LEASE, settings.app_id), rt.owner, 2 * settings.stuck_sweep_seconds):

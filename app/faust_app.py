@@ -12,6 +12,7 @@ from typing import Awaitable, Callable, Sequence
 
 import faust
 import mode
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app import exits
 from app.adapters.kafka import batches as kafka_batches
@@ -154,7 +155,13 @@ async def check_database(app: faust.App, settings: Settings) -> None:
         return
     else:
         log.info("the database answers at %s%s", where, f" over TLS ({cipher})" if cipher else " (no TLS)")
-        await check_schema(engine)
+        try:
+            await check_schema(engine)
+        except (OperationalError, InterfaceError) as exc:
+            # It answered, then went away (a restart) before its schema was read: as when it does
+            # not answer at all, start, and let the batches wait for it as in an outage.
+            log.warning("the database went away while its schema was read (%s); starting anyway: batches wait "
+                        "for the database as in an outage", exc.orig if exc.orig is not None else exc)
     finally:
         await engine.dispose()
 

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import orjson
 
 from app.pipeline.errors import MalformedEvent
+from app.pipeline.frozen import quick_init
 
 ORDER_NO = re.compile(r"ORD-([0-9]{4})([0-9]{2})([0-9]{2})-[A-Za-z0-9]{1,40}")
 # RFC 3339 date-time (section 5.6), ASCII digits only; a space may replace the T.
@@ -47,6 +48,7 @@ DATA_FIELDS: dict[EventType, dict[str, tuple[type, int]]] = {
 MAX_EVENT_ID = 64
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class OrderEvent:
     """A decoded, valid event. ``data`` holds the contract's fields only."""

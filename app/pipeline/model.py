@@ -11,6 +11,7 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING
 
 from app.pipeline.errors import PipelineError
+from app.pipeline.frozen import quick_init
 from app.pipeline.outcomes import Outcome
 from app.pipeline.states import REOPENABLE_OUTCOME, IdemStatus, LedgerStatus, Order, OrderStatus
 
@@ -38,6 +39,7 @@ DISCARDED_BY_PERSON = "discarded_by_person"
 SETTLED_FAILURES = frozenset({STALE, RESOLVED_BY_PERSON, DISCARDED_BY_PERSON})
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class IdemRow:
     """A ``t_idem`` row as T1 reads it; ``expired`` and ``remaining`` use the database clock."""
@@ -58,6 +60,7 @@ class IdemRow:
     since_call: float = 0.0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class NewRow:
     """A ``t_idem`` row to insert: a done local step, a freshly claimed effect, or a stale one."""

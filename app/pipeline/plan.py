@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 from enum import Enum
+from operator import attrgetter
 from typing import Callable, Mapping, Sequence
 
 from app.pipeline.errors import (AttemptsExhausted, EffectOutcomeUnknown, LeaseHeld, PayloadMismatch, PipelineError,
@@ -38,6 +39,9 @@ _APPLY = MoveVerdict.APPLY.value
 _VERDICT_VALUE = {verdict: verdict.value for verdict in MoveVerdict}
 _OUTCOME = {outcome.value: outcome for outcome in Outcome}      # Outcome(value), without Enum's call
 _ORDER_FIELDS = tuple(f.name for f in fields(Order))
+_ORDER_VALUES = attrgetter(*_ORDER_FIELDS)
+_ORDER_AT = {name: at for at, name in enumerate(_ORDER_FIELDS)}
+_STATUS_AT = _ORDER_AT["status"]
 
 
 def step_keys(event: OrderEvent) -> list[str]:
@@ -399,17 +403,19 @@ def _apply_local(event: OrderEvent, step: LocalStep, current: dict[str, Order], 
     if order is None:
         order = Order(event.order_no, step.moves_order_to)
         plan.new_orders.add(event.order_no)
-    moved = _moved(order, step.moves_order_to, {column: event.data[name] for column, name in step.sets.items()})
+    moved = _moved(order, step.moves_order_to, step.sets, event.data)
     current[event.order_no] = plan.orders[event.order_no] = moved
     return verdict
 
 
-def _moved(order: Order, status, values: dict) -> Order:
-    """``replace(order, status=status, **values)`` without ``dataclasses.replace``'s field walk."""
-    current = {name: getattr(order, name) for name in _ORDER_FIELDS}
-    current["status"] = status
-    current.update(values)
-    return Order(**current)
+def _moved(order: Order, status, sets: Mapping[str, str], data: Mapping) -> Order:
+    """``replace(order, status=status, column=data[name] for each column: name in sets)``, without
+    ``dataclasses.replace``'s walk over the fields: the order's values in one C call, then by position."""
+    row = list(_ORDER_VALUES(order))
+    row[_STATUS_AT] = status
+    for column, name in sets.items():
+        row[_ORDER_AT[column]] = data[name]
+    return Order(*row)
 
 
 def _record_facts(event: OrderEvent, step: LocalStep, order: Order, current: dict[str, Order],

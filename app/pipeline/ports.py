@@ -11,6 +11,7 @@ from datetime import date, datetime
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, TypeVar
 
 from app.pipeline.errors import PipelineError
+from app.pipeline.frozen import quick_init
 from app.pipeline.model import BatchPlan, EffectJob, IdemRow, LedgerRow, Settlement, SourceKey
 from app.pipeline.states import AUTOMATIC_CLAIMS, LedgerStatus, Order
 
@@ -47,6 +48,7 @@ class UnreadableRun:
     last: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SourceRecord:
     """A Kafka record as consumed, kept byte for byte for the dead-letter topic."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from enum import Enum, IntEnum
 
+from app.pipeline.frozen import quick_init
 from app.pipeline.outcomes import Outcome
 
 
@@ -62,6 +63,7 @@ class OrderStatus(IntEnum):
     CANCELLED = 4
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Order:
     """A ``t_order`` row. The fields between ``status`` and ``has_dead_letters`` are the

@@ -45,15 +45,25 @@ async def insert(execute: Execute, rows: Sequence[NewRow], *, owner: str, lease_
     """A plain INSERT: a key someone else inserted meanwhile fails the whole transaction
     (1062), and the re-run reads it."""
     sql = Sql()
-    lease = f"NOW(3) + INTERVAL {lease_us} MICROSECOND"
-    values = ", ".join(
-        f"({sql.lit(row.biz_key)}, {sql.lit(row.part_date)}, {sql.lit(row.step)}, {int(row.status)}, 1, "
-        f"{sql.lit(owner)}, {lease if row.status is IdemStatus.PENDING else 'NULL'}, "
-        f"{sql.lit(row.idem_token)}, {sql.lit(row.payload_hash)}, {sql.lit(row.outcome)}, NOW(3), NOW(3))"
-        for row in rows)
+    lit = sql.lit
+    # What every row shares, written once: the attempt and owner, the lease or none.
+    owned = f"1, {sql.inline(owner) or '%s'}"
+    pending, done = f"{owned}, NOW(3) + INTERVAL {lease_us} MICROSECOND", f"{owned}, NULL"
+    by_owner = owned.endswith("%s")
+    values = []
+    for row in rows:
+        status = row.status
+        head = f"({lit(row.biz_key)}, {lit(row.part_date)}, {lit(row.step)}, {_STATUS[status]}, "
+        if by_owner:
+            sql.params.append(owner)        # parameters in the order of their places, one per place
+        values.append(f"{head}{pending if status is IdemStatus.PENDING else done}, "
+                      f"{lit(row.idem_token)}, {lit(row.payload_hash)}, {lit(row.outcome)}, NOW(3), NOW(3))")
     await execute(
         "INSERT INTO t_idem (biz_key, part_date, step, status, attempt, owner, lease_until, idem_token, "
-        f"payload_hash, outcome, gmt_create, gmt_modified) VALUES {values}", sql.params)
+        f"payload_hash, outcome, gmt_create, gmt_modified) VALUES {', '.join(values)}", sql.params)
+
+
+_STATUS = {status: str(int(status)) for status in IdemStatus}
 
 
 async def reclaim(execute: Execute, reclaims: Sequence[Reclaim], *, owner: str, lease_us: int) -> None:

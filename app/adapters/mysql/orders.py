@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Sequence
 
 from app.adapters.mysql.sql import Execute, Sql, marks
 from app.pipeline.states import ORDER_DATA, Order, OrderStatus
 
 _COLUMNS = ", ".join(ORDER_DATA)
+_STATUS = {status: str(int(status)) for status in OrderStatus}
+_data = attrgetter(*ORDER_DATA)
+_data_of = _data if len(ORDER_DATA) > 1 else (lambda order: (_data(order),))     # always a tuple
 
 
 async def read(execute: Execute, order_nos: Sequence[str]) -> dict[str, Order]:
@@ -33,8 +37,9 @@ async def upsert(execute: Execute, orders: Sequence[Order]) -> None:
     the letters it stood for were flagged in the same T1. A row that does not move
     only has its empty fields filled (a stale step's facts, such as a late payment)."""
     sql = Sql()
-    rows = ((o.order_no, int(o.status), *(getattr(o, name) for name in ORDER_DATA)) for o in orders)
-    values = ", ".join(f"({sql.list(row)}, NOW(3), NOW(3))" for row in rows)
+    lit = sql.lit
+    values = ", ".join([f"({lit(o.order_no)}, {_STATUS[o.status]}, {', '.join([lit(v) for v in _data_of(o)])}, "
+                        "NOW(3), NOW(3))" for o in orders])
     moved = "VALUES(status) > status"
     data = ", ".join(f"{name} = IF({moved}, COALESCE(VALUES({name}), {name}), COALESCE({name}, VALUES({name})))"
                      for name in ORDER_DATA)

@@ -68,6 +68,11 @@ class Sql:
         self.params.append(value)
         return "%s"
 
+    def inline(self, value: str) -> str | None:
+        """``value`` as a literal for the text, to be written in as many places as needed; None when
+        it must go as a parameter (then :meth:`lit` once per place)."""
+        return f"'{value}'" if type(value) is str and _inline(value) else None
+
     def tuple(self, *values) -> str:
         return "(" + ", ".join([self.lit(v) for v in values]) + ")"
 

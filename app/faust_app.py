@@ -262,6 +262,9 @@ def dead_letter_topic(app: faust.App, settings: Settings) -> faust.TopicT:
                      value_serializer="raw", partitions=settings.dlq_partitions)
 
 
+GC_YOUNG_THRESHOLD = 30_000
+
+
 def freeze_startup_objects() -> None:
     """Move everything alive after startup out of the garbage collector's sight.
 
@@ -270,5 +273,14 @@ def freeze_startup_objects() -> None:
     benchmark: one batch in forty took 150-250 ms (a gen-2 collection landing
     inside it), p99 260 ms; after ``gc.freeze()`` none did, p99 100 ms, and
     throughput went up 10%.
+
+    Then the youngest generation is collected every ``GC_YOUNG_THRESHOLD`` allocations instead
+    of CPython's 700: a batch of 500 events makes about 10,000 short-lived objects that reference
+    counting frees on its own, so at 700 the collector ran about fifteen times a batch for almost
+    nothing. Measured on the local-only benchmark, in pairs taken in turns: the worker's CPU per
+    event 29.8-31.3 -> 27.8-28.2 µs, peak RSS unchanged (138-145 MB). 100,000 saved no more and
+    let one collection take a batch to 112 ms.
     """
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)

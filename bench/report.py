@@ -116,9 +116,9 @@ def notes(rows: list[dict]) -> str:
                          f"{extra['waybill_calls']} inline waybill calls; {row['db_round_trips']} round trips")
         elif name.startswith("c") or name == "f" or name.startswith("g-"):
             lines.append(_worker_note(row))
-    lines.append("- steady (the headline): a and b from the first records to the last commit; c and f from the "
-                 "first commit seen to the last one before the commit that completes the topic (that one waits "
-                 "for Faust's commit timer after the work ran out). clocked: c and f from /health answering to committed == end "
+    lines.append("- steady (the headline): a and b from the first records to the last commit; f, c and g from the "
+                 "first commit seen to the last one below 95 % of the records (the commits after it wait for "
+                 "Faust's commit timer once the fetches run dry). clocked: c and f from /health answering to committed == end "
                  "offsets (includes the group join and up to one 2.8 s commit interval). Batch p50/p99: linear "
                  "interpolation inside order_batch_seconds buckets. Worker CPU / event: the worker process's "
                  "user + system time (all threads) over the same window, over the events committed in it.")

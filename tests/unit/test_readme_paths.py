@@ -1,0 +1,67 @@
+"""Every file README.md names is in the repository: a reader who follows a path (a module, a test, a
+benchmark's result) finds it in a clone, not only on the machine the README was written on.
+
+The repository is what ``git ls-files`` lists, so a file that exists here but is ignored (a benchmark's
+result left uncommitted) counts as missing, as it is in a fresh clone.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+RESULTS = "bench/results"
+# A benchmark result cited by its name alone, after the first one with its folder: `20261202T220421Z.json`.
+RESULT_NAME = re.compile(r"(?:[a-z]+-)?\d{8}T\d{6}Z\.json")
+PLACEHOLDER = re.compile(r"[<>*{}$]")
+
+
+def tracked_files() -> set[str]:
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+    return set(listed.stdout.decode().split("\0")) - {""}
+
+
+def named_paths(text: str, top_folders: set[str]) -> list[str]:
+    """The repository paths ``text`` names in backticks: a token under one of ``top_folders``
+    (``app/adapters/kafka/batches.py``, ``tests/unit/``, ``app/x.py:function``) or a result's bare name."""
+    paths = []
+    for token in re.findall(r"`([^`\s]+)`", text):
+        if PLACEHOLDER.search(token):
+            continue
+        path = token.split(":", 1)[0].removeprefix("./")
+        if RESULT_NAME.fullmatch(path):
+            paths.append(f"{RESULTS}/{path}")
+        elif "/" in path and path.split("/", 1)[0] in top_folders:
+            paths.append(path.rstrip("/"))
+    return paths
+
+
+def test_the_readme_names_only_files_the_repository_has():
+    files = tracked_files()
+    folders = {name.rsplit("/", 1)[0] for name in files if "/" in name}
+    folders |= {parent for folder in folders for parent in _parents(folder)}
+    named = named_paths(README.read_text(), {name.split("/", 1)[0] for name in folders})
+    assert named, "no repository path found in README.md: the test would pass on anything"
+    missing = sorted({path for path in named if path not in files and path not in folders})
+    assert missing == [], (f"README.md names {len(missing)} path(s) a clone does not have (an ignored file "
+                           f"is committed with `git add -f`): {missing}")
+
+
+def _parents(folder: str) -> list[str]:
+    parts = folder.split("/")
+    return ["/".join(parts[:end]) for end in range(1, len(parts))]
+
+
+def test_a_bare_result_name_is_read_as_a_file_of_the_results_folder():
+    text = "runs `bench/results/20261202T215659Z.json`, `20261202T220421Z.json`, `bulk-20261201T205239Z.json`"
+    assert named_paths(text, {"bench"}) == [f"{RESULTS}/20261202T215659Z.json", f"{RESULTS}/20261202T220421Z.json",
+                                            f"{RESULTS}/bulk-20261201T205239Z.json"]
+
+
+def test_commands_placeholders_and_outside_folders_are_not_paths():
+    text = ("`make bench`, `bench/results/<UTC timestamp>.json`, `.cache/bench/`, `python -m bench.run`, "
+            "`app/pipeline/plan.py:plan_batch`, `tests/unit/`, `/usr/sbin/mariadbd`")
+    assert named_paths(text, {"app", "tests", "bench"}) == ["app/pipeline/plan.py", "tests/unit"]

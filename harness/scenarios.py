@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from datetime import date, datetime, timedelta, timezone
 from typing import Awaitable, Callable
 
-from app.pipeline.errors import (AttemptsExhausted, BeyondDedupRetention, ClaimExpiring, EffectOutcomeUnknown,
-                                 EffectUnavailable, LeaseHeld, PayloadMismatch, PipelineError,
+from app.pipeline.errors import (AttemptsExhausted, BeyondDedupRetention, ClaimExpiring, EffectNotDelivered,
+                                 EffectOutcomeUnknown, EffectUnavailable, LeaseHeld, PayloadMismatch, PipelineError,
                                  UnknownOutcomeNonIdempotent)
 from app.pipeline.events import EventType
 from app.pipeline.model import EffectJob
@@ -155,12 +155,29 @@ class Harness:
         """A recovery window opened ``age`` seconds ago (the CLI's ``recovery start``)."""
         raise NotImplementedError
 
+    def end_recovery_window(self) -> None:
+        """Every open window ended (the CLI's ``recovery end``)."""
+        raise NotImplementedError
+
     def processor(self, *, lease: float = 30.0, owner: str | None = None, lease_check: bool = True,
                   store=None, attempt_cap: int | None = None, retention: Retention | None = None) -> Processor:
         return Processor(store or self.store, self.effects, owner=owner or f"scenario-{next(_owners)}/main/x",
                          tokens=StepTokens(b"scenarios"),
                          lease_seconds=lease, effect_concurrency=64, effect_timeout=1.0 if lease_check else 0.0,
                          clock=self.clock(), attempt_cap=attempt_cap, retention=retention)
+
+    def late_caller(self, p: Processor, owner: str, *, lease: float = 1.5, late: float = 0.8) -> Processor:
+        """A processor sharing ``p``'s store whose calls start ``late`` seconds after its T1 (e.g.
+        waiting for a concurrency slot), with a ``lease`` so short that a call of 1 s no longer fits."""
+        harness = self
+
+        class Late(Processor):
+            async def _t2(self, jobs, claimed_at):
+                await harness.pass_time(late)
+                return await super()._t2(jobs, claimed_at)
+
+        return Late(p.store, self.effects, owner=owner, tokens=p.tokens, lease_seconds=lease, effect_concurrency=1,
+                    effect_timeout=1.0, clock=self.clock())
 
     async def paid(self, p: Processor, n: int = 1) -> list[str]:
         orders = [order_no(prefix="SCN") for _ in range(n)]
@@ -291,14 +308,7 @@ async def a_claim_without_enough_lease_left_is_not_called(h: Harness) -> None:
     p = h.processor(lease=1.5)                                       # a call may take 1 s
     [order] = await h.paid(p)
 
-    class Slow(Processor):
-        async def _t2(self, jobs, claimed_at):
-            await h.pass_time(0.8)                                   # e.g. waiting for a concurrency slot
-            return await super()._t2(jobs, claimed_at)
-
-    slow = Slow(p.store, h.effects, owner=p.owner, tokens=p.tokens, lease_seconds=1.5, effect_concurrency=1,
-                effect_timeout=1.0,
-                clock=h.clock())
+    slow = h.late_caller(p, p.owner)
     [first] = await slow.run([ev(order, "ORDER_CONFIRM")])
     assert isinstance(first.error, ClaimExpiring) and h.effects.calls == []
     assert h.idem(key(order, "ORDER_CONFIRM", "issue_waybill"))["outcome"] == "effect_not_delivered"
@@ -414,14 +424,7 @@ async def an_sms_sent_before_a_crash_stays_unknown_when_the_next_claim_is_not_ca
         pass
     await h.pass_time(0.9)                              # A's lease runs out (0.3 s), then the gateway settles
 
-    class Slow(Processor):
-        async def _t2(self, jobs, claimed_at):
-            await h.pass_time(0.8)                                   # e.g. waiting for a concurrency slot
-            return await super()._t2(jobs, claimed_at)
-
-    b = Slow(a.store, h.effects, owner="b/main/4", tokens=StepTokens(b"scenarios"), lease_seconds=1.5,
-             effect_concurrency=1, effect_timeout=1.0,
-             clock=h.clock())
+    b = h.late_caller(a, "b/main/4")
     [late] = await b.run([ev(order, "ORDER_CANCEL")])
     assert isinstance(late.error, ClaimExpiring) and h.effects.sent["sms", order] == 1
     assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["outcome"] == "effect_outcome_unknown"
@@ -433,7 +436,8 @@ async def an_sms_sent_before_a_crash_stays_unknown_when_the_next_claim_is_not_ca
 async def a_lookup_that_took_the_lease_leaves_the_send_to_the_next_claim(h: Harness) -> None:
     """A slow lookup (404) leaves the claim too little lease for the send: it is not sent now
     (another claimer may take the key as soon as the lease ends, and two sends of one SMS would
-    be in flight), and the row stays unknown, so the next claim asks again and sends once."""
+    be in flight). The lookup verified that no earlier call reached the gateway, so the row says
+    "not delivered" now, and the next claim sends once without asking again."""
     h.effects.verifiable = {"sms": 0.5}
     p = h.processor(lease=3.0)
     [order] = await h.paid(p)
@@ -448,11 +452,11 @@ async def a_lookup_that_took_the_lease_leaves_the_send_to_the_next_claim(h: Harn
     [short] = await running
     assert isinstance(short.error, ClaimExpiring) and "after the lookup" in str(short.error), short
     assert h.effects.sent["sms", order] == 0 and len(h.effects.lookups) == 1
-    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["outcome"] == "effect_outcome_unknown"
+    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["outcome"] == "effect_not_delivered"
     h.effects.lookup_delay = 0.0
     await h.pass_time(1.1)
     [result] = await h.processor(owner="next/main/5").run([ev(order, "ORDER_CANCEL")])
-    assert result.outcome is Outcome.APPLIED and h.effects.sent["sms", order] == 1 and len(h.effects.lookups) == 2
+    assert result.outcome is Outcome.APPLIED and h.effects.sent["sms", order] == 1 and len(h.effects.lookups) == 1
 
 
 async def an_order_older_than_the_retention_is_refused_and_leaves_no_trace(h: Harness) -> None:
@@ -528,6 +532,78 @@ async def a_fresh_recovery_window_waits_for_a_request_still_on_its_way(h: Harnes
     assert h.effects.sent["sms", order] == 1 and len(h.effects.lookups) == 1
 
 
+async def a_claim_to_be_looked_up_stays_so_when_its_call_is_not_made(h: Harness) -> None:
+    """In a recovery window a fresh SMS claim is looked up before it is sent. When its call is
+    not made (too little lease left), its row must not say "not delivered": the claim the store
+    forgot may have sent the SMS under the same token. Once the window has ended, the next claim
+    still asks, finds it, and sends nothing."""
+    h.effects.verifiable = {"sms": 0.5}
+    p = h.processor()
+    [order] = await h.paid(p)
+    backup = h.backup(order)
+    [sent] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert sent.outcome is Outcome.APPLIED and h.effects.sent["sms", order] == 1
+    h.restore(backup)                                                # the store forgot the claim that sent it
+    h.open_recovery_window(age=0.6)
+    [late] = await h.late_caller(p, "late/main/6").run([ev(order, "ORDER_CANCEL")])
+    assert isinstance(late.error, ClaimExpiring) and h.effects.lookups == [], late
+    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["outcome"] == "effect_outcome_unknown"
+    h.end_recovery_window()
+    await h.pass_time(1.6)                                           # the late claim's lease runs out
+    [result] = await h.processor(owner="next/main/6").run([ev(order, "ORDER_CANCEL")])
+    assert result.outcome is Outcome.APPLIED, result
+    assert h.effects.sent["sms", order] == 1 and len(h.effects.lookups) == 1
+
+
+async def a_claim_to_be_looked_up_stays_so_when_an_earlier_call_of_its_order_failed(h: Harness) -> None:
+    """The same when the claim's call is skipped because the call before it in its order failed."""
+    two_effects = Pipeline(LocalStep("mark_cancelled", OrderStatus.CANCELLED, sets={"cancel_reason": "reason"}),
+                           effects=(EffectStep("recall_parcel", ISSUE_WAYBILL), EffectStep("send_cancel_sms", SEND_SMS)))
+    with declared(EventType.CANCEL, two_effects):
+        h.effects.verifiable = {"sms": 0.5}
+        p = h.processor()
+        [order] = await h.paid(p)
+        backup = h.backup(order)
+        [sent] = await p.run([ev(order, "ORDER_CANCEL")])
+        assert sent.outcome is Outcome.APPLIED and h.effects.sent["sms", order] == 1
+        h.restore(backup)
+        h.open_recovery_window(age=0.6)
+        h.effects.faults["waybill"].append(Fault(EffectUnavailable("503")))
+        [failed] = await p.run([ev(order, "ORDER_CANCEL")])
+        assert isinstance(failed.error, EffectUnavailable) and h.effects.lookups == [], failed
+        assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["outcome"] == "effect_outcome_unknown"
+        h.end_recovery_window()
+        await h.pass_time(0.6)
+        [result] = await p.run([ev(order, "ORDER_CANCEL")])
+        assert result.outcome is Outcome.APPLIED, result
+        assert h.effects.sent["sms", order] == 1 and len(h.effects.lookups) == 1
+
+
+async def a_pending_sms_a_restore_brought_back_is_looked_up_in_a_window(h: Harness) -> None:
+    """The backup holds the SMS step pending and "not delivered" (the gateway refused it: 4xx);
+    the run after the backup sent it. The restore brings the row back pending, so in a window the
+    replay asks before it sends (not before the window is older than the settle), and finds it."""
+    h.effects.verifiable = {"sms": 0.5}
+    p = h.processor()
+    [order] = await h.paid(p)
+    h.effects.faults["sms"].append(Fault(EffectNotDelivered("429 refused")))
+    [refused] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert isinstance(refused.error, EffectNotDelivered), refused
+    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["outcome"] == "effect_not_delivered"
+    backup = h.backup(order)
+    [sent] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert sent.outcome is Outcome.APPLIED and h.effects.sent["sms", order] == 1
+    h.restore(backup)                                                # pending, "not delivered", again
+    h.open_recovery_window()
+    [early] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert isinstance(early.error, EffectOutcomeUnknown) and h.effects.lookups == [], early
+    await h.pass_time(0.6)
+    [replay] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert replay.outcome is Outcome.APPLIED, replay
+    assert h.effects.sent["sms", order] == 1 and len(h.effects.lookups) == 1
+    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["status"] == IdemStatus.DONE
+
+
 SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken,
              a_skipped_call_is_noted_and_made_on_the_retry, an_sms_with_an_unknown_outcome_is_never_sent_again,
              a_pending_waybill_of_a_cancelled_order_is_stale, a_payment_after_the_cancel_is_stale_but_recorded,
@@ -542,5 +618,8 @@ SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken
              an_order_older_than_the_retention_is_refused_and_leaves_no_trace,
              a_key_claimed_as_often_as_the_cap_is_left_to_a_person,
              a_restore_from_backup_asks_the_services_the_same_questions_again,
-             a_fresh_recovery_window_waits_for_a_request_still_on_its_way]
+             a_fresh_recovery_window_waits_for_a_request_still_on_its_way,
+             a_claim_to_be_looked_up_stays_so_when_its_call_is_not_made,
+             a_claim_to_be_looked_up_stays_so_when_an_earlier_call_of_its_order_failed,
+             a_pending_sms_a_restore_brought_back_is_looked_up_in_a_window]
 

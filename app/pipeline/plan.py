@@ -68,15 +68,21 @@ def orders_needed(events: Sequence[OrderEvent], rows: dict[str, IdemRow],
     return needed
 
 
-def fresh_verifiable(events: Sequence[OrderEvent], keys_of: Sequence[list[str]], rows: Mapping[str, IdemRow],
-                     verifiable: Mapping[str, float]) -> bool:
+def window_matters(events: Sequence[OrderEvent], keys_of: Sequence[list[str]], rows: Mapping[str, IdemRow],
+                   verifiable: Mapping[str, float]) -> bool:
     """Whether a recovery window changes this batch's plan: it has a step of a verifiable effect
-    that is not idempotent (the SMS) and that ``t_idem`` has no row of."""
+    that is not idempotent (the SMS) that ``t_idem`` has no row of, or holds pending. A store that
+    went back in time may have forgotten a claim, or brought a row back older than what was done
+    (pending, ``effect_not_delivered``, although a later claim sent it)."""
     if not verifiable:
         return False
-    return any(key not in rows and step.effect.name in verifiable and not step.effect.idempotent
-               for event, keys in zip(events, keys_of)
-               for step, key in zip(PIPELINES[event.type].effects, keys[1:]))
+    for event, keys in zip(events, keys_of):
+        for step, key in zip(PIPELINES[event.type].effects, keys[1:]):
+            if step.effect.name in verifiable and not step.effect.idempotent:
+                row = rows.get(key)
+                if row is None or row.status is IdemStatus.PENDING:
+                    return True
+    return False
 
 
 class EffectCase(Enum):
@@ -89,23 +95,32 @@ class EffectCase(Enum):
     FAILED = "failed"                        # failed for good: the event dead-letters again
     CLAIM = "claim"                          # (none) -> pending: attempt 1, a new token
     CLAIM_LOOKED_UP = "claim_looked_up"      # the same in a recovery window, the service asked before the call
-    RECOVERY_WAIT = "recovery_wait"          # (none), in a recovery window too young to ask the service: wait
+    RECOVERY_WAIT = "recovery_wait"          # (none) or pending, in a recovery window too young to ask the service
     HELD = "held"                            # pending, another claimant's live lease: wait for it
     CAPPED = "capped"                        # pending, claimed IDEM_MAX_ATTEMPTS times: a person decides
     UNKNOWN_WAIT = "unknown_wait"            # pending, last call's outcome unknown, too early to ask: wait
     UNKNOWN_UNASKABLE = "unknown_unaskable"  # pending, last call's outcome unknown, no way to ask: failed
     RECLAIM = "reclaim"                      # pending -> pending: attempt + 1, the same token
-    RECLAIM_LOOKED_UP = "reclaim_looked_up"  # the same, the last call's outcome unknown: asked before calling
+    RECLAIM_LOOKED_UP = "reclaim_looked_up"  # the same, the last call's outcome unknown or a recovery window
+                                             # open: asked before calling
 
 
 def effect_case(effect: Effect, row: IdemRow | None, *, owner: str, attempt_cap: int | None,
                 verifiable: Mapping[str, float], recovering: float | None) -> EffectCase:
     """The case of one effect step: a pure function of its row and the claim's context.
     The order the questions come in is the rule: a live lease is respected before the cap,
-    the cap before an unknown outcome."""
+    the cap before an unknown outcome.
+
+    While a recovery window is open (``recovering``: its age), the store may have forgotten a
+    claim of a verifiable effect that is not idempotent (the SMS), or brought its row back older
+    than what was done: a fresh claim and every pending row of it are looked up before any call,
+    once the window is older than the service's settle time."""
+    # How long after a call of this effect its service can be asked; None: no second call can
+    # be told from the first (idempotent: the service tells them apart itself), or none can be asked.
+    delay = None if effect.idempotent else verifiable.get(effect.name)
+    windowed = recovering is not None and delay is not None
     if row is None:
-        delay = verifiable.get(effect.name) if recovering is not None and not effect.idempotent else None
-        if delay is None:
+        if not windowed:
             return EffectCase.CLAIM
         return EffectCase.RECOVERY_WAIT if recovering < delay else EffectCase.CLAIM_LOOKED_UP
     status = row.status
@@ -117,12 +132,14 @@ def effect_case(effect: Effect, row: IdemRow | None, *, owner: str, attempt_cap:
         return EffectCase.HELD
     if attempt_cap is not None and row.attempt >= attempt_cap:
         return EffectCase.CAPPED
-    if not _outcome_unknown(effect, row):
+    unknown = _outcome_unknown(effect, row)
+    if not (unknown or windowed):
         return EffectCase.RECLAIM
-    delay = verifiable.get(effect.name)
     if delay is None:
         return EffectCase.UNKNOWN_UNASKABLE
-    return EffectCase.UNKNOWN_WAIT if row.since_call < delay else EffectCase.RECLAIM_LOOKED_UP
+    if windowed and recovering < delay:
+        return EffectCase.RECOVERY_WAIT
+    return EffectCase.UNKNOWN_WAIT if unknown and row.since_call < delay else EffectCase.RECLAIM_LOOKED_UP
 
 
 def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: dict[str, Order],
@@ -137,8 +154,9 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
     ``attempt_cap`` times is not claimed again (None: no cap, a person asked for the run).
     ``tokens(key)`` is a new claim's token (``app.pipeline.tokens``); a row keeps the one it has.
     ``recovering``: seconds since a recovery window opened (None: none is open). The store may
-    have forgotten claims made before it, so a fresh claim of a verifiable effect that is not
-    idempotent (the SMS) is looked up before it is sent, as an unknown outcome is."""
+    have forgotten claims made before it, or brought rows back older, so a fresh claim or a
+    pending row of a verifiable effect that is not idempotent (the SMS) is looked up before it
+    is sent, as an unknown outcome is (:func:`effect_case`)."""
     planner = _Planner(len(events), rows, orders, owner=owner, tokens=tokens, verifiable=verifiable or {},
                        attempt_cap=attempt_cap, recovering=recovering)
     plan_event = planner.event
@@ -268,11 +286,12 @@ class _Planner:
         return True
 
     def _recovery_wait(self, result, index, event, step, key, row) -> bool:
-        # A request of the forgotten claim may still be on its way to the service.
+        # A request of a claim the store forgot may still be on its way to the service.
         delay = self.verifiable[step.effect.name]
         return self._wait(result, event, EffectOutcomeUnknown(
-            f"{key}: a recovery window is open (the store may have forgotten an earlier claim); "
-            f"the service is asked once {delay:g}s have passed since it opened, in {delay - self.recovering:.0f}s"))
+            f"{key}: a recovery window is open (the store may have forgotten an earlier claim, or hold an older "
+            f"state of this one); the service is asked once {delay:g}s have passed since it opened, in "
+            f"{delay - self.recovering:.0f}s"))
 
     def _held(self, result, index, event, step, key, row) -> bool:
         self.plan.claims["held"] += 1
@@ -313,7 +332,8 @@ class _Planner:
         return True
 
     def _reclaim_looked_up(self, result, index, event, step, key, row) -> bool:
-        # The last call's outcome is unknown: the service is asked before it is repeated.
+        # The last call's outcome is unknown, or the store may hold an older state of the row
+        # (a recovery window): the service is asked before it is repeated.
         self._take_again(result, index, event, step, key, row, verify=True)
         return True
 
@@ -325,18 +345,23 @@ class _Planner:
         self.blocked.add(event.order_no)
         return False
 
+    # A claim made to be verified stays "verify first" until it is verified: when its call is not
+    # made (too little lease left, an earlier call of its order failed), its row must not say
+    # "not delivered", or the next claim would send without asking, although the claim the
+    # store forgot may have sent it under the same token (``earlier_unknown``).
+
     def _take_new(self, result, index, event, step, key, *, verify: bool) -> None:
         token = self.tokens(key)
         self.plan.claims["new"] += 1
         self.plan.inserts.append(NewRow(key, event.part_date, step.name, IdemStatus.PENDING, event.payload_hash,
                                         idem_token=token))
-        self._job(result, index, event, step, key, token, 1, verify=verify, earlier_unknown=False)
+        self._job(result, index, event, step, key, token, 1, verify=verify, earlier_unknown=verify)
 
     def _take_again(self, result, index, event, step, key, row: IdemRow, *, verify: bool) -> None:
         self.plan.claims["reclaimed"] += 1
         self.plan.reclaims.append(Reclaim(key, event.part_date, row.attempt))
         self._job(result, index, event, step, key, row.idem_token or self.tokens(key), row.attempt + 1,
-                  verify=verify, earlier_unknown=row.outcome != NOT_DELIVERED)
+                  verify=verify, earlier_unknown=verify or row.outcome != NOT_DELIVERED)
 
     def _job(self, result: EventPlan, index: int, event: OrderEvent, step, key: str, token: str, attempt: int,
              *, verify: bool, earlier_unknown: bool) -> None:
@@ -362,8 +387,9 @@ def _drop_stale_jobs(plan: BatchPlan, current: dict[str, Order], rows: dict[str,
     The job's row is failed as ``stale`` instead: a fresh claim is inserted failed,
     a re-claim becomes a fenced pending -> failed. Its event ends ``stale``, not in error,
     unless an earlier attempt may have reached the service (its outcome is not "surely not
-    delivered"): then a waybill may exist for a cancelled order, and the event goes to a
-    person (``stale_effect_may_exist``) with the token to look for.
+    delivered", or a recovery window makes the store's memory of it doubtful:
+    ``EffectJob.earlier_unknown``): then a waybill may exist for a cancelled order, and the event
+    goes to a person (``stale_effect_may_exist``) with the token to look for.
     """
     fresh = {row.biz_key: i for i, row in enumerate(plan.inserts) if row.status is IdemStatus.PENDING}
     reclaimed = {r.biz_key: r for r in plan.reclaims}
@@ -374,19 +400,22 @@ def _drop_stale_jobs(plan: BatchPlan, current: dict[str, Order], rows: dict[str,
         for job in stale:
             message = (f"{job.biz_key}: not called, order {job.order_no} is "
                        f"{current[job.order_no].status.name}, past {job.target.name}")
+            earlier = rows.get(job.biz_key)
             if job.biz_key in fresh:
+                # A claim to be verified keeps its token: a claim the store forgot may have used it.
                 i = fresh[job.biz_key]
-                plan.inserts[i] = replace(plan.inserts[i], status=IdemStatus.FAILED, idem_token=None, outcome=STALE)
+                plan.inserts[i] = replace(plan.inserts[i], status=IdemStatus.FAILED, outcome=STALE,
+                                          idem_token=job.token if job.earlier_unknown else None)
             else:
                 plan.reclaims.remove(reclaimed[job.biz_key])
                 plan.fails.append(FailRow(job.biz_key, job.part_date, job.attempt - 1, STALE, message))
-                earlier = rows[job.biz_key]
-                if earlier.outcome != NOT_DELIVERED and result.error is None:
-                    result.error = StaleEffectMayExist(
-                        f"{message}; but attempt {earlier.attempt} ended "
-                        f"{earlier.outcome or 'without an outcome (its worker stopped)'} and may have reached the "
-                        f"{job.effect.name} service: look for what it did under idempotency token {job.token} "
-                        "and undo it if it must not stand")
+            if job.earlier_unknown and result.error is None:
+                before = (f"attempt {earlier.attempt} ended {earlier.outcome or 'without an outcome (its worker stopped)'}"
+                          if earlier is not None and earlier.outcome != NOT_DELIVERED else
+                          "a recovery window is open: a claim the store forgot, or a later state of this one,")
+                result.error = StaleEffectMayExist(
+                    f"{message}; but {before} may have reached the {job.effect.name} service: look for what it "
+                    f"did under idempotency token {job.token} and undo it if it must not stand")
         result.jobs = [job for job in result.jobs if job not in stale]
         if result.error is None and not result.jobs:
             result.outcome = Outcome.STALE

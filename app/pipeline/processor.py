@@ -45,14 +45,14 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Sequence, TypeVar
 
 from app.pipeline.errors import ClaimExpiring, EffectNotDelivered, Fatal, PipelineError, StoreUnavailable
 from app.pipeline.events import OrderEvent
 from app.pipeline.model import BatchPlan, EffectJob
 from app.pipeline.outcomes import Outcome
-from app.pipeline.plan import fresh_verifiable, orders_needed, plan_batch, step_keys
+from app.pipeline.plan import orders_needed, plan_batch, step_keys, window_matters
 from app.pipeline.ports import EffectClient, Finished, NoObserver, Observer, Store, Transaction
 from app.pipeline.retention import Retention
 
@@ -155,9 +155,9 @@ class Processor:
         rows = await tx.read_idem(keys, sorted({event.part_date for event in events}))
         needed = orders_needed(events, rows, keys_of)
         orders = await tx.read_orders(sorted(needed)) if needed else {}
-        verifiable = getattr(self.effects, "verifiable", {})
-        # Only a batch with a fresh claim that a recovery window would change reads the window.
-        recovering = await tx.recovery_age() if fresh_verifiable(events, keys_of, rows, verifiable) else None
+        verifiable = self.effects.verifiable
+        # Only a batch with a claim that a recovery window would change reads the window.
+        recovering = await tx.recovery_age() if window_matters(events, keys_of, rows, verifiable) else None
         plan = plan_batch(events, rows, orders, owner=owner, keys_of=keys_of, verifiable=verifiable,
                           attempt_cap=attempt_cap, tokens=self.tokens, recovering=recovering)
         if plan.writes:
@@ -204,6 +204,9 @@ class Processor:
                 found = await self.effects.lookup(job)
                 if found is not None:
                     return Finished(job, receipt=found)
+                # Verified: no earlier call reached the service. If the send is not made now
+                # either, the row may say "not delivered" again.
+                job = replace(job, earlier_unknown=False)
                 self._on_cut("looked_up")
                 # The lookup took up to a call's time of the lease: the send needs its own.
                 if (short := self._lease_short(job, claimed_at, after="the lookup (not found)")) is not None:

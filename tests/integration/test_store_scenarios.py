@@ -72,6 +72,9 @@ class MySqlHarness(Harness):
                       f"(NOW(3) - INTERVAL {int(age * 1e6)} MICROSECOND, NOW(3) + INTERVAL 1 HOUR, 'cli:test', "
                       "'a scenario')")
 
+    def end_recovery_window(self) -> None:
+        self.db.query("UPDATE t_recovery_window SET ended_at = NOW(3), ended_by = 'cli:test' WHERE ended_at IS NULL")
+
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
 async def test_scenario_on_mariadb(scenario, settings, scratch_db):

@@ -129,6 +129,14 @@ EFFECT_CASES = [
     (SEND_SMS, _pending(outcome=NOT_DELIVERED), None, EffectCase.RECLAIM),
     (SEND_SMS, _pending(since_call=10.0), None, EffectCase.UNKNOWN_WAIT),
     (SEND_SMS, _pending(since_call=30.0), None, EffectCase.RECLAIM_LOOKED_UP),
+    # A recovery window: the store may hold an older state of a pending row (a restore), so every
+    # pending SMS row is looked up, "not delivered" or not, once the window and its call have settled.
+    (SEND_SMS, _pending(outcome=NOT_DELIVERED), 5.0, EffectCase.RECOVERY_WAIT),
+    (SEND_SMS, _pending(outcome=NOT_DELIVERED), 30.0, EffectCase.RECLAIM_LOOKED_UP),
+    (SEND_SMS, _pending(since_call=10.0), 30.0, EffectCase.UNKNOWN_WAIT),
+    (SEND_SMS, _pending(since_call=99.0), 5.0, EffectCase.RECOVERY_WAIT),
+    (SEND_SMS, _pending(owner="other/1", expired=False), 30.0, EffectCase.HELD),
+    (ISSUE_WAYBILL, _pending(outcome=NOT_DELIVERED), 30.0, EffectCase.RECLAIM),   # idempotent: the token suffices
 ]
 
 
@@ -141,6 +149,8 @@ def test_each_effect_step_falls_in_the_case_its_row_says():
         seen.add(case)
     assert effect_case(SEND_SMS, _pending(), owner=ME, attempt_cap=5, verifiable={},
                        recovering=None) is EffectCase.UNKNOWN_UNASKABLE
+    assert effect_case(SEND_SMS, _pending(outcome=NOT_DELIVERED), owner=ME, attempt_cap=5, verifiable={},
+                       recovering=30.0) is EffectCase.RECLAIM           # SMS_LOOKUP=false: a window cannot ask
     assert effect_case(ISSUE_WAYBILL, _pending(attempt=50), owner=ME, attempt_cap=None, verifiable={},
                        recovering=None) is EffectCase.RECLAIM        # no cap: a person asked for the run
     assert seen | {EffectCase.UNKNOWN_UNASKABLE} == set(EffectCase)
@@ -156,6 +166,28 @@ def test_pending_effect_with_expired_lease_is_reclaimed_with_the_same_token():
     assert job.token == "persisted" and job.attempt == 3
     assert [(r.biz_key, r.attempt) for r in p.reclaims] == [(effect, 2)]
     assert not p.inserts
+
+
+def test_a_claim_looked_up_in_a_recovery_window_is_not_delivered_only_once_verified():
+    """Its row must keep saying "ask first" when its call is not made: the claim the store forgot
+    may have sent it under the same token."""
+    cancel = ev("ORDER_CANCEL")
+    _, sms = step_keys(cancel)
+    paid = {ORDER: Order(ORDER, OrderStatus.PAID)}
+    fresh = plan_batch([cancel], {}, paid, owner=ME, tokens=tokens(), verifiable={SEND_SMS.name: 30.0},
+                       recovering=60.0)
+    [job] = fresh.events[0].jobs
+    assert job.verify and job.not_called_outcome() == "effect_outcome_unknown"
+    rows = {step_keys(cancel)[0]: row(step_keys(cancel)[0], cancel),
+            sms: row(sms, cancel, IdemStatus.PENDING, owner="dead/1", token="t", outcome=NOT_DELIVERED)}
+    brought_back = plan_batch([cancel], rows, {ORDER: Order(ORDER, OrderStatus.CANCELLED)}, owner=ME,
+                              tokens=tokens(), verifiable={SEND_SMS.name: 30.0}, recovering=60.0)
+    [job] = brought_back.events[0].jobs
+    assert job.verify and job.not_called_outcome() == "effect_outcome_unknown"
+    plain = plan_batch([cancel], rows, {ORDER: Order(ORDER, OrderStatus.CANCELLED)}, owner=ME, tokens=tokens(),
+                       verifiable={SEND_SMS.name: 30.0})
+    [job] = plain.events[0].jobs
+    assert not job.verify and job.not_called_outcome() == "effect_not_delivered"
 
 
 def test_live_lease_of_another_worker_is_not_taken():

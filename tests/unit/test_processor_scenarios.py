@@ -64,6 +64,9 @@ class MemoryHarness(Harness):
     def open_recovery_window(self, age: float = 0.0) -> None:
         self.store.state.recovery_opened = self.store.now - age
 
+    def end_recovery_window(self) -> None:
+        self.store.state.recovery_opened = None
+
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
 async def test_scenario_on_the_memory_store(scenario):

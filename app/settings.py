@@ -171,8 +171,21 @@ class Settings(BaseSettings):
     sms_lookup_settle_seconds: float = Field(
         30.0, ge=0, description="How long after an SMS call with an unknown outcome the gateway is asked: a "
                                 "request still on its way to it must have landed by then.")
-    effect_timeout_seconds: float = Field(3.0, gt=0)
-    effect_concurrency: int = Field(64, ge=1, description="Effect calls in flight per worker.")
+    effect_timeout_seconds: float = Field(3.0, gt=0, description="The longest one call to a service may take, "
+                                                               "its connection included.")
+    effect_connect_timeout_seconds: float = Field(
+        1.0, gt=0, description="The longest a call may wait for its connection (a new one, or a free one of its "
+                               "pool); at most half of EFFECT_TIMEOUT_SECONDS is used. A call that got none sent "
+                               "nothing: it is retried as not delivered, never looked up as maybe sent.")
+
+    @property
+    def effect_connect_timeout(self) -> float:
+        """EFFECT_CONNECT_TIMEOUT_SECONDS, at most half of the call's: the rest is the request's."""
+        return min(self.effect_connect_timeout_seconds, self.effect_timeout_seconds / 2)
+
+    effect_concurrency: int = Field(
+        128, ge=1, description="Effect calls in flight per worker, for the order agent's batches in flight together "
+                               "(and as many again for the compensator's); its batches' calls must fit in a lease.")
     lease_seconds: float = Field(
         60.0, gt=0, description="How long a claim on a pending effect is exclusive; must cover a batch's calls.")
     lease_margin_seconds: float = Field(
@@ -424,24 +437,41 @@ class Settings(BaseSettings):
         return StepTokens(self.idem_token_secret.get_secret_value().encode("utf-8"))
 
     def _check_lease(self) -> None:
-        """A batch's calls must fit in one lease: phase 1 makes up to BATCH_SIZE calls,
-        EFFECT_CONCURRENCY at a time, each up to EFFECT_TIMEOUT_SECONDS; the last one
-        must still start with its timeout plus the margin of lease left. A call whose last
-        outcome is unknown is looked up first (SMS_LOOKUP), then sent: two calls, each with
-        its own check of the lease. (A call that would not fit is not made; the key is
-        claimed again instead. Settings that make that the rule rather than the exception
-        are refused here.)"""
-        rounds = math.ceil(self.batch_size / self.effect_concurrency)
+        """Every call of the batches in flight must fit in one lease. A call starts only with its
+        timeout plus the margin of lease left (a call that would not fit is not made; the key is
+        claimed again instead), so settings that make that the rule rather than the exception are
+        refused here.
+
+        * The order agent works ``BATCHES_IN_FLIGHT`` batches at once (with ``FETCH_BATCHES``), each
+          of up to ``BATCH_SIZE`` calls, through one limiter of ``EFFECT_CONCURRENCY`` calls: the
+          last call of the later batch may wait for every call of the other before it starts.
+        * The compensator's processor has a limiter of its own, shared by a drain round
+          (``COMPENSATION_DRAIN_BATCH_SIZE``), a batch of the dead-letter agent
+          (``COMPENSATOR_BATCH_SIZE``) and a chunk of a bulk job (``BULK_CHUNK_SIZE``).
+
+        Each call may take ``EFFECT_TIMEOUT_SECONDS``; a call whose outcome is unknown, or any SMS in
+        a recovery window, is looked up first (``SMS_LOOKUP``), then sent: two calls."""
         calls = 2 if self.sms_lookup else 1
-        needed = rounds * calls * self.effect_timeout_seconds + self.lease_margin_seconds
-        if self.lease_seconds < needed:
-            raise ValueError(
-                f"LEASE_SECONDS={self.lease_seconds:g} cannot cover a batch: BATCH_SIZE={self.batch_size} calls, "
-                f"EFFECT_CONCURRENCY={self.effect_concurrency} at a time, take up to {rounds} x "
-                f"{'2 (a lookup, then the send: SMS_LOOKUP=true) x ' if calls == 2 else ''}"
-                f"EFFECT_TIMEOUT_SECONDS={self.effect_timeout_seconds:g}, plus LEASE_MARGIN_SECONDS="
-                f"{self.lease_margin_seconds:g}: {needed:g} s. Raise LEASE_SECONDS to at least {math.ceil(needed)}, "
-                "or raise EFFECT_CONCURRENCY, or lower BATCH_SIZE or EFFECT_TIMEOUT_SECONDS.")
+        batches = self.batches_in_flight if self.fetch_batches else 1
+        for in_flight, what in (
+                (batches * self.batch_size,
+                 f"{batches} batch{'es' if batches > 1 else ''} of BATCH_SIZE={self.batch_size} calls"
+                 + (f" (BATCHES_IN_FLIGHT={batches})" if batches > 1 else "")),
+                (self.drain_batch_size + self.compensator_batch_size + min(self.bulk_chunk_size, self.batch_size),
+                 f"the compensator's drain round, dead-letter batch and bulk chunk (COMPENSATION_DRAIN_BATCH_SIZE="
+                 f"{self.drain_batch_size} + COMPENSATOR_BATCH_SIZE={self.compensator_batch_size} + BULK_CHUNK_SIZE="
+                 f"{min(self.bulk_chunk_size, self.batch_size)} calls)")):
+            rounds = math.ceil(in_flight / self.effect_concurrency)
+            needed = rounds * calls * self.effect_timeout_seconds + self.lease_margin_seconds
+            if self.lease_seconds < needed:
+                raise ValueError(
+                    f"LEASE_SECONDS={self.lease_seconds:g} cannot cover the calls in flight: {what}, "
+                    f"EFFECT_CONCURRENCY={self.effect_concurrency} at a time, take up to {rounds} x "
+                    f"{'2 (a lookup, then the send: SMS_LOOKUP=true) x ' if calls == 2 else ''}"
+                    f"EFFECT_TIMEOUT_SECONDS={self.effect_timeout_seconds:g}, plus LEASE_MARGIN_SECONDS="
+                    f"{self.lease_margin_seconds:g}: {needed:g} s. Raise LEASE_SECONDS to at least "
+                    f"{math.ceil(needed)}, or raise EFFECT_CONCURRENCY, or lower BATCH_SIZE, BATCHES_IN_FLIGHT "
+                    "or EFFECT_TIMEOUT_SECONDS.")
 
     def longest_batch_seconds(self) -> float:
         """The longest one batch may take, every wait counted:

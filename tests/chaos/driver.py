@@ -71,10 +71,10 @@ WORKER_SETTINGS = {
     # A SIGKILLed worker's partitions move after 6 s (the least Kafka allows), not 30 s.
     "BROKER_SESSION_TIMEOUT_SECONDS": "6", "BROKER_HEARTBEAT_INTERVAL_SECONDS": "1", "BATCH_DEADLINE_SECONDS": "5",
     # A dead worker's claims are taken over after 14 s: calls of at most 1.5 s (a lookup and a
-    # send: 3 s), 128 at a time, a batch of 500 in 4 rounds (12.5 s). Retries of 1.2 s in all:
+    # send: 3 s), 256 at a time, the two batches of 500 in flight in 4 rounds (12.5 s). Retries of 1.2 s in all:
     # an event that arrives before the one it needs (PAID before CREATED) holds its batch up
     # that long before it is dead-lettered for the compensator.
-    "BATCH_WITHIN_SECONDS": "0.5", "EFFECT_TIMEOUT_SECONDS": "1.5", "LEASE_SECONDS": "14", "EFFECT_CONCURRENCY": "128",
+    "BATCH_WITHIN_SECONDS": "0.5", "EFFECT_TIMEOUT_SECONDS": "1.5", "LEASE_SECONDS": "14", "EFFECT_CONCURRENCY": "256",
     "LEASE_MARGIN_SECONDS": "0.5", "RETRY_BACKOFF_MS": "100,300,800",
     # The fake gateway hangs 2.5 s past the call's timeout before it acts: the lookup waits 5 s.
     "SMS_LOOKUP": "true", "SMS_LOOKUP_SETTLE_SECONDS": "5",

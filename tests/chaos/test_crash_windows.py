@@ -25,10 +25,10 @@ pytestmark = pytest.mark.chaos
 
 CONFIRMED, CANCELLED = 20, 10
 # Short leases and session timeout: the restarted worker takes over in seconds. A 3 s
-# lease covers batches of 100 with 100 calls at a time (a lookup and a send of 1 s each,
-# plus 0.5 s of margin).
+# lease covers the two batches of 100 in flight with 256 calls at a time (a lookup and a send
+# of 1 s each, plus 0.5 s of margin), and the compensator's 210 calls in flight likewise.
 CHAOS_ENV = {"LEASE_SECONDS": "3", "EFFECT_TIMEOUT_SECONDS": "1", "LEASE_MARGIN_SECONDS": "0.5", "BATCH_SIZE": "100",
-             "EFFECT_CONCURRENCY": "100",
+             "EFFECT_CONCURRENCY": "256",
              "RETRY_BACKOFF_MS": "100,200,400", "BATCH_WITHIN_SECONDS": "0.5", "BROKER_SESSION_TIMEOUT_SECONDS": "6",
              "BROKER_HEARTBEAT_INTERVAL_SECONDS": "1", "BATCH_DEADLINE_SECONDS": "5", "DLQ_SEND_TIMEOUT_SECONDS": "10",
              # An SMS whose outcome the crash left unknown is verified with the gateway within seconds.

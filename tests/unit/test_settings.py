@@ -16,30 +16,46 @@ def refused(**overrides) -> str:
 
 def test_defaults_are_consistent():
     s = Settings()
-    # 500 calls, 64 at a time, each a lookup and a send of up to 3 s, plus the margin
+    # Two batches in flight, 500 calls each, 128 at a time, each a lookup and a send of up to 3 s, plus the margin
     assert s.lease_seconds >= 8 * 2 * s.effect_timeout_seconds + s.lease_margin_seconds
+    assert s.batches_in_flight * s.batch_size <= 8 * s.effect_concurrency
     assert s.batch_deadline_seconds < s.broker_session_timeout_seconds
     assert s.longest_batch_seconds() < s.broker_rebalance_timeout_seconds
 
 
-@pytest.mark.parametrize("overrides, needed", [({"effect_concurrency": 16}, 194), ({"batch_size": 1000}, 98),
-                                               ({"effect_timeout_seconds": 4}, 66)])
-def test_a_lease_that_cannot_cover_a_batch_of_calls_is_refused(overrides, needed):
+@pytest.mark.parametrize("overrides, needed", [({"effect_concurrency": 64}, 98), ({"batch_size": 1000}, 98),
+                                               ({"effect_timeout_seconds": 4}, 66), ({"batches_in_flight": 3}, 74)])
+def test_a_lease_that_cannot_cover_the_batches_in_flight_is_refused(overrides, needed):
     message = refused(**overrides)
-    assert "LEASE_SECONDS=60 cannot cover a batch" in message and f"at least {needed}" in message
-    assert "a lookup, then the send" in message
+    assert "LEASE_SECONDS=60 cannot cover the calls in flight" in message and f"at least {needed}" in message
+    assert "a lookup, then the send" in message and "batches of BATCH_SIZE" in message
+
+
+def test_every_batch_in_flight_shares_the_calls_limit():
+    """Two batches in flight share one limiter: the later batch's last call may wait for every call
+    of the other. One batch at a time (BATCHES_IN_FLIGHT=1, or Faust's stream) needs half the lease."""
+    assert "BATCHES_IN_FLIGHT=2" in refused(effect_concurrency=64)
+    assert Settings(effect_concurrency=64, batches_in_flight=1).lease_seconds == 60
+    assert Settings(effect_concurrency=64, fetch_batches=False).lease_seconds == 60
+
+
+def test_the_compensators_calls_in_flight_must_fit_in_a_lease_too():
+    """A drain round, a batch of the dead-letter agent and a bulk chunk share the compensator's limiter."""
+    message = refused(effect_concurrency=64, batches_in_flight=1, compensation_drain_batch_size=500,
+                      bulk_chunk_size=500)
+    assert "the compensator's drain round" in message and "at least 98" in message
 
 
 def test_without_the_lookup_a_call_counts_once():
-    message = refused(effect_concurrency=16, sms_lookup=False)
+    message = refused(effect_concurrency=32, sms_lookup=False)
     assert "at least 98" in message and "a lookup, then the send" not in message
-    assert Settings(effect_concurrency=16, sms_lookup=False, lease_seconds=98).lease_seconds == 98
+    assert Settings(effect_concurrency=32, sms_lookup=False, lease_seconds=98).lease_seconds == 98
 
 
-def test_a_lease_that_covers_the_batch_is_accepted():
-    assert Settings(effect_concurrency=16, lease_seconds=194,
+def test_a_lease_that_covers_the_batches_is_accepted():
+    assert Settings(effect_concurrency=32, lease_seconds=194,
                     broker_rebalance_timeout_seconds=400).lease_seconds == 194
-    assert Settings(batch_size=100, effect_concurrency=100, lease_seconds=3, effect_timeout_seconds=1,
+    assert Settings(batch_size=100, effect_concurrency=210, lease_seconds=3, effect_timeout_seconds=1,
                     lease_margin_seconds=0.5).lease_seconds == 3
 
 

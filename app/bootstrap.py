@@ -60,11 +60,14 @@ ClientFactory = Callable[[aiohttp.ClientSession, Settings], Client]
 # One entry per effect name (``steps.Effect.name``).
 EFFECT_CLIENTS: dict[str, ClientFactory] = {
     ISSUE_WAYBILL.name: lambda session, s: WaybillClient(session, base_url=s.logistics_url,
-                                                         timeout_seconds=s.effect_timeout_seconds),
+                                                         timeout_seconds=s.effect_timeout_seconds,
+                                                         connect_timeout_seconds=s.effect_connect_timeout),
     SEND_SMS.name: lambda session, s: SmsClient(session, base_url=s.sms_url, timeout_seconds=s.effect_timeout_seconds,
+                                                connect_timeout_seconds=s.effect_connect_timeout,
                                                 lookup=s.sms_lookup,
                                                 lookup_settle_seconds=s.sms_lookup_settle_seconds),
 }
+ALERT_CONNECTIONS = 2        # the stuck sweep's alert webhook: one POST at a time, of one worker
 
 
 class RuntimeStopping(Exception):
@@ -113,12 +116,20 @@ class Runtime:
             except Exception as exc:       # the database may come later: this process's clock until then
                 log.warning("the database's clock could not be read yet (%r)", exc)
             self.retention = Retention(s.idem_retention_days, today=self.clock.today, ahead=s.partitions_ahead)
+            # Each caller of the services has a pool of its own, as large as its own limit of calls in
+            # flight: the order agent's batches, the compensator's redrives (its drain, its agent, bulk
+            # jobs), the alert webhook. A call then waits for its caller's slot, before its lease is
+            # checked, never for a connection that another caller holds, inside its own timeout (where
+            # the wait would end as "maybe sent" although nothing was).
             self.http = http_session(s.effect_concurrency)
-            self.effects = EffectClients({name: make(self.http, s) for name, make in self.client_factories.items()})
+            self.redrive_http = http_session(s.effect_concurrency)
+            self.alert_http = http_session(ALERT_CONNECTIONS)
+            self.effects = self._effect_clients(self.http)
             self.processor = self._processor(self.owner)
             # The compensator's claims are its own: never mistaken for the main agent's lease.
             self.compensator = Compensator(
-                self._processor(self.owner.replace(f"/{self.role}/", "/compensator/")), MySqlLedger(self.store),
+                self._processor(self.owner.replace(f"/{self.role}/", "/compensator/"),
+                                self._effect_clients(self.redrive_http)), MySqlLedger(self.store),
                 group=s.app_id, lease_seconds=self.redrive_seconds(), max_event_bytes=s.max_event_bytes,
                 backoff=Backoff(s.compensation_backoff_seconds, s.compensation_backoff_max_seconds,
                                 s.compensation_max_attempts))
@@ -158,9 +169,13 @@ class Runtime:
             raise RuntimeNotOpen("the runtime is not open: the worker has not started it yet, or has stopped it")
         return self
 
-    def _processor(self, owner: str) -> Processor:
+    def _effect_clients(self, session: aiohttp.ClientSession) -> EffectClients:
+        return EffectClients({name: make(session, self.settings) for name, make in self.client_factories.items()})
+
+    def _processor(self, owner: str, effects: EffectClients | None = None) -> Processor:
         s = self.settings
-        return Processor(self.store, self.effects, owner=owner, tokens=self.tokens, lease_seconds=s.lease_seconds,
+        return Processor(self.store, effects or self.effects, owner=owner, tokens=self.tokens,
+                         lease_seconds=s.lease_seconds,
                          effect_concurrency=s.effect_concurrency, effect_timeout=s.effect_timeout_seconds,
                          lease_margin=s.lease_margin_seconds, on_cut=cut_hook(s.chaos_kill_at),
                          attempt_cap=s.idem_max_attempts, retention=self.retention,
@@ -232,7 +247,8 @@ class Runtime:
                 if self._kafka:
                     await self.dead_letters.stop()
                 await self.lag.close()
-                await self.http.close()
+                for session in (self.http, self.redrive_http, self.alert_http):
+                    await session.close()
                 await self.engine.dispose()
                 self._started = False
 

@@ -201,7 +201,7 @@ class Compensator:
                 continue
             if row.reason == UNKNOWN:
                 # The call's outcome is unknown and its service could not be asked then.
-                verifiable = getattr(self.processor.effects, "verifiable", {})
+                verifiable = self.processor.effects.verifiable
                 if not any(step.effect.name in verifiable for step in PIPELINES[event.type].effects):
                     decided[row.id] = Settlement(row.id, RedriveVerdict(
                         LedgerStatus.MANUAL, row.redrives, None,

@@ -139,7 +139,7 @@ class Sweep:
 def build(rt: Runtime, settings: Settings) -> Sweep:
     webhook = None
     if settings.alert_webhook_url:
-        webhook = AlertWebhook(rt.http, settings.alert_webhook_url, receiver=settings.app_id,
+        webhook = AlertWebhook(rt.alert_http, settings.alert_webhook_url, receiver=settings.app_id,
                                external_url=settings.public_url, timeout_seconds=settings.alert_webhook_timeout_seconds,
                                resend_seconds=settings.stuck_sweep_seconds)
     return Sweep(rt.watch, group=settings.app_id, stuck_after=settings.stuck_pending_seconds,

@@ -21,11 +21,21 @@ from app.pipeline.steps import Effect, effects_used
 
 
 def http_session(connections: int) -> aiohttp.ClientSession:
-    """The one HTTP session of a worker's effect clients: ``connections`` kept-alive connections
-    (``EFFECT_CONCURRENCY``), and nothing a service call does not use: no cookie jar (a service
-    that sets cookies gets none back; each request would otherwise filter the jar by its URL)."""
+    """An HTTP session for one caller of the services: ``connections`` kept-alive connections, as
+    many as the caller lets calls be in flight (``EFFECT_CONCURRENCY``), so that a call waits for
+    its caller's slot (before its lease is checked), never for a pooled connection inside its own
+    timeout; and nothing a service call does not use: no cookie jar (a service that sets cookies
+    gets none back; each request would otherwise filter the jar by its URL)."""
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections),
                                  cookie_jar=aiohttp.DummyCookieJar())
+
+
+def call_timeout(total: float, connect: float) -> aiohttp.ClientTimeout:
+    """A call's time limits: ``total`` for all of it, ``connect`` for getting its connection (a free
+    pooled one, or a new one: TCP and TLS). Running out of ``connect`` raises
+    ``aiohttp.ConnectionTimeoutError`` before a byte of the request was written, which the clients
+    report as not delivered; only the request that was sent can end with an unknown outcome."""
+    return aiohttp.ClientTimeout(total=total, connect=min(connect, total))
 
 
 class Client(Protocol):
@@ -33,15 +43,6 @@ class Client(Protocol):
         """Make the call of ``job`` with its token; raise a :class:`PipelineError` that says
         whether the outcome is known and whether a retry may help."""
         ...
-
-
-class Verifying(Client, Protocol):
-    """A client whose service can say whether it accepted a token (``lookup`` enabled)."""
-
-    lookup_enabled: bool
-    lookup_settle_seconds: float      # after an unknown outcome, how long until asking is safe
-
-    async def lookup(self, job: EffectJob) -> Receipt | None: ...
 
 
 class MissingEffectClient(RuntimeError):

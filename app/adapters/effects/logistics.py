@@ -12,6 +12,9 @@ other 4xx (not 408,    a business refusal: failed for good
 429)
 408, 429, 5xx,         not done, or outcome unknown: retry, same token
 timeout, reset
+connection refused,    surely not sent: retry, same token
+no connection within
+the connect timeout
 =====================  ==================================================
 
 Redirects are never followed: an answer we did not ask for is no answer. A
@@ -28,7 +31,8 @@ import asyncio
 import aiohttp
 import orjson
 
-from app.pipeline.errors import EffectBadReceipt, EffectRejected, EffectUnavailable, PipelineError
+from app.adapters.effects import call_timeout
+from app.pipeline.errors import EffectBadReceipt, EffectNotDelivered, EffectRejected, EffectUnavailable, PipelineError
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
 from tables.schema import t_waybill_receipt
@@ -38,10 +42,11 @@ WAYBILL_NO_MAX = t_waybill_receipt.c.waybill_no.type.length
 
 
 class WaybillClient:
-    def __init__(self, session: aiohttp.ClientSession, *, base_url: str, timeout_seconds: float) -> None:
+    def __init__(self, session: aiohttp.ClientSession, *, base_url: str, timeout_seconds: float,
+                 connect_timeout_seconds: float | None = None) -> None:
         self.session = session
         self.url = f"{base_url.rstrip('/')}/v1/waybills"
-        self.timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+        self.timeout = call_timeout(timeout_seconds, connect_timeout_seconds or timeout_seconds / 2)
 
     async def call(self, job: EffectJob) -> Receipt:
         where = f"logistics for {job.order_no}"
@@ -56,6 +61,11 @@ class WaybillClient:
                 raise EffectUnavailable(f"{where}: answered {resp.status}")
         except PipelineError:
             raise
+        except aiohttp.ClientConnectorError as exc:
+            # The connection never opened: nothing was sent (a waybill voided meanwhile needs no one to look).
+            raise EffectNotDelivered(f"{where}: {exc}") from None
+        except aiohttp.ConnectionTimeoutError:
+            raise EffectNotDelivered(f"{where}: no connection within {self.timeout.connect:g}s; not sent") from None
         except asyncio.TimeoutError:
             raise EffectUnavailable(f"{where}: no answer within {self.timeout.total}s") from None
         except aiohttp.ClientError as exc:

@@ -14,8 +14,14 @@ reset                  which asks the gateway first (200: done, 404: send
                        again with the same client_ref). Without it:
                        failed, unknown_outcome_non_idempotent (a person
                        reconciles)
-connection refused     surely not sent: retry
+connection refused,    surely not sent: retry
+no connection within
+the connect timeout
 =====================  ==================================================
+
+Only the request itself can be "maybe sent": the wait for a connection (a free one of the
+pool, or a new one) has a limit of its own (``EFFECT_CONNECT_TIMEOUT_SECONDS``) inside the
+call's, and running out of it means nothing was written.
 
 Redirects are never followed: a 303 after the gateway accepted the message,
 followed to a page that answers 4xx, would read as "not sent", and the SMS
@@ -29,6 +35,7 @@ import asyncio
 import aiohttp
 import orjson
 
+from app.adapters.effects import call_timeout
 from app.pipeline.errors import (EffectNotDelivered, EffectOutcomeUnknown, EffectUnavailable, PipelineError,
                                  UnknownOutcomeNonIdempotent)
 from app.pipeline.model import EffectJob
@@ -37,10 +44,11 @@ from app.pipeline.ports import Receipt
 
 class SmsClient:
     def __init__(self, session: aiohttp.ClientSession, *, base_url: str, timeout_seconds: float,
-                 lookup: bool = True, lookup_settle_seconds: float = 30.0) -> None:
+                 connect_timeout_seconds: float | None = None, lookup: bool = True,
+                 lookup_settle_seconds: float = 30.0) -> None:
         self.session = session
         self.url = f"{base_url.rstrip('/')}/v1/sms"
-        self.timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+        self.timeout = call_timeout(timeout_seconds, connect_timeout_seconds or timeout_seconds / 2)
         self.lookup_enabled = lookup
         self.lookup_settle_seconds = lookup_settle_seconds
         self._unknown = EffectOutcomeUnknown if lookup else UnknownOutcomeNonIdempotent
@@ -61,6 +69,9 @@ class SmsClient:
         except aiohttp.ClientConnectorError as exc:
             # The connection never opened: nothing was sent.
             raise EffectNotDelivered(f"{where}: {exc}") from None
+        except aiohttp.ConnectionTimeoutError:
+            # No connection within its limit (none free in the pool, or a connect that hung): nothing was sent.
+            raise EffectNotDelivered(f"{where}: no connection within {self.timeout.connect:g}s; not sent") from None
         except asyncio.TimeoutError:
             raise self._unknown(f"{where}: no answer within {self.timeout.total}s; it may have been sent") from None
         except aiohttp.ClientError as exc:

@@ -68,11 +68,24 @@ class Backoff:
         return min(self.base * 2 ** min(max(redrives - 1, 0), 64), self.cap)
 
 
+# Why a duplicate's steps ended without running, as a person reads it in the row's history.
+SETTLED_WHY = {Outcome.STALE.value: "the order had moved past the event (stale)",
+               RESOLVED_BY_PERSON: "a person resolved them", DISCARDED_BY_PERSON: "a person discarded them"}
+
+
 def judge_redrive(row: LedgerRow, result: Result, backoff: Backoff) -> RedriveVerdict:
-    """What one redrive of the original event makes of its ledger row."""
+    """What one redrive of the original event makes of its ledger row. A redrive that finds every
+    step already finished says which way: run (compensated), or ended without running (superseded)."""
     redrives = row.redrives + 1
-    if result.outcome in (Outcome.APPLIED, Outcome.DUPLICATE):
-        return RedriveVerdict(LedgerStatus.COMPENSATED, redrives, None, f"the event ran: {result.outcome}")
+    if result.outcome is Outcome.APPLIED:
+        return RedriveVerdict(LedgerStatus.COMPENSATED, redrives, None, "the event ran: applied")
+    if result.outcome is Outcome.DUPLICATE and result.settled is not None:
+        why = SETTLED_WHY.get(result.settled, result.settled)
+        return RedriveVerdict(LedgerStatus.SUPERSEDED, redrives, None,
+                              f"nothing ran: its steps had ended before this redrive without running: {why}")
+    if result.outcome is Outcome.DUPLICATE:
+        return RedriveVerdict(LedgerStatus.COMPENSATED, redrives, None,
+                              "nothing ran now: its steps had run before this redrive (another delivery of the event)")
     if result.outcome is Outcome.STALE:
         return RedriveVerdict(LedgerStatus.SUPERSEDED, redrives, None, "the order moved past the event: nothing to do")
     error = result.error

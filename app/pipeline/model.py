@@ -127,11 +127,15 @@ class EventPlan:
     error: PipelineError | None
     deferred: bool
     jobs: list[EffectJob]
+    # A replayed event none of whose steps is left to run, but one of which ended without running:
+    # what its row says (its local step found the order past it, ``stale``; an effect step stale,
+    # or settled by a person). None when every step ran (or runs now).
+    settled: str | None
 
     def __init__(self, outcome: Outcome | None = None, error: PipelineError | None = None, deferred: bool = False,
-                 jobs: list[EffectJob] | None = None) -> None:
+                 jobs: list[EffectJob] | None = None, settled: str | None = None) -> None:
         # Written out: one of these per event of every batch, and a default_factory costs.
-        self.outcome, self.error, self.deferred = outcome, error, deferred
+        self.outcome, self.error, self.deferred, self.settled = outcome, error, deferred, settled
         self.jobs = [] if jobs is None else jobs
 
 

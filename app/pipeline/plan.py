@@ -204,6 +204,8 @@ class _Planner:
         if local is None:
             return
         local_outcome, fresh = local
+        if not fresh and local_outcome != _APPLY:
+            result.settled = local_outcome          # its first run found the order past it
         if local_outcome == _APPLY:
             rows, case_of = self.rows, effect_case
             for step, key in zip(pipe.effects, keys[1:]):
@@ -269,6 +271,7 @@ class _Planner:
 
     def _settled(self, result, index, event, step, key, row) -> bool:
         self.plan.claims["failed"] += 1
+        result.settled = result.settled or row.outcome
         return True
 
     def _failed(self, result, index, event, step, key, row) -> bool:

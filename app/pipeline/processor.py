@@ -72,6 +72,7 @@ class Result:
     outcome: Outcome | None = None      # applied, stale, duplicate or superseded when it ended well
     error: PipelineError | None = None
     deferred: bool = False              # not tried: an earlier event of its order is unfinished
+    settled: str | None = None          # a duplicate whose steps ended without running: why (EventPlan.settled)
 
     @property
     def ok(self) -> bool:
@@ -133,7 +134,7 @@ class Processor:
         plan = await guard(lambda: self.store.in_transaction(lambda tx: self._t1(tx, events, attempt_cap, owner)))
         self.observer.planned(plan)
         results: list[Result | None] = [
-            Result(outcome=p.outcome) if p.outcome else
+            Result(outcome=p.outcome, settled=p.settled) if p.outcome else
             Result(error=p.error) if p.error else
             Result(deferred=True) if p.deferred else None
             for p in plan.events]

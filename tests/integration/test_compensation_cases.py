@@ -127,6 +127,34 @@ async def test_resolve_and_discard_settle_the_steps_still_pending(harness):
     assert d.row(letters[2])["status"] == Status.OPEN and harness.idem(busy_key)[0]["status"] == 1
 
 
+async def test_a_redrive_whose_steps_had_ended_says_whether_they_ran(harness):
+    """Two dead letters of one CONFIRM (the event and its re-published copy, logistics answering
+    503). A person resolves the first: its waybill step is settled without a call. A retry of the
+    copy then runs nothing: it is superseded and says why, not "compensated: the event ran". For
+    another order, the first retry issues the waybill and the copy's retry finds it done: the
+    copy is compensated (its steps ran), and its history says they ran before it."""
+    d = await desk(harness)
+    settled, ran = await paid_orders(d.main, 2, "CMPRAN")
+    harness.fakes.configure({"waybill": {"fail_orders": [settled, ran], "fail_status": 503}})
+    letters = {}
+    for order in (settled, ran):
+        first, copy = event(order, "ORDER_CONFIRM"), event(order, "ORDER_CONFIRM")
+        letters[order] = await d.dead_letters([first]) + await d.dead_letters([copy])
+    harness.fakes.faults["waybill"].fail_orders = set()
+    first, copy = (d.row(letter)["id"] for letter in letters[settled])
+    assert (await d.compensator.perform(first, "resolve", d.guard, actor="web:dan", note="by phone")).changed
+    superseded = await d.compensator.perform(copy, "retry", d.guard, actor="web:dan", note=None)
+    assert superseded.status is Status.SUPERSEDED, superseded
+    assert "nothing ran" in superseded.message and "a person resolved them" in superseded.message
+    assert not harness.fakes.ledger.waybills.get(settled)
+    first, copy = (d.row(letter)["id"] for letter in letters[ran])
+    applied = await d.compensator.perform(first, "retry", d.guard, actor="web:dan", note=None)
+    assert (applied.status, applied.message) == (Status.COMPENSATED, "the event ran: applied")
+    again = await d.compensator.perform(copy, "retry", d.guard, actor="web:dan", note=None)
+    assert again.status is Status.COMPENSATED and "had run before this redrive" in again.message, again
+    assert len(harness.fakes.ledger.waybills[ran]) == 1
+
+
 async def test_the_timer_drains_every_due_row_not_ten_a_tick(harness):
     """A logistics outage leaves 250 dead letters; once they are due one drain works them all,
     a batch at a time, each waybill issued once (it ran 10 rows per 30 s tick for the group)."""

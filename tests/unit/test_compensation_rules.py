@@ -39,6 +39,20 @@ def test_a_failed_redrive_gives_the_row_its_new_reason_and_leaves_it_due():
     assert (done.status, done.reason) == (Status.COMPENSATED, None)
 
 
+def test_a_redrive_that_ran_nothing_says_so():
+    """Every step already finished: run before (compensated), or ended without running
+    (superseded, with why); never "the event ran" for a run that did nothing."""
+    backoff = Backoff(60, 3600, 5)
+    ran = judge_redrive(row(), Result(outcome=Outcome.APPLIED), backoff)
+    assert (ran.status, ran.detail) == (Status.COMPENSATED, "the event ran: applied")
+    before = judge_redrive(row(), Result(outcome=Outcome.DUPLICATE), backoff)
+    assert before.status is Status.COMPENSATED and "nothing ran now" in before.detail
+    for settled, why in (("stale", "moved past the event"), ("resolved_by_person", "a person resolved them"),
+                         ("discarded_by_person", "a person discarded them")):
+        verdict = judge_redrive(row(), Result(outcome=Outcome.DUPLICATE, settled=settled), backoff)
+        assert verdict.status is Status.SUPERSEDED and why in verdict.detail, settled
+
+
 def dlq(**headers) -> SourceRecord:
     base = {"dlq.consumer.group": b"g", "dlq.original.topic": b"order-event", "dlq.original.partition": b"3",
             "dlq.original.offset": b"42", "dlq.original.timestamp": b"1764000000000"}

@@ -100,6 +100,18 @@ def test_replay_of_done_event_is_a_duplicate_without_writes():
     rows = {k: row(k, e) for k in step_keys(e)}
     p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.PAID)})
     assert p.events[0].outcome == "duplicate" and not p.writes
+    assert p.events[0].settled is None                               # its steps ran
+
+
+def test_a_replay_whose_steps_ended_without_running_says_how():
+    e = ev("ORDER_CONFIRM")
+    local, effect = step_keys(e)
+    for rows, settled in (({local: row(local, e, outcome="stale")}, "stale"),
+                          ({local: row(local, e), effect: row(effect, e, IdemStatus.FAILED, outcome="stale")}, "stale"),
+                          ({local: row(local, e), effect: row(effect, e, IdemStatus.FAILED,
+                                                              outcome="discarded_by_person")}, "discarded_by_person")):
+        p = plan([e], rows, {ORDER: Order(ORDER, OrderStatus.CANCELLED)})
+        assert (p.events[0].outcome, p.events[0].settled) == ("duplicate", settled), rows
 
 
 def _pending(*, owner=ME, expired=True, attempt=1, outcome=None, since_call=0.0, status=IdemStatus.PENDING):

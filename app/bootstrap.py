@@ -31,7 +31,9 @@ from app.adapters.mysql.partitions import Partitions
 from app.adapters.mysql.group_queries import GroupQueries
 from app.adapters.mysql.queries import Queries
 from app.adapters.mysql.views import ViewAudit
-from app.adapters.mysql.recovery import RecoveryWindows
+from app.adapters.kafka.watermark import WatermarkTopic
+from app.adapters.mysql.recovery import RecoveryWindows, Remembered
+from app.adapters.watermark import StoreWatermark
 from app.adapters.mysql.watch import Watch
 from app.chaos import cut_hook
 from app.adapters.mysql.engine import create_engine
@@ -105,7 +107,10 @@ class Runtime:
             if self._started:
                 return self
             s = self.settings
-            self.engine = create_engine(s)
+            # The highest watermark this process knows the store reached: every new connection is
+            # checked against it (app.adapters.watermark).
+            self.remembered = Remembered()
+            self.engine = create_engine(s, remembered=self.remembered)
             self.store = MySqlStore(self.engine, lock_retries=s.db_lock_retries,
                                     statement_timeout=s.db_statement_timeout_seconds,
                                     transaction_timeout=s.db_transaction_timeout_seconds)
@@ -153,6 +158,11 @@ class Runtime:
             self._kafka = kafka
             if kafka:
                 await self.dead_letters.start()
+                # Before the first batch: is the store still where Kafka remembers it?
+                self.watermark = StoreWatermark(
+                    self.recovery, WatermarkTopic(s.kafka, s.store_watermark_topic, s.app_id), self.remembered,
+                    worker_id=s.worker_id, hours=s.recovery_auto_hours)
+                await self.watermark.start()
             self.batches = BatchHandler(
                 self.processor, self.store, self.dead_letters, group=s.app_id, worker_id=s.worker_id,
                 backoff=s.retry_backoff, max_event_bytes=s.max_event_bytes,
@@ -245,12 +255,20 @@ class Runtime:
             if self._started:
                 await self._release_bulk_job()
                 if self._kafka:
+                    await self._stop_watermark()
                     await self.dead_letters.stop()
                 await self.lag.close()
                 for session in (self.http, self.redrive_http, self.alert_http):
                     await session.close()
                 await self.engine.dispose()
                 self._started = False
+
+    async def _stop_watermark(self) -> None:
+        """The store's watermark advanced once more (what this worker did is covered), within a bound."""
+        try:
+            await asyncio.wait_for(self.watermark.stop(), 10)
+        except Exception as exc:
+            log.warning("the store's watermark was not advanced at the stop: %r", exc)
 
     async def _release_bulk_job(self) -> None:
         """A stopping worker gives its bulk job up (its chunk in flight is over): another worker

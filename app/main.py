@@ -27,6 +27,7 @@ from app.timers import compensation as compensation_timer
 from app.timers import gauges as gauges_timer
 from app.timers import partitions as partitions_timer
 from app.timers import stuck as stuck_timer
+from app.timers import watermark as watermark_timer
 from app.timers import watchdog as watchdog_timer
 from app.web import views
 
@@ -57,6 +58,7 @@ stuck_sweep = stuck_timer.register(app, runtime, settings)
 run_bulk_jobs = bulk_timer.register(app, runtime, settings)
 maintain_partitions = partitions_timer.register(app, runtime, settings)
 refresh_gauges = gauges_timer.register(app, runtime, settings)
+advance_store_watermark = watermark_timer.register(app, runtime, settings)
 watchdog = watchdog_timer.register(app, settings)
 exits.bound_the_stop(settings.stop_timeout)
 views.register(app, runtime, settings)

@@ -72,6 +72,11 @@ class Settings(BaseSettings):
     order_event_partitions: int = Field(8, ge=1)
     dlq_topic: str = "order-event-dlq"
     dlq_partitions: int = Field(3, ge=1)
+    store_watermark_topic: str = Field(
+        "order-event-store-watermark", min_length=1,
+        description="Where the workers publish how far the store (the database) has come: a compacted topic of "
+                    "one partition, keyed by APP_ID. A store found behind it went back in time (a restore from "
+                    "backup) and opens a recovery window by itself.")
     topic_replication: int = Field(1, ge=1)
     broker_commit_interval_seconds: float = Field(2.8, gt=0)
     broker_session_timeout_seconds: float = Field(
@@ -136,6 +141,9 @@ class Settings(BaseSettings):
     db_server_check: bool = Field(
         True, description="Compare the database server of each new connection with the one the store last recorded; "
                           "another one (a failover, a restore onto a new server) opens a recovery window.")
+    store_watermark_seconds: float = Field(
+        10.0, gt=0, description="How often every worker advances the store's watermark in the database and publishes "
+                                "it to STORE_WATERMARK_TOPIC (and compares the two); a clean stop does it once more.")
     recovery_auto_hours: float = Field(
         24.0, gt=0, le=2160, description="How long a recovery window opened by a server change lasts (a person "
                                          "ends it earlier with `recovery end`).")

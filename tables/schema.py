@@ -182,14 +182,19 @@ t_recovery_window = Table(
     **TABLE_ARGS,
 )
 
-# The database server the store last saw (one row): a worker connected to another one (a
-# replica promoted by a failover, a server rebuilt from a backup) opens a recovery window.
+# The database server the store last saw, and how far the store has come (one row): a worker
+# connected to another server (a replica promoted by a failover, a server rebuilt from a backup),
+# or that finds the watermark behind what Kafka remembers of it (a restore into the same server),
+# opens a recovery window.
 t_store_server = Table(
     "t_store_server",
     metadata,
     Column("id", SmallInteger, primary_key=True, autoincrement=False),
     Column("server", String(255), nullable=False, comment="server_uuid, or host:port#server_id"),
     Column("gmt_modified", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("watermark", BigInteger, nullable=False, server_default=text("0"),
+           comment="advanced by every worker and published to the watermark topic; lower than what Kafka "
+                   "remembers: the store went back in time"),
     **TABLE_ARGS,
 )
 

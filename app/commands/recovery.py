@@ -1,10 +1,12 @@
 """``faust -A app recovery start --hours H | status | end``: the recovery window, from a shell.
 
-While a window is open every worker looks a fresh SMS claim up by its token before sending it,
-because the store may have forgotten an earlier claim (a failover to a replica that lacked the
-last transactions, a restore from backup). Each window is kept in ``t_recovery_window`` with who
-opened and ended it and why; workers open one by themselves when they find the store on another
-database server (``app.adapters.mysql.recovery``).
+While a window is open every worker looks an SMS up by its token before sending it when the
+store has no row of it or holds it pending, because the store may have forgotten an earlier
+claim, or hold an older state of it (a failover to a replica that lacked the last transactions,
+a restore from backup). Each window is kept in ``t_recovery_window`` with who opened and ended it
+and why; workers open one by themselves when they find the store on another database server, or
+back in time below the watermark Kafka remembers (``app.adapters.mysql.recovery``). ``status``
+shows both watermarks.
 
     faust -A app recovery start --hours 24 --note "restored last night's backup" --actor alice
     faust -A app recovery status
@@ -13,6 +15,7 @@ database server (``app.adapters.mysql.recovery``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
@@ -20,10 +23,23 @@ import click
 import faust
 from faust.cli import argument, option
 
+from app.adapters.kafka.watermark import WatermarkTopic
 from app.bootstrap import Runtime
 from app.commands import database_explained
 from app.render import ACTOR, json_default
 from app.settings import Settings
+
+
+async def kafka_remembers(settings: Settings) -> int | str:
+    """The highest watermark of this deployment on its watermark topic, or why it cannot be read."""
+    topic = WatermarkTopic(settings.kafka, settings.store_watermark_topic, settings.app_id, timeout_seconds=5)
+    try:
+        await asyncio.wait_for(topic.start(), 15)
+        return await asyncio.wait_for(topic.read(), 15)
+    except Exception as exc:
+        return f"not read: {exc or exc.__class__.__name__}"
+    finally:
+        await topic.stop()
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
@@ -58,7 +74,9 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                         raise SystemExit("no recovery window was open")
                 else:
                     recent = await windows.recent(20)
-                    status = {"open": any(w.open for w in recent), "server": await windows.server(),
+                    server, watermark = await windows.server() or (None, None)
+                    status = {"open": any(w.open for w in recent), "server": server,
+                              "watermark": {"store": watermark, "kafka": await kafka_remembers(settings)},
                               "windows": [w.as_dict() for w in recent]}
                     self.say(json.dumps(status, default=json_default, indent=2))
             finally:

@@ -109,5 +109,10 @@ STORE_SERVER_CHANGES = Counter(
     "order_store_server_changes_total",
     "Times this worker found the store on another database server than the one it last recorded (a failover to a "
     "replica, a server rebuilt from a backup) and opened a recovery window.")
+STORE_WENT_BACK = Counter(
+    "order_store_went_back_total",
+    "Times this worker found the store's watermark below the one it had reached (read from the watermark topic, "
+    "or seen in the store): the database went back in time, a restore from backup or a failover that lost "
+    "transactions; it opened a recovery window.")
 RECOVERY_WINDOW_OPEN = Gauge("order_recovery_window_open",
                              "1 while a recovery window is open: fresh SMS claims are looked up before they are sent.")

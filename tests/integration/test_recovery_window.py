@@ -15,7 +15,9 @@ import pytest
 from sqlalchemy import text
 
 from app.observability import metrics
+from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.engine import create_engine
+from app.adapters.mysql.recovery import RecoveryWindows, Remembered
 from harness.services import ROOT, ScratchDatabase, worker_env
 
 pytestmark = pytest.mark.integration
@@ -29,9 +31,12 @@ def db(settings):
     scratch.drop()
 
 
-async def connect_once(settings, url: str, n: int = 1) -> None:
-    """Open ``n`` new connections at once (each runs the server check), then close them."""
-    engine = create_engine(settings, url=url, pool_size=n, max_overflow=0)
+async def connect_once(settings, url: str, n: int = 1, remembered: int = 0) -> None:
+    """Open ``n`` new connections at once (each runs the server check, against a watermark this
+    process knows the store reached), then close them."""
+    known = Remembered()
+    known.see(remembered)
+    engine = create_engine(settings, url=url, pool_size=n, max_overflow=0, remembered=known)
     try:
         async def one() -> None:
             async with engine.connect() as conn:
@@ -82,6 +87,51 @@ async def test_the_check_can_be_turned_off(settings, db):
     db.query("UPDATE t_store_server SET server = 'old-primary:3306#1' WHERE id = 1")
     await connect_once(settings.model_copy(update={"db_server_check": False}), db.url)
     assert windows(db) == []
+
+
+async def test_a_connection_to_a_store_back_in_time_opens_one_window_and_records_how_far_it_had_come(settings, db,
+                                                                                                     caplog):
+    """The same server, restored from a backup: its watermark is below the one this process read
+    from Kafka. The first of four connections to notice opens the window and moves the watermark
+    up to it; the others, and later connections, open none."""
+    await connect_once(settings, db.url)
+    db.query("UPDATE t_store_server SET watermark = 40 WHERE id = 1")
+    before = metrics.STORE_WENT_BACK._value.get()
+    with caplog.at_level(logging.WARNING, logger="app.adapters.mysql.recovery"):
+        await connect_once(settings, db.url, n=4, remembered=75)
+    [window] = windows(db)
+    assert window["opened_by"] == f"worker:{settings.worker_id}"
+    assert "went back in time: its watermark is 40, below the 75" in window["reason"]
+    assert "server changed" not in window["reason"]
+    assert db.scalar("SELECT watermark FROM t_store_server WHERE id = 1") == 75
+    assert metrics.STORE_WENT_BACK._value.get() == before + 1
+    [line] = [r.getMessage() for r in caplog.records if "went back in time" in r.getMessage()]
+    assert f"recovery window {window['id']} is open" in line
+    await connect_once(settings, db.url, n=2, remembered=75)
+    assert len(windows(db)) == 1
+
+
+async def test_advances_move_the_store_past_what_was_remembered_and_open_one_window_when_it_was_behind(settings, db):
+    """Every advance moves the watermark one past the higher of the store's and the remembered one;
+    of workers advancing at once over a store found behind, one opens the window."""
+    await connect_once(settings, db.url)
+    engine = create_engine(settings, url=db.url, pool_size=8, max_overflow=0)
+    windows_ = RecoveryWindows(MySqlStore(engine))
+    try:
+        first = await windows_.advance(remembered=0, worker_id="w1", hours=1)
+        second = await windows_.advance(remembered=first.watermark, worker_id="w1", hours=1)
+        assert (first.change, second.change, second.watermark) == (None, None, first.watermark + 1)
+        assert windows(db) == []
+        db.query("UPDATE t_store_server SET watermark = 1 WHERE id = 1")        # a restore
+        results = await asyncio.gather(*(windows_.advance(remembered=50, worker_id=f"w{i}", hours=1)
+                                         for i in range(6)))
+    finally:
+        await engine.dispose()
+    opened = [r.change for r in results if r.change is not None]
+    assert len(opened) == 1 and opened[0].behind == (1, 50)
+    assert sorted(r.watermark for r in results) == list(range(51, 57))
+    [window] = windows(db)
+    assert window["id"] == opened[0].window_id and "its watermark is 1, below the 50" in window["reason"]
 
 
 def recovery(db, *args: str) -> subprocess.CompletedProcess:

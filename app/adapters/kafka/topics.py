@@ -31,12 +31,19 @@ def durability(replication: int) -> dict[str, str]:
     return {"min.insync.replicas": "2"} if replication >= 3 else {}
 
 
+# The watermark topic keeps the newest record of each key for ever (compaction); its segments roll
+# hourly so that compaction can work, not once a week.
+WATERMARK_CONFIG = {"cleanup.policy": "compact", "segment.ms": str(3600 * 1000), "min.cleanable.dirty.ratio": "0.1"}
+
+
 def topic_specs(settings: Settings, *, events: str | None = None, dlq: str | None = None) -> list[TopicSpec]:
-    """``order-event`` and ``order-event-dlq`` as the settings want them (other names for tests)."""
+    """``order-event``, ``order-event-dlq`` and the watermark topic as the settings want them
+    (other names for tests)."""
     extra = durability(settings.topic_replication)
     return [
         TopicSpec(events or settings.order_event_topic, settings.order_event_partitions, settings.topic_replication,
                   {"max.message.bytes": str(EVENT_MAX_MESSAGE_BYTES), **extra}),
         TopicSpec(dlq or settings.dlq_topic, settings.dlq_partitions, settings.topic_replication,
                   {"retention.ms": str(DLQ_RETENTION_MS), "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES), **extra}),
+        TopicSpec(settings.store_watermark_topic, 1, settings.topic_replication, {**WATERMARK_CONFIG, **extra}),
     ]

@@ -11,7 +11,6 @@ import ssl
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.observability import metrics
 from app.adapters.mysql import recovery
 from app.settings import Settings
 
@@ -35,7 +34,7 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
 
 
 def create_engine(settings: Settings, *, url: str | None = None, pool_size: int | None = None,
-                  max_overflow: int | None = None) -> AsyncEngine:
+                  max_overflow: int | None = None, remembered: recovery.Remembered | None = None) -> AsyncEngine:
     """An aiomysql engine in READ COMMITTED (locking reads lock rows, never gaps),
     with the session clock in UTC (every DATETIME column holds UTC) and utf8mb4.
 
@@ -52,6 +51,9 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
     at least 60 s) makes the server roll such a transaction back within a
     minute or two instead of eight hours; pooled connections are recycled
     before the server would close them for being idle.
+
+    Each new connection also checks that the store is still the one this process knows
+    (``DB_SERVER_CHECK``): the same server, and not back in time below ``remembered``.
     """
     size = settings.db_pool_size if pool_size is None else pool_size
     server_idle = max(60, math.ceil(2 * settings.db_transaction_timeout_seconds))
@@ -79,23 +81,19 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
         _set_keepalive(dbapi_connection, keepalive)
         check_charset(dbapi_connection)
         if server_check:
-            check_store_server(dbapi_connection, settings)
+            check_store_server(dbapi_connection, settings, remembered)
 
     return engine
 
 
-def check_store_server(dbapi_connection, settings: Settings) -> None:
+def check_store_server(dbapi_connection, settings: Settings, remembered: recovery.Remembered | None = None) -> None:
     """Open a recovery window when this connection reached another server than the store last
-    recorded (``app.adapters.mysql.recovery``); say so in the log and the metrics."""
-    change = recovery.check_server(dbapi_connection, worker_id=settings.worker_id,
-                                   hours=settings.recovery_auto_hours)
+    recorded, or a store whose watermark is below the one this process knows it reached
+    (``app.adapters.mysql.recovery``); say so in the log and the metrics."""
+    change = recovery.check_server(dbapi_connection, worker_id=settings.worker_id, hours=settings.recovery_auto_hours,
+                                   remembered=remembered.value if remembered is not None else 0)
     if change is not None:
-        metrics.STORE_SERVER_CHANGES.inc()
-        metrics.RECOVERY_WINDOW_OPEN.set(1)
-        log.warning("the database server changed from %s to %s (a failover or a restore): rows the old one "
-                    "acknowledged may be missing, so recovery window %d is open for %g h: fresh SMS claims are "
-                    "looked up before they are sent. See the README, After a failover or a restore.",
-                    change.before, change.after, change.window_id, change.hours)
+        recovery.report(change)
 
 
 def session_sql_mode(mode: str | None) -> str:

@@ -26,7 +26,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import Enum, IntEnum
 from typing import Protocol, Sequence
 
 log = logging.getLogger(__name__)
@@ -176,6 +176,14 @@ class Job:
     previous_owner: str | None = None     # who held its lease before this take
 
 
+class Finish(Enum):
+    """What a runner's attempt to finish its job found."""
+
+    DONE = "done"              # this owner finished it
+    WAITING = "waiting"        # rows still pending (busy ones wait for another's claim): not yet
+    NOT_OURS = "not ours"      # paused, aborted, taken over or finished already: another's to end
+
+
 class BulkJobs(Protocol):
     """The job store, as the runner needs it. Jobs are this consumer group's."""
 
@@ -183,7 +191,7 @@ class BulkJobs(Protocol):
     async def pending(self, job_id: int, limit: int) -> list[int]: ...
     async def record(self, job_id: int, outcomes: Sequence[ItemOutcome], *, owner: str, lease_seconds: float,
                      retry_in: float, rate: float | None) -> bool: ...
-    async def finish(self, job_id: int, owner: str) -> bool: ...
+    async def finish(self, job_id: int, owner: str) -> Finish: ...
     async def release(self, job_id: int, owner: str) -> None: ...
 
 
@@ -224,11 +232,16 @@ class BulkRunner:
         self.held = job.id
         ids = await guard(lambda: self.jobs.pending(job.id, self.chunk_size))
         if not ids:
-            # Nothing pending: the job is done, unless rows wait for someone else's claim.
-            if await guard(lambda: self.jobs.finish(job.id, self.owner)):
+            # Nothing pending: the job is done, unless rows wait for someone else's claim, or
+            # the job stopped being ours since the take (a pause, an abort, a takeover).
+            ending = await guard(lambda: self.jobs.finish(job.id, self.owner))
+            if ending is Finish.DONE:
                 log.info("bulk job %s (%s): done", job.id, job.action)
                 self.held = None
                 return 0.0
+            if ending is Finish.NOT_OURS:
+                self._let_go()
+                return None
             return self.busy_retry_seconds
         outcomes = await self.work(job, ids, guard)
         meter = self._meters.setdefault(job.id, Meter())

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from app.pipeline.bulk import (CHANGED, FAILED, TRANSITIONS, UNCHANGED, BulkRunner, ItemOutcome, Job, JobStatus, Meter,
-                               Progress, TransitionRefused, busy, pace, tolerance, tolerated, transition)
+from app.pipeline.bulk import (CHANGED, FAILED, TRANSITIONS, UNCHANGED, BulkRunner, Finish, ItemOutcome, Job, JobStatus,
+                               Meter, Progress, TransitionRefused, busy, pace, tolerance, tolerated, transition)
 
 
 def test_the_tolerance_is_a_percent_of_the_count_seen_rounded_down():
@@ -101,8 +101,10 @@ class Jobs:
         return self.keep
 
     async def finish(self, job_id, owner):
+        if self.holder != owner:
+            return Finish.NOT_OURS
         self.finished = not self.pending_items
-        return self.finished
+        return Finish.DONE if self.finished else Finish.WAITING
 
     async def release(self, job_id, owner):
         if self.holder == owner:
@@ -159,3 +161,26 @@ def test_a_runner_that_lost_its_job_stops_and_a_stopping_one_gives_the_lease_up(
     jobs.keep = False                                                  # paused or taken over meanwhile
     asyncio.run(runner.step(guard))
     assert runner.held is None
+
+
+def test_a_runner_whose_job_was_taken_before_it_could_finish_it_says_so_and_lets_it_go(caplog):
+    jobs = Jobs([1, 2])
+
+    async def work(job, ids, guard):
+        return [ItemOutcome(i, CHANGED) for i in ids]
+
+    runner = BulkRunner(jobs, work, group="g", owner="w1", lease_seconds=30, chunk_size=10, rate=1e9,
+                        busy_retry_seconds=1)
+    asyncio.run(runner.step(guard))                       # both rows done; the job not finished yet
+    assert runner.held == 7 and not jobs.finished
+
+    async def taken_over(group, owner, lease_seconds):
+        job = jobs.job
+        jobs.holder = "w2"                                # after this take, w2's lease: w1's ran out
+        return job
+
+    jobs.take = taken_over
+    caplog.set_level("INFO", logger="app.pipeline.bulk")
+    assert asyncio.run(runner.step(guard)) is None
+    assert not jobs.finished and runner.held is None
+    assert ": done" not in caplog.text and "no longer run here" in caplog.text

@@ -10,7 +10,8 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 from app.adapters.mysql.queries import QueueFilter
 from app.adapters.mysql.sql import Execute, marks
 from app.adapters.mysql.store import MySqlStore
-from app.pipeline.bulk import CHANGED, FAILED, ItemOutcome, Job, JobStatus, Progress, tolerated, transition
+from app.pipeline.bulk import (CHANGED, FAILED, Finish, ItemOutcome, Job, JobStatus, Progress, tolerated,
+                               transition)
 from app.pipeline.states import LedgerStatus
 
 T = TypeVar("T")
@@ -238,17 +239,23 @@ class MySqlBulkJobs:
             return row is not None and row[0] == owner and row[1] == int(JobStatus.RUNNING)
         return await self._run(work)
 
-    async def finish(self, job_id: int, owner: str) -> bool:
-        """Done, if no item is pending (busy ones included) and the job is still ``owner``'s."""
-        async def work(execute: Execute) -> bool:
+    async def finish(self, job_id: int, owner: str) -> Finish:
+        """Done, if the job still runs, is still ``owner``'s and no item is pending (busy ones
+        included); else what stood in the way. The job's row is locked and read first, so the
+        UPDATE meets what was read: who finished is read, never inferred from the row count the
+        UPDATE reports (the MySQL dialects connect with CLIENT_FOUND_ROWS: rows matched)."""
+        async def work(execute: Execute) -> Finish:
+            row = (await execute("SELECT owner, status FROM t_bulk_job WHERE id = %s FOR UPDATE", [job_id])).first()
+            if row is None or row[0] != owner or row[1] != int(JobStatus.RUNNING):
+                return Finish.NOT_OURS
             left = (await execute("SELECT 1 FROM t_bulk_item WHERE job_id = %s AND state = 0 LIMIT 1",
                                   [job_id])).first()
             if left is not None:
-                return False
+                return Finish.WAITING
             await execute("UPDATE t_bulk_job SET status = %s, owner = NULL, lease_until = NULL, finished_at = NOW(3), "
                           "gmt_modified = NOW(3) WHERE id = %s AND owner = %s AND status = %s",
                           [int(JobStatus.DONE), job_id, owner, int(JobStatus.RUNNING)])
-            return True
+            return Finish.DONE
         return await self._run(work)
 
     async def release(self, job_id: int, owner: str) -> None:

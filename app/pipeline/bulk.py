@@ -12,8 +12,8 @@ Safe by construction:
   ``t_idem`` keys and tokens), a chunk at a time as one pipeline batch. A row already settled
   is left alone (``unchanged``); a row another claimant holds is tried again later.
 * **One runner at a time, any worker.** The job row holds a lease (an owner and an expiry)
-  renewed after every chunk; a worker that dies lets it run out and another takes the job
-  over where the items say it was. A chunk the dead worker had claimed is claimed again once
+  renewed while a chunk runs (``app.pipeline.bulk_lease``) and with every chunk's results; a
+  worker that dies lets it run out and another takes the job over where the items say it was. A chunk the dead worker had claimed is claimed again once
   its ledger claims run out, and finds its rows settled or its steps done.
 
 This module is the pure part: the job's statuses and transitions, the tolerance, the
@@ -28,6 +28,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Protocol, Sequence
+
+from app.pipeline.bulk_lease import Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +104,7 @@ class ItemOutcome:
 
 def busy(row_id: int, detail: str) -> ItemOutcome:
     return ItemOutcome(row_id, None, detail)
+
 
 
 # -- progress --------------------------------------------------------------------------
@@ -189,6 +192,7 @@ class BulkJobs(Protocol):
 
     async def take(self, group: str, owner: str, lease_seconds: float) -> Job | None: ...
     async def pending(self, job_id: int, limit: int) -> list[int]: ...
+    async def renew(self, job_id: int, owner: str, lease_seconds: float) -> bool: ...
     async def record(self, job_id: int, outcomes: Sequence[ItemOutcome], *, owner: str, lease_seconds: float,
                      retry_in: float, rate: float | None) -> bool: ...
     async def finish(self, job_id: int, owner: str) -> Finish: ...
@@ -198,8 +202,9 @@ class BulkJobs(Protocol):
 class BulkRunner:
     """Works the jobs of one consumer group, a chunk at a time; every worker runs one.
 
-    ``work(job, row_ids, guard)`` does the job's action on a chunk of rows and says what
-    became of each (the compensator's bulk methods)."""
+    ``work(job, row_ids, guard, held)`` does the job's action on a chunk of rows and says what
+    became of each (the compensator's bulk methods); ``held()`` turns false once the job is no
+    longer this runner's, and a row not begun by then gets no outcome: it stays pending."""
 
     def __init__(self, jobs: BulkJobs, work, *, group: str, owner: str, lease_seconds: float, chunk_size: int,
                  rate: float, busy_retry_seconds: float) -> None:
@@ -243,7 +248,10 @@ class BulkRunner:
                 self._let_go()
                 return None
             return self.busy_retry_seconds
-        outcomes = await self.work(job, ids, guard)
+        # The lease is renewed while the chunk runs, however long it takes.
+        async with Heartbeat(lambda: self.jobs.renew(job.id, self.owner, self.lease_seconds),
+                             lease_seconds=self.lease_seconds, job_id=job.id) as beat:
+            outcomes = await self.work(job, ids, guard, beat.held)
         meter = self._meters.setdefault(job.id, Meter())
         now = time.monotonic()
         if not meter.samples:

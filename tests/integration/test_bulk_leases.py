@@ -1,15 +1,23 @@
 """A bulk job's lease on real MariaDB (``app.adapters.mysql.bulk``): only the runner that holds
-the job may finish it; one that lost it (a pause, a takeover) is told so."""
+the job may finish it; one that lost it (a pause, a takeover) is told so; and a chunk slower
+than the lease, with a second runner waiting for the job, is worked once, by its holder (two
+runners in this process, the fake logistics API slowed down over real HTTP)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections import Counter
 
 import pytest
 
 from app.adapters.mysql.bulk import MySqlBulkJobs
+from app.adapters.mysql.compensations import MySqlLedger
 from app.adapters.mysql.queries import QueueFilter
-from app.pipeline.bulk import CHANGED, Finish, ItemOutcome
+from app.pipeline.bulk import CHANGED, BulkRunner, Finish, ItemOutcome
+from app.pipeline.compensation import Backoff
+from app.pipeline.compensator import Compensator
+from app.pipeline.outage import OutageGuard
 from app.pipeline.states import LedgerStatus
 from harness.dead_letters import write_dead_letters
 
@@ -63,3 +71,86 @@ async def test_a_paused_job_is_not_finished_by_its_runner(harness, scratch_db):
     await jobs.command(job_id, "resume", actor="web:p")
     await jobs.take(jobs.group, "a/bulk/1", 30)
     assert await jobs.finish(job_id, "a/bulk/1") is Finish.DONE
+
+
+class WatchedJobs(MySqlBulkJobs):
+    """The job store, keeping what each finish() found."""
+
+    finishes: list[tuple[str, Finish]] = []
+
+    async def finish(self, job_id: int, owner: str) -> Finish:
+        ending = await super().finish(job_id, owner)
+        self.finishes.append((owner, ending))
+        return ending
+
+
+async def test_a_chunk_slower_than_the_lease_is_worked_once_by_the_runner_holding_the_job(harness, scratch_db,
+                                                                                       caplog):
+    # One call at a time, a second each: a chunk of 3 rows takes 3 s, twice the job's lease.
+    lease, chunk, rows = 1.5, 3, 6
+    harness.fakes.configure({"waybill": {"latency_ms": 1000}})
+    group = f"lease-{uuid.uuid4().hex[:8]}"
+    orders = write_dead_letters(scratch_db, group, "test-events", rows)
+    WatchedJobs.finishes = []
+    worked: dict[str, list[list[int]]] = {}
+
+    async def runner(name: str) -> BulkRunner:
+        processor = await harness.processor(owner=f"{name}/compensator/x", concurrency=1, timeout=5.0)
+        compensator = Compensator(processor, MySqlLedger(processor.store), group=group, backoff=Backoff(1, 1, 5),
+                                  lease_seconds=120, max_event_bytes=1 << 20)
+        worked[name] = []
+
+        async def work(job, ids, guard, held):
+            worked[name].append(list(ids))
+            return await compensator.bulk(job.action, ids, guard, actor=job.actor, note=job.note, job_id=job.id,
+                                          held=held)
+
+        return BulkRunner(WatchedJobs(processor.store, group=group), work, group=group, owner=f"{name}/bulk/1",
+                          lease_seconds=lease, chunk_size=chunk, rate=1e6, busy_retry_seconds=0.5)
+
+    jobs = MySqlBulkJobs(harness.store(), group=group)
+    job = await jobs.create("retry", MANUAL_ROWS, expected=rows, tolerance_percent=0, cap=100, actor="web:t",
+                            note=None)
+
+    async def run(r: BulkRunner) -> None:
+        # Both runners look for the job as the timer does, until it has ended.
+        while (await jobs.get(job["id"]))["status"] == "running":
+            wait = await r.step(OutageGuard(10))
+            await asyncio.sleep(0.05 if wait is None else wait)
+
+    caplog.set_level("INFO", logger="app.pipeline.bulk")
+    await asyncio.wait_for(asyncio.gather(run(await runner("a")), run(await runner("b"))), 120)
+
+    chunks = [ids for name in worked for ids in worked[name]]
+    assert Counter(i for ids in chunks for i in ids) == Counter({i: 1 for i in set().union(*chunks)}), worked
+    assert len(set().union(*chunks)) == rows and "taken over from" not in caplog.text
+    [holder] = [name for name in worked if worked[name]]
+    assert [f for f in WatchedJobs.finishes if f[1] is Finish.DONE] == [(f"{holder}/bulk/1", Finish.DONE)]
+    done = await jobs.get(job["id"])
+    changed = scratch_db.scalar("SELECT COUNT(*) FROM t_compensation_audit WHERE job_id = %s AND to_status = %s",
+                                job["id"], int(LedgerStatus.COMPENSATED))
+    assert (done["status"], done["done"], done["changed"], changed) == ("done", rows, rows, rows)
+    calls = Counter(c["body"]["order_no"] for c in harness.fakes.ledger.calls if c["service"] == "waybill")
+    assert calls == Counter(orders), "a waybill called twice, or never"
+
+
+async def test_a_chunk_whose_job_is_no_longer_its_own_begins_no_other_row(harness, scratch_db):
+    group = f"lease-{uuid.uuid4().hex[:8]}"
+    write_dead_letters(scratch_db, group, "test-events", 3)
+    ids = [r["id"] for r in scratch_db.query("SELECT id FROM t_compensation WHERE consumer_group = %s ORDER BY id",
+                                             group)]
+    processor = await harness.processor(owner="c/compensator/x")
+    compensator = Compensator(processor, MySqlLedger(processor.store), group=group, backoff=Backoff(1, 1, 5),
+                              lease_seconds=120, max_event_bytes=1 << 20)
+    guard = OutageGuard(10)
+    held = iter([True, False])                          # lost while the first row was worked
+
+    outcomes = await compensator.bulk("discard", ids, guard, actor="web:t", note=None, job_id=1,
+                                      held=lambda: next(held))
+    assert [(o.row_id, o.outcome) for o in outcomes] == [(ids[0], CHANGED)]
+    assert await compensator.bulk("retry", ids[1:], guard, actor="web:t", note=None, job_id=1,
+                                  held=lambda: False) == []
+    statuses = [r["status"] for r in scratch_db.query("SELECT status FROM t_compensation WHERE consumer_group = %s "
+                                                      "ORDER BY id", group)]
+    assert statuses == [LedgerStatus.DISCARDED, LedgerStatus.MANUAL, LedgerStatus.MANUAL]   # none claimed
+    assert harness.fakes.ledger.calls == []

@@ -75,6 +75,16 @@ def job_view(row: dict[str, Any]) -> dict[str, Any]:
             "created_at": row["gmt_create"], "modified_at": row["gmt_modified"], "finished_at": row["finished_at"]}
 
 
+async def _renew(execute: Execute, job_id: int, owner: str, lease_seconds: float) -> bool:
+    """The lease check: renewed only while the job runs and is ``owner``'s. Whether it is, is
+    read back: the UPDATE's row count says rows matched (CLIENT_FOUND_ROWS), and a renewal in
+    the same millisecond changes nothing."""
+    await execute(f"UPDATE t_bulk_job SET lease_until = NOW(3) + INTERVAL {int(lease_seconds * 1_000_000)} "
+                  "MICROSECOND WHERE id = %s AND owner = %s AND status = %s", [job_id, owner, int(JobStatus.RUNNING)])
+    row = (await execute("SELECT owner, status FROM t_bulk_job WHERE id = %s", [job_id])).first()
+    return row is not None and row[0] == owner and row[1] == int(JobStatus.RUNNING)
+
+
 class MySqlBulkJobs:
     def __init__(self, store: MySqlStore, *, group: str) -> None:
         self.store = store
@@ -202,7 +212,6 @@ class MySqlBulkJobs:
         if it is still ``owner``'s and the job runs; False when it is not (stop)."""
         finished = [o for o in outcomes if not o.busy]
         waiting = [o.row_id for o in outcomes if o.busy]
-        lease_us = int(lease_seconds * 1_000_000)
 
         async def work(execute: Execute) -> bool:
             counted = {CHANGED: 0, FAILED: 0, "done": 0}
@@ -233,11 +242,13 @@ class MySqlBulkJobs:
                 "gmt_modified = NOW(3) WHERE id = %s",
                 [counted["done"], counted[CHANGED], counted[FAILED], None if rate is None else round(rate * 60),
                  job_id])
-            await execute(f"UPDATE t_bulk_job SET lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND "
-                          "WHERE id = %s AND owner = %s AND status = %s", [job_id, owner, int(JobStatus.RUNNING)])
-            row = (await execute("SELECT owner, status FROM t_bulk_job WHERE id = %s", [job_id])).first()
-            return row is not None and row[0] == owner and row[1] == int(JobStatus.RUNNING)
+            return await _renew(execute, job_id, owner, lease_seconds)
         return await self._run(work)
+
+    async def renew(self, job_id: int, owner: str, lease_seconds: float) -> bool:
+        """The lease renewed for ``lease_seconds`` if the job runs and is ``owner``'s (a chunk's
+        heartbeat); False when it is not."""
+        return await self._run(lambda execute: _renew(execute, job_id, owner, lease_seconds))
 
     async def finish(self, job_id: int, owner: str) -> Finish:
         """Done, if the job still runs, is still ``owner``'s and no item is pending (busy ones

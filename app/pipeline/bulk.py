@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Protocol, Sequence
@@ -105,6 +105,31 @@ class ItemOutcome:
 def busy(row_id: int, detail: str) -> ItemOutcome:
     return ItemOutcome(row_id, None, detail)
 
+
+PENDING, DONE_ITEM = 0, 1          # t_bulk_item.state
+
+
+def tally(outcomes: Sequence[ItemOutcome], seen: dict[int, tuple[int, str | None]]) -> tuple[list[ItemOutcome],
+                                                                                               Counter]:
+    """Which of a chunk's finished ``outcomes`` to write, and what they add to the job's counts
+    (``done``, and per outcome), given each item as it is now (``seen``: row id -> its state
+    and outcome). A pending item moves to done and counts once. A done item is written again
+    only to become ``changed``: a row is settled by one claim, once, so ``changed`` is reported
+    once; but a runner that lost the job while that claim's chunk was in flight may have
+    recorded the row first as it found it (settled: ``unchanged``; its own retry failed, the
+    other's then succeeded: ``failed``)."""
+    moving, counts = [], Counter()
+    for o in outcomes:
+        state, before = seen.get(o.row_id, (None, None))
+        if state == PENDING:
+            counts["done"] += 1
+        elif state == DONE_ITEM and o.outcome == CHANGED and before != CHANGED:
+            counts[before] -= 1
+        else:
+            continue
+        moving.append(o)
+        counts[o.outcome] += 1
+    return moving, counts
 
 
 # -- progress --------------------------------------------------------------------------

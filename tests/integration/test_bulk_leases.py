@@ -14,7 +14,7 @@ import pytest
 from app.adapters.mysql.bulk import MySqlBulkJobs
 from app.adapters.mysql.compensations import MySqlLedger
 from app.adapters.mysql.queries import QueueFilter
-from app.pipeline.bulk import CHANGED, BulkRunner, Finish, ItemOutcome
+from app.pipeline.bulk import CHANGED, UNCHANGED, BulkRunner, Finish, ItemOutcome
 from app.pipeline.compensation import Backoff
 from app.pipeline.compensator import Compensator
 from app.pipeline.outage import OutageGuard
@@ -57,6 +57,22 @@ async def test_only_the_runner_holding_a_job_finishes_it(harness, scratch_db):
     assert (done["status"], done["owner"], done["done"], done["changed"]) == ("done", None, 2, 2)
     assert done["finished_at"] is not None
     assert await jobs.finish(job_id, "b/bulk/2") is Finish.NOT_OURS          # finished once
+
+
+async def test_a_row_changed_by_a_runner_that_lost_the_job_counts_as_changed_once(harness, scratch_db):
+    jobs, job_id, [row] = await new_job(harness, scratch_db, 1)
+    await jobs.take(jobs.group, "a/bulk/1", 30)
+    lease_runs_out(scratch_db, job_id)
+    await jobs.take(jobs.group, "b/bulk/2", 30)
+    # b found the row settled by a's chunk in flight and recorded it first; then a records its change.
+    assert await jobs.record(job_id, [ItemOutcome(row, UNCHANGED)], owner="b/bulk/2", lease_seconds=30, retry_in=1,
+                             rate=None)
+    assert not await jobs.record(job_id, [ItemOutcome(row, CHANGED)], owner="a/bulk/1", lease_seconds=30,
+                                 retry_in=1, rate=None)
+    await jobs.record(job_id, [ItemOutcome(row, CHANGED)], owner="a/bulk/1", lease_seconds=30, retry_in=1, rate=None)
+    counts = await jobs.get(job_id)
+    assert (counts["done"], counts["changed"], counts["unchanged"], counts["failed"]) == (1, 1, 0, 0)
+    assert scratch_db.scalar("SELECT outcome FROM t_bulk_item WHERE job_id = %s", job_id) == CHANGED
 
 
 async def test_a_paused_job_is_not_finished_by_its_runner(harness, scratch_db):

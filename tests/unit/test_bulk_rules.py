@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from app.pipeline.bulk import (CHANGED, FAILED, TRANSITIONS, UNCHANGED, BulkRunner, Finish, ItemOutcome, Job, JobStatus,
-                               Meter, Progress, TransitionRefused, busy, pace, tolerance, tolerated, transition)
+                               Meter, Progress, TransitionRefused, busy, pace, tally, tolerance, tolerated, transition)
 from app.pipeline.bulk_lease import Heartbeat
 
 
@@ -244,3 +244,10 @@ def test_a_chunk_whose_lease_is_lost_begins_no_other_row_and_its_runner_lets_the
     assert [o.row_id for o in jobs.recorded] == [1] and jobs.pending_items == list(range(2, 11))
     assert runner.held is None
 
+
+def test_an_item_counts_once_and_changed_replaces_what_a_runner_that_lost_the_job_recorded_first():
+    seen = {1: (0, None), 2: (1, UNCHANGED), 3: (1, FAILED), 4: (1, CHANGED), 5: (1, UNCHANGED)}
+    moving, counts = tally([ItemOutcome(1, FAILED), ItemOutcome(2, CHANGED), ItemOutcome(3, CHANGED),
+                            ItemOutcome(4, CHANGED), ItemOutcome(5, FAILED), ItemOutcome(6, CHANGED)], seen)
+    assert [o.row_id for o in moving] == [1, 2, 3]                  # 4 counted already, 5 not changed, 6 not the job's
+    assert (counts["done"], counts[CHANGED], counts[FAILED], counts[UNCHANGED]) == (1, 2, 0, -1)

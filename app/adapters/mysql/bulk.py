@@ -4,13 +4,14 @@ its rows written down, its lease, its progress, and a person's pause, resume and
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import asdict
 from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 from app.adapters.mysql.queries import QueueFilter
 from app.adapters.mysql.sql import Execute, marks
 from app.adapters.mysql.store import MySqlStore
-from app.pipeline.bulk import (CHANGED, FAILED, Finish, ItemOutcome, Job, JobStatus, Progress, tolerated,
+from app.pipeline.bulk import (CHANGED, FAILED, Finish, ItemOutcome, Job, JobStatus, Progress, tally, tolerated,
                                transition)
 from app.pipeline.states import LedgerStatus
 
@@ -208,19 +209,18 @@ class MySqlBulkJobs:
     async def record(self, job_id: int, outcomes: Sequence[ItemOutcome], *, owner: str, lease_seconds: float,
                      retry_in: float, rate: float | None) -> bool:
         """What a chunk did, with the job's counters, in one transaction: an item counts once
-        (only a pending item moves to done). Busy items wait ``retry_in``. The lease is renewed
+        (:func:`~app.pipeline.bulk.tally`). Busy items wait ``retry_in``. The lease is renewed
         if it is still ``owner``'s and the job runs; False when it is not (stop)."""
         finished = [o for o in outcomes if not o.busy]
         waiting = [o.row_id for o in outcomes if o.busy]
 
         async def work(execute: Execute) -> bool:
-            counted = {CHANGED: 0, FAILED: 0, "done": 0}
+            counted = Counter()
             if finished:
                 ids = [o.row_id for o in finished]
-                result = await execute(f"SELECT compensation_id FROM t_bulk_item WHERE job_id = %s AND compensation_id "
-                                       f"IN ({marks(len(ids))}) AND state = 0 FOR UPDATE", [job_id, *ids])
-                pending = {row[0] for row in result}
-                moving = [o for o in finished if o.row_id in pending]
+                result = await execute(f"SELECT compensation_id, state, outcome FROM t_bulk_item WHERE job_id = %s AND "
+                                       f"compensation_id IN ({marks(len(ids))}) FOR UPDATE", [job_id, *ids])
+                moving, counted = tally(finished, {row[0]: (row[1], row[2]) for row in result})
                 if moving:
                     await execute(
                         "INSERT INTO t_bulk_item (job_id, compensation_id, state, outcome, detail, gmt_modified) "
@@ -228,10 +228,6 @@ class MySqlBulkJobs:
                         "outcome = VALUES(outcome), detail = VALUES(detail), gmt_modified = NOW(3), state = 1",
                         [v for o in moving for v in (job_id, o.row_id, o.outcome, None if o.detail is None
                                                      else o.detail[:1024])])
-                for o in moving:
-                    counted["done"] += 1
-                    if o.outcome in counted:
-                        counted[o.outcome] += 1
             if waiting:
                 await execute(f"UPDATE t_bulk_item SET not_before = NOW(3) + INTERVAL {int(retry_in * 1_000_000)} "
                               f"MICROSECOND WHERE job_id = %s AND compensation_id IN ({marks(len(waiting))}) "

@@ -102,8 +102,8 @@ class WatchedJobs(MySqlBulkJobs):
 
 async def test_a_chunk_slower_than_the_lease_is_worked_once_by_the_runner_holding_the_job(harness, scratch_db,
                                                                                        caplog):
-    # One call at a time, a second each: a chunk of 3 rows takes 3 s, twice the job's lease.
-    lease, chunk, rows = 1.5, 3, 6
+    # One call at a time, a second each: a chunk of 4 rows takes 4 s, twice the job's lease.
+    lease, chunk, rows = 2.0, 4, 8
     harness.fakes.configure({"waybill": {"latency_ms": 1000}})
     group = f"lease-{uuid.uuid4().hex[:8]}"
     orders = write_dead_letters(scratch_db, group, "test-events", rows)

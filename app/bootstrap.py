@@ -191,9 +191,10 @@ class Runtime:
                          attempt_cap=s.idem_max_attempts, retention=self.retention,
                          observer=PipelineMetrics())
 
-    async def _bulk_chunk(self, job, row_ids, guard):
+    async def _bulk_chunk(self, job, row_ids, guard, held):
         """A bulk job's action on a chunk of its rows, as the job's creator (``app.pipeline.bulk``)."""
-        return await self.compensator.bulk(job.action, row_ids, guard, actor=job.actor, note=job.note, job_id=job.id)
+        return await self.compensator.bulk(job.action, row_ids, guard, actor=job.actor, note=job.note, job_id=job.id,
+                                           held=held)
 
     def redrive_seconds(self) -> float:
         """How long a claim of a ledger row lasts: longer than a redrive of a batch can take

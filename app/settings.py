@@ -268,8 +268,9 @@ class Settings(BaseSettings):
                                        "selects may move between the dry run and the start; beyond it the start "
                                        "is refused with the count now.")
     bulk_lease_seconds: float = Field(
-        30.0, gt=0, description="How long a worker's hold on a bulk job lasts without renewal (renewed after every "
-                                "chunk); a worker that died lets another take the job over after this.")
+        30.0, gt=0, description="How long a worker's hold on a bulk job lasts without renewal (renewed every third "
+                                "of it while a chunk runs, and after every chunk); a worker that died lets another "
+                                "take the job over after this.")
     bulk_timer_seconds: float = Field(
         2.0, gt=0, description="How often every worker looks for a bulk job to run when it has none.")
 

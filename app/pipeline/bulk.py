@@ -12,8 +12,8 @@ Safe by construction:
   ``t_idem`` keys and tokens), a chunk at a time as one pipeline batch. A row already settled
   is left alone (``unchanged``); a row another claimant holds is tried again later.
 * **One runner at a time, any worker.** The job row holds a lease (an owner and an expiry)
-  renewed after every chunk; a worker that dies lets it run out and another takes the job
-  over where the items say it was. A chunk the dead worker had claimed is claimed again once
+  renewed while a chunk runs (``app.pipeline.bulk_lease``) and with every chunk's results; a
+  worker that dies lets it run out and another takes the job over where the items say it was. A chunk the dead worker had claimed is claimed again once
   its ledger claims run out, and finds its rows settled or its steps done.
 
 This module is the pure part: the job's statuses and transitions, the tolerance, the
@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import Enum, IntEnum
 from typing import Protocol, Sequence
+
+from app.pipeline.bulk_lease import Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,32 @@ def busy(row_id: int, detail: str) -> ItemOutcome:
     return ItemOutcome(row_id, None, detail)
 
 
+PENDING, DONE_ITEM = 0, 1          # t_bulk_item.state
+
+
+def tally(outcomes: Sequence[ItemOutcome], seen: dict[int, tuple[int, str | None]]) -> tuple[list[ItemOutcome],
+                                                                                               Counter]:
+    """Which of a chunk's finished ``outcomes`` to write, and what they add to the job's counts
+    (``done``, and per outcome), given each item as it is now (``seen``: row id -> its state
+    and outcome). A pending item moves to done and counts once. A done item is written again
+    only to become ``changed``: a row is settled by one claim, once, so ``changed`` is reported
+    once; but a runner that lost the job while that claim's chunk was in flight may have
+    recorded the row first as it found it (settled: ``unchanged``; its own retry failed, the
+    other's then succeeded: ``failed``)."""
+    moving, counts = [], Counter()
+    for o in outcomes:
+        state, before = seen.get(o.row_id, (None, None))
+        if state == PENDING:
+            counts["done"] += 1
+        elif state == DONE_ITEM and o.outcome == CHANGED and before != CHANGED:
+            counts[before] -= 1
+        else:
+            continue
+        moving.append(o)
+        counts[o.outcome] += 1
+    return moving, counts
+
+
 # -- progress --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -176,22 +204,32 @@ class Job:
     previous_owner: str | None = None     # who held its lease before this take
 
 
+class Finish(Enum):
+    """What a runner's attempt to finish its job found."""
+
+    DONE = "done"              # this owner finished it
+    WAITING = "waiting"        # rows still pending (busy ones wait for another's claim): not yet
+    NOT_OURS = "not ours"      # paused, aborted, taken over or finished already: another's to end
+
+
 class BulkJobs(Protocol):
     """The job store, as the runner needs it. Jobs are this consumer group's."""
 
     async def take(self, group: str, owner: str, lease_seconds: float) -> Job | None: ...
     async def pending(self, job_id: int, limit: int) -> list[int]: ...
+    async def renew(self, job_id: int, owner: str, lease_seconds: float) -> bool: ...
     async def record(self, job_id: int, outcomes: Sequence[ItemOutcome], *, owner: str, lease_seconds: float,
                      retry_in: float, rate: float | None) -> bool: ...
-    async def finish(self, job_id: int, owner: str) -> bool: ...
+    async def finish(self, job_id: int, owner: str) -> Finish: ...
     async def release(self, job_id: int, owner: str) -> None: ...
 
 
 class BulkRunner:
     """Works the jobs of one consumer group, a chunk at a time; every worker runs one.
 
-    ``work(job, row_ids, guard)`` does the job's action on a chunk of rows and says what
-    became of each (the compensator's bulk methods)."""
+    ``work(job, row_ids, guard, held)`` does the job's action on a chunk of rows and says what
+    became of each (the compensator's bulk methods); ``held()`` turns false once the job is no
+    longer this runner's, and a row not begun by then gets no outcome: it stays pending."""
 
     def __init__(self, jobs: BulkJobs, work, *, group: str, owner: str, lease_seconds: float, chunk_size: int,
                  rate: float, busy_retry_seconds: float) -> None:
@@ -224,13 +262,21 @@ class BulkRunner:
         self.held = job.id
         ids = await guard(lambda: self.jobs.pending(job.id, self.chunk_size))
         if not ids:
-            # Nothing pending: the job is done, unless rows wait for someone else's claim.
-            if await guard(lambda: self.jobs.finish(job.id, self.owner)):
+            # Nothing pending: the job is done, unless rows wait for someone else's claim, or
+            # the job stopped being ours since the take (a pause, an abort, a takeover).
+            ending = await guard(lambda: self.jobs.finish(job.id, self.owner))
+            if ending is Finish.DONE:
                 log.info("bulk job %s (%s): done", job.id, job.action)
                 self.held = None
                 return 0.0
+            if ending is Finish.NOT_OURS:
+                self._let_go()
+                return None
             return self.busy_retry_seconds
-        outcomes = await self.work(job, ids, guard)
+        # The lease is renewed while the chunk runs, however long it takes.
+        async with Heartbeat(lambda: self.jobs.renew(job.id, self.owner, self.lease_seconds),
+                             lease_seconds=self.lease_seconds, job_id=job.id) as beat:
+            outcomes = await self.work(job, ids, guard, beat.held)
         meter = self._meters.setdefault(job.id, Meter())
         now = time.monotonic()
         if not meter.samples:

@@ -19,7 +19,7 @@ import itertools
 import logging
 import time
 from collections import defaultdict
-from typing import Sequence
+from typing import Callable, Sequence
 
 from app.pipeline.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
 from app.pipeline.compensation import PERSON_ONLY, STEP_OUTCOMES, Backoff, judge_redrive
@@ -285,13 +285,17 @@ class Compensator:
     # -- a bulk job's chunk (app.pipeline.bulk) ---------------------------------------
 
     async def bulk(self, action: str, row_ids: Sequence[int], guard, *, actor: str, note: str | None,
-                   job_id: int) -> list[ItemOutcome]:
+                   job_id: int, held: Callable[[], bool] = lambda: True) -> list[ItemOutcome]:
         """A bulk job's ``action`` on a chunk of rows, by ``perform``'s rules, audited with the
-        job's id; what became of each row (busy: try it again later)."""
+        job's id; what became of each row (busy: try it again later). Once ``held()`` is false
+        (the job is no longer this runner's) no other row is begun: those get no outcome and
+        stay the job's to work."""
         if action == "retry":
-            return await self._retry_many(row_ids, guard, actor=actor, note=note, job_id=job_id)
+            return await self._retry_many(row_ids, guard, actor=actor, note=note, job_id=job_id, held=held)
         outcomes = []
         for row_id in row_ids:
+            if not held():
+                break
             result = await self.perform(row_id, action, guard, actor=actor, note=note, job_id=job_id)
             if not result.found or result.refused:
                 outcomes.append(ItemOutcome(row_id, FAILED, result.refused))
@@ -301,7 +305,7 @@ class Compensator:
         return outcomes
 
     async def _retry_many(self, row_ids: Sequence[int], guard, *, actor: str, note: str | None,
-                          job_id: int) -> list[ItemOutcome]:
+                          job_id: int, held: Callable[[], bool]) -> list[ItemOutcome]:
         """A person's retry of many rows at once: one claim, one pipeline batch, one settle (the
         due-row drain's path, with a person's claim: manual rows too)."""
         rows = {row.id: row for row in await guard(lambda: self.ledger.get_many(row_ids, self.group))}
@@ -317,6 +321,8 @@ class Compensator:
                 outcomes[row_id] = ItemOutcome(row_id, FAILED, _person_only(row))
             else:
                 wanted.append(row_id)
+        if not held():
+            wanted = []          # the job is another's now: the rows are left to it, unclaimed
         owner = self._owner()
         claimed = await guard(lambda: self.ledger.claim_many(wanted, self.group, owner, self.lease_seconds,
                                                              allowed=PERSON_CLAIMS)) if wanted else []
@@ -339,7 +345,7 @@ class Compensator:
                     outcomes[row.id] = busy(row.id, v.detail)
                 else:
                     outcomes[row.id] = ItemOutcome(row.id, FAILED, v.detail)
-        return [outcomes[row_id] for row_id in row_ids]
+        return [outcomes[row_id] for row_id in row_ids if row_id in outcomes]
 
     def _pending_steps(self, row: LedgerRow) -> tuple[str, ...]:
         """The effect steps of the row's event (a record that is no event has none)."""

@@ -1,7 +1,8 @@
 """Runs the bulk jobs of the dead-letter queue (``app.pipeline.bulk``), in every worker.
 
 Each round takes a running job whose lease is free or this worker's, works one chunk of it
-and renews the lease; between chunks it waits as the job's rate allows (``BULK_RATE_PER_SECOND``).
+(renewing the lease while the chunk runs, ``app.pipeline.bulk_lease``) and renews the lease
+with its results; between chunks it waits as the job's rate allows (``BULK_RATE_PER_SECOND``).
 With no job to run it looks again every ``BULK_TIMER_SECONDS``. A worker that stops (SIGTERM)
 finishes the chunk in flight (``Runtime.stop`` waits for it, then gives the lease up) and gives its job's lease up, so
 another worker takes the job over at once; one that is killed lets the lease run out

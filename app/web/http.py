@@ -5,10 +5,10 @@
   static page and script answer without a token. Everything else needs ``Authorization:
   Bearer <token>``: ``WEB_READ_TOKEN`` (a viewer: personal fields masked) or ``WEB_TOKEN``
   (an operator: whole values, downloads) to read, ``WEB_TOKEN`` for any other method;
-  compared in constant time. Without a configured token, 403 says which to
-  set. A ``Host`` header that is not one of ``Settings.allowed_hosts`` answers 421, so a
-  page on another site cannot reach the views through a name that resolves here (DNS
-  rebinding).
+  compared in constant time; a header that is not UTF-8 text answers 401 and is not
+  repeated. Without a configured token, 403 says which to set. A ``Host`` header that is
+  not one of ``Settings.allowed_hosts`` answers 421, so a page on another site cannot reach
+  the views through a name that resolves here (DNS rebinding).
 * Inputs are checked before they reach a query (400 with the reason); every query
   binds its values as parameters.
 * A body larger than ``WEB_MAX_BODY_BYTES`` is refused (413) before it is read.
@@ -65,8 +65,7 @@ def access(settings: Settings):
             return await handler(request)
         host = _hostname(request.host)
         if host not in allowed:
-            return json_response({"error": f"this server does not answer to the Host {host or request.host!r}; set "
-                                           "WEB_ALLOWED_HOSTS if people reach it by that name"}, status=421)
+            return json_response({"error": _misdirected(host or request.host)}, status=421)
         if request.path in PAGES and request.method in READS:
             return await handler(request)
         try:
@@ -76,6 +75,13 @@ def access(settings: Settings):
         return await handler(request)
 
     return guard
+
+
+def _misdirected(host: str) -> str:
+    if not _utf8(host):
+        # Bytes that are not UTF-8 (lone surrogates from aiohttp) are no name of ours: not repeated.
+        return "this server does not answer to a Host header that is not UTF-8 text"
+    return f"this server does not answer to the Host {host!r}; set WEB_ALLOWED_HOSTS if people reach it by that name"
 
 
 def _hostname(host: str | None) -> str | None:
@@ -95,13 +101,26 @@ def _token(request: web.Request, settings: Settings, *, read: bool) -> str:
                            "environment, then send 'Authorization: Bearer <token>'" if read else
                       "actions are disabled: set WEB_TOKEN in the worker's environment, then send "
                       "'Authorization: Bearer <token>'")
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    header = request.headers.get("Authorization", "")
+    if not _utf8(header):
+        # aiohttp hands bytes that are not UTF-8 over as lone surrogates, which no token holds
+        # and which cannot be encoded to compare: refused as they are, never repeated.
+        raise Refused(401, "the Authorization header is not UTF-8 text: send 'Authorization: Bearer <token>'")
+    scheme, _, given = header.partition(" ")
     given_bytes = given.strip().encode()
     # Every configured token is compared, whichever matches: the time taken says nothing.
     matches = [role for role, t in tokens if hmac.compare_digest(given_bytes, t.get_secret_value().encode())]
     if scheme.lower() != "bearer" or not matches:
         raise Refused(401, "missing or wrong bearer token")
     return matches[0]          # WEB_TOKEN first: the same secret in both reads whole
+
+
+def _utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def role(request: web.Request, settings: Settings) -> str:

@@ -10,6 +10,7 @@ address), a record that is not JSON, and one too large whose dead letter keeps o
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
@@ -167,6 +168,42 @@ def test_whoami_answers_the_role(site):
         "role": "operator", "masked": False, "may_act": True, "may_download": True, "audited": True}
     assert json.loads(get(f"{site.base}/whoami", READ_TOKEN)[1])["role"] == "viewer"
     assert get(f"{site.base}/whoami", None)[0] == 401 and get(f"{site.base}/whoami", "wrong")[0] == 401
+
+
+def send(site: Site, method: str, path: str, headers: dict[str, bytes]) -> tuple[int, bytes]:
+    """One request whose header values are sent byte for byte (``urllib`` would refuse them)."""
+    conn = http.client.HTTPConnection("127.0.0.1", site.worker.web_port, timeout=30)
+    try:
+        conn.putrequest(method, path, skip_host="Host" in headers, skip_accept_encoding=True)
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_header_bytes_that_are_not_utf8_are_refused_before_any_view_without_a_trace(site):
+    ours = f"127.0.0.1:{site.worker.web_port}".encode()
+    logged = len(site.worker.logs())
+    for method, path in (("GET", "/compensation/"), ("GET", "/whoami"), ("POST", "/compensation/1/resolve")):
+        for value in (b"Bearer \xff\xfe" + TOKEN.encode(), b"\xff\xfe", b"Bearer " + TOKEN.encode() + b"\xe9",
+                      b"B\xe9arer " + TOKEN.encode()):
+            status, body = send(site, method, path, {"Host": ours, "Authorization": value})
+            assert status == 401, (method, path, value, body)
+            reason = json.loads(body)["error"]
+            assert "Authorization" in reason and TOKEN not in reason and "\\x" not in reason, reason
+            assert b"\xff" not in body and b"\\udc" not in body.lower() and b"\xe9" not in body, body
+    for host in (b"127.0.0.1\xff", b"\xff\xfe:80", b"[\xff]:80"):
+        status, body = send(site, "GET", "/compensation/", {"Host": host, "Authorization": b"Bearer " + TOKEN.encode()})
+        assert status == 421 and b"\\udc" not in body.lower() and b"\xff" not in body, (host, body)
+    status, body = send(site, "GET", f"/orders/{site.order}", {"Host": ours, "Authorization": b"Bearer " +
+                                                                TOKEN.encode(), "X-Actor": b"al\xffce"})
+    assert status == 400 and b"X-Actor" in body
+    added = site.worker.logs()[logged:]
+    assert "Traceback" not in added and "Error handling request" not in added, added[-3000:]
+    assert get(f"{site.base}/whoami", TOKEN)[0] == 200                  # and the worker serves on
 
 
 def dlq(site: Site, *args: str) -> subprocess.CompletedProcess:

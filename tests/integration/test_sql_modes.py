@@ -172,8 +172,8 @@ async def test_a_bulk_job_runs_its_statements_under_the_mode(harness):
     job = await jobs.create("discard", f, expected=3, tolerance_percent=1, cap=10, actor="web:modes", note="n")
     assert job["total"] == 3 and job["status"] == "running" and job["filter"]["status"] == "manual"
 
-    async def work(j, ids, guard):
-        return await d.compensator.bulk(j.action, ids, guard, actor=j.actor, note=j.note, job_id=j.id)
+    async def work(j, ids, guard, held):
+        return await d.compensator.bulk(j.action, ids, guard, actor=j.actor, note=j.note, job_id=j.id, held=held)
 
     runner = BulkRunner(jobs, work, group=d.group, owner="modes/bulk/1", lease_seconds=30, chunk_size=2, rate=1e6,
                         busy_retry_seconds=1)

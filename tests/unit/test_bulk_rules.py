@@ -1,5 +1,6 @@
 """The pure rules of bulk jobs (``app.pipeline.bulk``): the tolerance between the dry run and
-the start, a job's transitions, its progress and ETA, the rate limit, and the runner's chunk."""
+the start, a job's transitions, its progress and ETA, the rate limit, the runner's chunk, and
+the heartbeat that keeps the job's lease while a chunk runs (``app.pipeline.bulk_lease``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import asyncio
 
 import pytest
 
-from app.pipeline.bulk import (CHANGED, FAILED, TRANSITIONS, UNCHANGED, BulkRunner, ItemOutcome, Job, JobStatus, Meter,
-                               Progress, TransitionRefused, busy, pace, tolerance, tolerated, transition)
+from app.pipeline.bulk import (CHANGED, FAILED, TRANSITIONS, UNCHANGED, BulkRunner, Finish, ItemOutcome, Job, JobStatus,
+                               Meter, Progress, TransitionRefused, busy, pace, tally, tolerance, tolerated, transition)
+from app.pipeline.bulk_lease import Heartbeat
 
 
 def test_the_tolerance_is_a_percent_of_the_count_seen_rounded_down():
@@ -94,6 +96,9 @@ class Jobs:
     async def pending(self, job_id, limit):
         return self.pending_items[:limit]
 
+    async def renew(self, job_id, owner, lease_seconds):
+        return self.holder == owner
+
     async def record(self, job_id, outcomes, *, owner, lease_seconds, retry_in, rate):
         self.recorded.extend(outcomes)
         done = {o.row_id for o in outcomes if not o.busy}
@@ -101,8 +106,10 @@ class Jobs:
         return self.keep
 
     async def finish(self, job_id, owner):
+        if self.holder != owner:
+            return Finish.NOT_OURS
         self.finished = not self.pending_items
-        return self.finished
+        return Finish.DONE if self.finished else Finish.WAITING
 
     async def release(self, job_id, owner):
         if self.holder == owner:
@@ -117,7 +124,7 @@ def test_the_runner_works_a_job_chunk_by_chunk_until_it_is_done_and_retries_busy
     jobs = Jobs(list(range(1, 8)))
     tries: dict[int, int] = {}
 
-    async def work(job, ids, guard):
+    async def work(job, ids, guard, held):
         out = []
         for i in ids:
             tries[i] = tries.get(i, 0) + 1
@@ -147,7 +154,7 @@ def test_the_runner_works_a_job_chunk_by_chunk_until_it_is_done_and_retries_busy
 def test_a_runner_that_lost_its_job_stops_and_a_stopping_one_gives_the_lease_up():
     jobs = Jobs(list(range(1, 100)))
 
-    async def work(job, ids, guard):
+    async def work(job, ids, guard, held):
         return [ItemOutcome(i, CHANGED) for i in ids]
 
     runner = BulkRunner(jobs, work, group="g", owner="w1", lease_seconds=30, chunk_size=10, rate=100.0,
@@ -159,3 +166,88 @@ def test_a_runner_that_lost_its_job_stops_and_a_stopping_one_gives_the_lease_up(
     jobs.keep = False                                                  # paused or taken over meanwhile
     asyncio.run(runner.step(guard))
     assert runner.held is None
+
+
+def test_a_runner_whose_job_was_taken_before_it_could_finish_it_says_so_and_lets_it_go(caplog):
+    jobs = Jobs([1, 2])
+
+    async def work(job, ids, guard, held):
+        return [ItemOutcome(i, CHANGED) for i in ids]
+
+    runner = BulkRunner(jobs, work, group="g", owner="w1", lease_seconds=30, chunk_size=10, rate=1e9,
+                        busy_retry_seconds=1)
+    asyncio.run(runner.step(guard))                       # both rows done; the job not finished yet
+    assert runner.held == 7 and not jobs.finished
+
+    async def taken_over(group, owner, lease_seconds):
+        job = jobs.job
+        jobs.holder = "w2"                                # after this take, w2's lease: w1's ran out
+        return job
+
+    jobs.take = taken_over
+    caplog.set_level("INFO", logger="app.pipeline.bulk")
+    assert asyncio.run(runner.step(guard)) is None
+    assert not jobs.finished and runner.held is None
+    assert ": done" not in caplog.text and "no longer run here" in caplog.text
+
+
+def heartbeats() -> list[asyncio.Task]:
+    return [t for t in asyncio.all_tasks() if t.get_name().endswith("-heartbeat")]
+
+
+def test_a_chunks_heartbeat_renews_the_lease_until_the_chunk_ends():
+    async def scenario():
+        renewals, second = [], asyncio.Event()
+
+        async def renew():
+            renewals.append(1)
+            if len(renewals) == 2:
+                second.set()
+            if len(renewals) == 1:
+                raise ConnectionError("the database is away")       # a beat that fails: the next one tries again
+            return True
+
+        async with Heartbeat(renew, lease_seconds=0.03, job_id=7) as beat:
+            await asyncio.wait_for(second.wait(), 10)
+            assert beat.held() and heartbeats()
+        assert heartbeats() == []                                     # no beat outlives its chunk
+        with pytest.raises(asyncio.CancelledError):                   # nor a chunk cancelled (a worker stopping)
+            async with Heartbeat(renew, lease_seconds=0.03, job_id=8):
+                asyncio.current_task().cancel()
+                await asyncio.Event().wait()
+        assert heartbeats() == []
+
+    asyncio.run(scenario())
+
+
+def test_a_chunk_whose_lease_is_lost_begins_no_other_row_and_its_runner_lets_the_job_go():
+    jobs = Jobs(list(range(1, 11)))
+    lost = asyncio.Event()
+
+    async def renew(job_id, owner, lease_seconds):
+        jobs.holder = "w2"                        # taken over (or paused) while the chunk runs
+        jobs.keep = False
+        lost.set()
+        return False
+
+    jobs.renew = renew
+
+    async def work(job, ids, guard, held):
+        out = [ItemOutcome(ids[0], CHANGED)]
+        await asyncio.wait_for(lost.wait(), 10)   # the first row is under way when the beat finds the job lost
+        out += [ItemOutcome(i, CHANGED) for i in ids[1:] if held()]
+        return out
+
+    runner = BulkRunner(jobs, work, group="g", owner="w1", lease_seconds=0.03, chunk_size=5, rate=1e9,
+                        busy_retry_seconds=1)
+    asyncio.run(runner.step(guard))
+    assert [o.row_id for o in jobs.recorded] == [1] and jobs.pending_items == list(range(2, 11))
+    assert runner.held is None
+
+
+def test_an_item_counts_once_and_changed_replaces_what_a_runner_that_lost_the_job_recorded_first():
+    seen = {1: (0, None), 2: (1, UNCHANGED), 3: (1, FAILED), 4: (1, CHANGED), 5: (1, UNCHANGED)}
+    moving, counts = tally([ItemOutcome(1, FAILED), ItemOutcome(2, CHANGED), ItemOutcome(3, CHANGED),
+                            ItemOutcome(4, CHANGED), ItemOutcome(5, FAILED), ItemOutcome(6, CHANGED)], seen)
+    assert [o.row_id for o in moving] == [1, 2, 3]                  # 4 counted already, 5 not changed, 6 not the job's
+    assert (counts["done"], counts[CHANGED], counts[FAILED], counts[UNCHANGED]) == (1, 2, 0, -1)

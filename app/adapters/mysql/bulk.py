@@ -4,13 +4,15 @@ its rows written down, its lease, its progress, and a person's pause, resume and
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import asdict
 from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 from app.adapters.mysql.queries import QueueFilter
 from app.adapters.mysql.sql import Execute, marks
 from app.adapters.mysql.store import MySqlStore
-from app.pipeline.bulk import CHANGED, FAILED, ItemOutcome, Job, JobStatus, Progress, tolerated, transition
+from app.pipeline.bulk import (CHANGED, FAILED, Finish, ItemOutcome, Job, JobStatus, Progress, tally, tolerated,
+                               transition)
 from app.pipeline.states import LedgerStatus
 
 T = TypeVar("T")
@@ -72,6 +74,16 @@ def job_view(row: dict[str, Any]) -> dict[str, Any]:
             "expected_count": row["expected_count"], **progress.as_dict(), "owner": row["owner"],
             "lease_until": row["lease_until"], "paused_by": row["paused_by"], "aborted_by": row["aborted_by"],
             "created_at": row["gmt_create"], "modified_at": row["gmt_modified"], "finished_at": row["finished_at"]}
+
+
+async def _renew(execute: Execute, job_id: int, owner: str, lease_seconds: float) -> bool:
+    """The lease check: renewed only while the job runs and is ``owner``'s. Whether it is, is
+    read back: the UPDATE's row count says rows matched (CLIENT_FOUND_ROWS), and a renewal in
+    the same millisecond changes nothing."""
+    await execute(f"UPDATE t_bulk_job SET lease_until = NOW(3) + INTERVAL {int(lease_seconds * 1_000_000)} "
+                  "MICROSECOND WHERE id = %s AND owner = %s AND status = %s", [job_id, owner, int(JobStatus.RUNNING)])
+    row = (await execute("SELECT owner, status FROM t_bulk_job WHERE id = %s", [job_id])).first()
+    return row is not None and row[0] == owner and row[1] == int(JobStatus.RUNNING)
 
 
 class MySqlBulkJobs:
@@ -197,20 +209,18 @@ class MySqlBulkJobs:
     async def record(self, job_id: int, outcomes: Sequence[ItemOutcome], *, owner: str, lease_seconds: float,
                      retry_in: float, rate: float | None) -> bool:
         """What a chunk did, with the job's counters, in one transaction: an item counts once
-        (only a pending item moves to done). Busy items wait ``retry_in``. The lease is renewed
+        (:func:`~app.pipeline.bulk.tally`). Busy items wait ``retry_in``. The lease is renewed
         if it is still ``owner``'s and the job runs; False when it is not (stop)."""
         finished = [o for o in outcomes if not o.busy]
         waiting = [o.row_id for o in outcomes if o.busy]
-        lease_us = int(lease_seconds * 1_000_000)
 
         async def work(execute: Execute) -> bool:
-            counted = {CHANGED: 0, FAILED: 0, "done": 0}
+            counted = Counter()
             if finished:
                 ids = [o.row_id for o in finished]
-                result = await execute(f"SELECT compensation_id FROM t_bulk_item WHERE job_id = %s AND compensation_id "
-                                       f"IN ({marks(len(ids))}) AND state = 0 FOR UPDATE", [job_id, *ids])
-                pending = {row[0] for row in result}
-                moving = [o for o in finished if o.row_id in pending]
+                result = await execute(f"SELECT compensation_id, state, outcome FROM t_bulk_item WHERE job_id = %s AND "
+                                       f"compensation_id IN ({marks(len(ids))}) FOR UPDATE", [job_id, *ids])
+                moving, counted = tally(finished, {row[0]: (row[1], row[2]) for row in result})
                 if moving:
                     await execute(
                         "INSERT INTO t_bulk_item (job_id, compensation_id, state, outcome, detail, gmt_modified) "
@@ -218,10 +228,6 @@ class MySqlBulkJobs:
                         "outcome = VALUES(outcome), detail = VALUES(detail), gmt_modified = NOW(3), state = 1",
                         [v for o in moving for v in (job_id, o.row_id, o.outcome, None if o.detail is None
                                                      else o.detail[:1024])])
-                for o in moving:
-                    counted["done"] += 1
-                    if o.outcome in counted:
-                        counted[o.outcome] += 1
             if waiting:
                 await execute(f"UPDATE t_bulk_item SET not_before = NOW(3) + INTERVAL {int(retry_in * 1_000_000)} "
                               f"MICROSECOND WHERE job_id = %s AND compensation_id IN ({marks(len(waiting))}) "
@@ -232,23 +238,31 @@ class MySqlBulkJobs:
                 "gmt_modified = NOW(3) WHERE id = %s",
                 [counted["done"], counted[CHANGED], counted[FAILED], None if rate is None else round(rate * 60),
                  job_id])
-            await execute(f"UPDATE t_bulk_job SET lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND "
-                          "WHERE id = %s AND owner = %s AND status = %s", [job_id, owner, int(JobStatus.RUNNING)])
-            row = (await execute("SELECT owner, status FROM t_bulk_job WHERE id = %s", [job_id])).first()
-            return row is not None and row[0] == owner and row[1] == int(JobStatus.RUNNING)
+            return await _renew(execute, job_id, owner, lease_seconds)
         return await self._run(work)
 
-    async def finish(self, job_id: int, owner: str) -> bool:
-        """Done, if no item is pending (busy ones included) and the job is still ``owner``'s."""
-        async def work(execute: Execute) -> bool:
+    async def renew(self, job_id: int, owner: str, lease_seconds: float) -> bool:
+        """The lease renewed for ``lease_seconds`` if the job runs and is ``owner``'s (a chunk's
+        heartbeat); False when it is not."""
+        return await self._run(lambda execute: _renew(execute, job_id, owner, lease_seconds))
+
+    async def finish(self, job_id: int, owner: str) -> Finish:
+        """Done, if the job still runs, is still ``owner``'s and no item is pending (busy ones
+        included); else what stood in the way. The job's row is locked and read first, so the
+        UPDATE meets what was read: who finished is read, never inferred from the row count the
+        UPDATE reports (the MySQL dialects connect with CLIENT_FOUND_ROWS: rows matched)."""
+        async def work(execute: Execute) -> Finish:
+            row = (await execute("SELECT owner, status FROM t_bulk_job WHERE id = %s FOR UPDATE", [job_id])).first()
+            if row is None or row[0] != owner or row[1] != int(JobStatus.RUNNING):
+                return Finish.NOT_OURS
             left = (await execute("SELECT 1 FROM t_bulk_item WHERE job_id = %s AND state = 0 LIMIT 1",
                                   [job_id])).first()
             if left is not None:
-                return False
+                return Finish.WAITING
             await execute("UPDATE t_bulk_job SET status = %s, owner = NULL, lease_until = NULL, finished_at = NOW(3), "
                           "gmt_modified = NOW(3) WHERE id = %s AND owner = %s AND status = %s",
                           [int(JobStatus.DONE), job_id, owner, int(JobStatus.RUNNING)])
-            return True
+            return Finish.DONE
         return await self._run(work)
 
     async def release(self, job_id: int, owner: str) -> None:

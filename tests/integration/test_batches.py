@@ -117,7 +117,8 @@ def test_sigterm_mid_stream_finishes_the_batch_and_nothing_is_processed_twice(se
     docs = [event(o, t) for o in orders for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
     asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
     fakes.configure({"waybill": {"latency_ms": 150}})
-    env = dict(FAST_RETRIES, BATCH_SIZE="60", EFFECT_CONCURRENCY="4", LEASE_SECONDS="100", LOGISTICS_URL=fakes.url)
+    env = dict(FAST_RETRIES, BATCH_SIZE="60", EFFECT_CONCURRENCY="4", EFFECT_TIMEOUT_SECONDS="1", LEASE_SECONDS="100",
+               LOGISTICS_URL=fakes.url)
 
     first = spawn_worker(pair, "first", **env)
     receipts = "SELECT COUNT(*) FROM t_waybill_receipt WHERE order_no LIKE %s"

@@ -196,9 +196,10 @@ def test_ten_thousand_dead_letters_retried_through_a_worker_kill_are_settled_onc
     cancels = write_dead_letters(scratch_db, pair.group, pair.events, 1_000, type_="ORDER_CANCEL", first_offset=9_000,
                                  prefix="BKILL")
     # 20 calls at a time, 40 ms each: a chunk spends most of its time between its first call
-    # and its T3, where the kill must land (the lease then covers 5 rounds of calls).
+    # and its T3, where the kill must land (the lease covers the 11 rounds of 20 calls the compensator may have
+    # in flight: its drain, its agent and the chunk).
     env = dict(**fakes.env(), BULK_RATE_PER_SECOND="5000",
-               **{**FAST, "EFFECT_CONCURRENCY": "20", "LEASE_SECONDS": "12"})
+               **{**FAST, "EFFECT_CONCURRENCY": "20", "LEASE_SECONDS": "24"})
     first = spawn_worker(pair, "a", **env)
     wait_for(lambda: answering(first), timeout=90, what="the first worker's web views", workers=[first])
     selection = {"action": "retry", "filter": {"status": "manual"}}

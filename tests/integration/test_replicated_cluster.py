@@ -246,7 +246,7 @@ def test_a_dead_letter_sent_while_its_leader_is_killed_is_retried_within_its_bou
 # -- 3. two of three brokers down ---------------------------------------------------------------
 
 ORDERS = 32
-SLOW = {"BATCH_SIZE": "6", "BATCH_WITHIN_SECONDS": "0.3", "EFFECT_CONCURRENCY": "1", "RETRY_BACKOFF_MS": "50,100,200",
+SLOW = {"BATCH_SIZE": "6", "BATCH_WITHIN_SECONDS": "0.3", "EFFECT_CONCURRENCY": "1", "EFFECT_TIMEOUT_SECONDS": "1", "RETRY_BACKOFF_MS": "50,100,200",
         "BROKER_COMMIT_INTERVAL_SECONDS": "0.5", "BROKER_SESSION_TIMEOUT_SECONDS": "10",
         "BROKER_HEARTBEAT_INTERVAL_SECONDS": "1", "BATCH_DEADLINE_SECONDS": "8", "DLQ_SEND_TIMEOUT_SECONDS": "8",
         "COMPENSATOR_ENABLED": "false", "KAFKA_REQUIRE_REPLICATION": "true"}

@@ -40,7 +40,7 @@ reproducible; which call meets which draw is not, since calls race each other.
 A countdown still in progress wins over its rate.
 
 ``GET /__ledger`` returns every raw call, the unique waybills per order, the
-SMS per order, and the highest number of calls that were in flight at once for
+SMS per order (each with ``at``, when it was accepted: the epoch seconds), and the highest number of calls that were in flight at once for
 one idempotency key (or, for SMS, one order); ``POST /__reset`` clears ledger
 and faults.
 """
@@ -53,6 +53,7 @@ import itertools
 import json
 import random
 import re
+import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -199,7 +200,7 @@ class FakeServices:
 
     async def _waybill(self, request: web.Request, body: dict, key: str | None) -> web.Response:
         order_no = body.get("order_no")
-        self.ledger.calls.append({"service": "waybill", "key": key, "body": body})
+        self.ledger.calls.append({"service": "waybill", "key": key, "body": body, "at": time.time()})
         if not key:
             return web.json_response({"error": "Idempotency-Key header is required"}, status=400)
         if not order_no or not body.get("address"):
@@ -222,7 +223,7 @@ class FakeServices:
 
     async def sms(self, request: web.Request) -> web.Response:
         body = await request.json()
-        self.ledger.calls.append({"service": "sms", "body": body})
+        self.ledger.calls.append({"service": "sms", "body": body, "at": time.time()})
         if not body.get("phone") or not body.get("text"):
             return web.json_response({"error": "phone and text are required"}, status=400)
         match = ORDER_IN_TEXT.search(body["text"])
@@ -234,7 +235,7 @@ class FakeServices:
         if (response := await self._fault("sms", request, order_no)) is not None:
             return response
         message_id = f"SMS{next(self._serial):010d}"
-        self.ledger.sms[order_no].append({"message_id": message_id, **body})
+        self.ledger.sms[order_no].append({"message_id": message_id, **body, "at": time.time()})
         if body.get("client_ref"):
             self.ledger.sms_by_ref[body["client_ref"]] = message_id
         self._maybe_reset("sms", request)
@@ -244,7 +245,7 @@ class FakeServices:
 
     async def sms_lookup(self, request: web.Request) -> web.Response:
         ref = request.match_info["client_ref"]
-        self.ledger.calls.append({"service": "sms_lookup", "client_ref": ref})
+        self.ledger.calls.append({"service": "sms_lookup", "client_ref": ref, "at": time.time()})
         faults = self.faults["sms"]
         if faults.lookup_fail_next > 0:
             faults.lookup_fail_next -= 1

@@ -6,6 +6,7 @@ and the checker's verdict.
     .venv/bin/python -m tests.chaos.driver --mode short              # what make test runs
     .venv/bin/python -m tests.chaos.driver --mode long --cluster     # make chaos CLUSTER=1
     .venv/bin/python -m tests.chaos.driver --mode long --db-failover async   # make chaos DB_FAILOVER=async
+    .venv/bin/python -m tests.chaos.driver --mode defaults           # make chaos MODE=defaults
 
 ``--cluster`` runs the storm on three KRaft nodes over SASL_SSL, each behind a proxy of the
 test (``tests.chaos.brokers``), with the cluster's faults on top: the busiest partition's
@@ -21,6 +22,10 @@ happened when), ``manifest.json`` (what the checker reads), ``report.json`` (its
 and the run's timings), the workers' logs, and the broker's and the database's logs.
 Everything the run starts is stopped when it ends, however it ends; the data of the broker
 and the database go with it, and only the newest ``KEEP_RUNS`` run folders are kept.
+
+``--mode defaults`` runs the workers with every setting at its default, as a user does, through
+a storm of what a user meets (``storm.PROFILES["defaults"]``), and the report gives how long each
+cancelled order waited for its SMS (``tests.chaos.latency``; every run's report has it).
 
 ``--sabotage crash`` (a worker dies behind the test's back) and ``--sabotage no-drain``
 (every worker stops before the drain) show that the run can fail.
@@ -52,6 +57,7 @@ from harness.fakes import FakesProcess
 from harness.own_servers import CHAOS, MariaDB
 from harness.proxy import BlackholeProxy
 from harness.services import ROOT, worker_env
+from tests.chaos import evidence, latency
 from tests.chaos import manifest as manifests
 from tests.chaos.brokers import SecureCluster, SingleBroker
 from tests.chaos.drain import DrainTimeout, read_backlog, wait_settled
@@ -89,8 +95,6 @@ WORKER_SETTINGS = {
     # So does the bound of a stop after SIGTERM (the session timeout's by default, 30 s).
     "STOP_TIMEOUT_SECONDS": "30",
 }
-FAKE_HANG_MS = 2500          # a "timeout" of the fake APIs: past the client's 1.5 s
-FAKE_LATENCY_MS = 5
 KEEP_RUNS = 30
 
 
@@ -120,6 +124,8 @@ class ChaosRun:
                  db_failover: str | None = None) -> None:
         self.mode, self.cluster, self.db_failover = mode, cluster, db_failover
         self.profile = (CLUSTER_PROFILES if cluster else PROFILES)[mode]
+        # With every setting at its default, only what wires the workers to the run is set.
+        self.worker_settings = {} if self.profile.default_settings else WORKER_SETTINGS
         self.seed = secrets.randbelow(10**6) if seed is None else seed
         self.sabotage = sabotage
         self.drain_timeout = drain_timeout or self.profile.drain_timeout
@@ -190,7 +196,7 @@ class ChaosRun:
         self.proxy = BlackholeProxy("127.0.0.1", self.mariadb.port).start()
         # Its connections still hung at the end are cancelled when it stops: not worth a traceback.
         self.proxy._loop.call_soon_threadsafe(self.proxy._loop.set_exception_handler, lambda loop, context: None)
-        self.fakes = FakesProcess({service: {"latency_ms": FAKE_LATENCY_MS, "timeout_ms": FAKE_HANG_MS,
+        self.fakes = FakesProcess({service: {"latency_ms": self.profile.latency_ms, "timeout_ms": self.profile.hang_ms,
                                              "seed": self.seed + i} for i, service in enumerate(("waybill", "sms"))})
         self.timings["cluster_seconds"] = round(time.monotonic() - clock, 1)
         if self.db_failover:
@@ -202,7 +208,7 @@ class ChaosRun:
                  f"{self.timings['cluster_seconds']}s")
 
     def start_workers(self) -> None:
-        env = worker_env(**WORKER_SETTINGS, **self.brokers.worker_env(), APP_ID=GROUP,
+        env = worker_env(**self.worker_settings, **self.brokers.worker_env(), APP_ID=GROUP,
                          TOPIC_REPLICATION=str(self.brokers.nodes),
                          MYSQL_URL=self.mariadb.url(DATABASE, USER, self.password, port=self.proxy.port),
                          ORDER_EVENT_TOPIC=EVENTS, DLQ_TOPIC=DLQ, ORDER_EVENT_PARTITIONS=str(PARTITIONS),
@@ -285,25 +291,38 @@ class ChaosRun:
             "bootstrap": self.brokers.bootstrap, "kafka": self.brokers.manifest(), "mysql": self.mysql,
             "events_topic": EVENTS, "dlq_topic": DLQ,
             "group": GROUP, "partitions": PARTITIONS, "dlq_partitions": DLQ_PARTITIONS, "fakes_url": self.fakes.url,
-            "sms_lookup": WORKER_SETTINGS["SMS_LOOKUP"] == "true", "produced": produced,
+            "sms_lookup": self.worker_settings.get("SMS_LOOKUP", "true") == "true", "produced": produced,
             "orders": {order_no: {"lifecycle": lifecycle} for order_no, lifecycle in workload.orders.items()},
             "workers": [i.entry() for i in self.fleet.history], "faults": self.storm.faults,
             "metrics": manifests.metrics(self.fleet.totals()),
             "drain": manifests.drain(backlog, self.timings["drain_seconds"]),
-            "profile": {**vars(self.profile), "fake_hang_ms": FAKE_HANG_MS, "fake_latency_ms": FAKE_LATENCY_MS},
-            "worker_settings": WORKER_SETTINGS, "timings": self.timings, "run_dir": self.rel(self.folder),
+            "profile": vars(self.profile),
+            "worker_settings": self.worker_settings, "timings": self.timings, "run_dir": self.rel(self.folder),
             "failover": self.failover, "effect_steps": declared_effect_steps(),
         }
         path = self.folder / "manifest.json"
         path.write_text(json.dumps(content, indent=1))
         self.say(f"manifest: {self.rel(path)}")
         report = self.check(path)
+        sms = self.sms_latency(content)
         self.timings["total_seconds"] = round(time.time() - self.started_at, 1)
         report_path = self.folder / "report.json"
         verdict = report.as_dict() if report is not None else {"checker": None, **manifests.figures(content)}
-        report_path.write_text(json.dumps({**verdict, "timings": self.timings}, indent=1, default=str))
+        report_path.write_text(json.dumps({**verdict, "sms_latency": sms, "timings": self.timings}, indent=1,
+                                          default=str))
         self.say(f"report: {self.rel(report_path)}; timings {json.dumps(self.timings)}")
         return Outcome(path, report_path, report, [i.entry() for i in self.fleet.unexpected], drain_error)
+
+    def sms_latency(self, content: dict) -> dict | None:
+        """How long the cancelled orders waited for their SMS (``tests.chaos.latency``): a figure, no verdict."""
+        try:
+            found = latency.sms_latency(self.mysql, evidence.read_fakes_ledger(self.fakes.url), content["produced"],
+                                        content["faults"])
+        except Exception as exc:
+            self.say(f"the SMS latency could not be read: {exc!r}")
+            return None
+        self.say("how long the cancelled orders waited for their SMS:\n" + latency.render(found))
+        return found
 
     def check(self, path: Path):
         """The checker's verdict, or None while there is no checker."""
@@ -387,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cut_forgets and not args.cluster:
         parser.error("--cut-forgets needs --cluster")
+    if args.cluster and args.mode not in CLUSTER_PROFILES:
+        parser.error(f"--mode {args.mode} has no profile on three nodes (--cluster)")
     if args.db_failover and args.cluster:
         parser.error("--db-failover runs on the single broker (it has not been run with --cluster)")
     outcome = run(args.mode, args.seed, sabotage=args.sabotage, drain_timeout=args.drain_timeout,

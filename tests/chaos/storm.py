@@ -102,6 +102,12 @@ class Profile:
     restart_after: float = 1.0           # a killed worker is started again this long after
     big: tuple[str, ...] = SINGLE        # the big faults, once each (a name twice: twice)
     api_rates: dict = field(default_factory=lambda: {"fail_rate": 0.02, "reset_rate": 0.02, "timeout_rate": 0.01})
+    faulty: tuple[str, ...] = ("waybill", "sms")     # the services the rates apply to
+    # The workers' settings: the run's own, chosen to move in seconds (``driver.WORKER_SETTINGS``),
+    # or every one at its default, as a user runs them.
+    default_settings: bool = False
+    hang_ms: float = 2500                # a "timeout" of the fake APIs: past the client's timeout
+    latency_ms: float = 5
 
 
 PROFILES = {
@@ -110,6 +116,16 @@ PROFILES = {
     "short": Profile("short", min_events=3_400, min_orders=1_000, rate=45, kill_every=(7, 11), cut_seconds=8,
                      api_503_seconds=8, drain_timeout=SHORT_DRAIN, duplicate_within=300),
 }
+# What a user meets with every setting at its default (``make chaos MODE=defaults``): 5,000 orders
+# over three workers, about twelve SIGKILLs, MariaDB and the broker SIGKILLed once each, the SMS
+# gateway losing 2 % of its replies and hanging past the client's 3 s timeout on 1 % of its calls,
+# both services answering in 100 ms; the report gives how long each cancelled order waited for its
+# SMS (``tests.chaos.latency``).
+PROFILES["defaults"] = Profile("defaults", min_events=0, min_orders=5_000, rate=50, kill_every=(18, 26),
+                               cut_seconds=0, api_503_seconds=0, drain_timeout=1_800, duplicate_within=600,
+                               big=("restart_mariadb", "restart_kafka"),
+                               api_rates={"reset_rate": 0.02, "timeout_rate": 0.01}, faulty=("sms",),
+                               default_settings=True, hang_ms=5_000, latency_ms=100)
 # --cluster: three faults more in the long run, so it produces more slowly to give each its slot.
 CLUSTER_PROFILES = {
     "long": Profile("long", min_events=50_000, min_orders=10_000, rate=200, kill_every=(6, 12), cut_seconds=20,
@@ -177,7 +193,7 @@ class Storm:
         if self.sabotage == "crash":
             plan.append((0.5 * seconds, self.crash_a_worker))
         self.log("api_faults_on", detail=", ".join(f"{k} {v}" for k, v in self.profile.api_rates.items()))
-        await self._configure({service: self.profile.api_rates for service in ("waybill", "sms")})
+        await self._configure({service: self.profile.api_rates for service in self.profile.faulty})
         self.broker_up.set()
         producing = asyncio.create_task(self.producer.run())
         started = time.monotonic()
@@ -194,7 +210,7 @@ class Storm:
             for task in (producing, *faults, kills, watching):
                 task.cancel()
             await asyncio.gather(producing, *faults, kills, watching, return_exceptions=True)
-        await self._configure({service: {rate: 0 for rate in self.profile.api_rates} for service in ("waybill", "sms")})
+        await self._configure({service: {rate: 0 for rate in self.profile.api_rates} for service in self.profile.faulty})
         self.log("api_faults_off")
         return produced
 

@@ -119,3 +119,12 @@ def test_a_known_effect_moved_to_another_step_is_not_taken_as_checked():
 
 def test_the_checker_names_every_ledger_status_as_the_pipeline_does():
     assert rules.LEDGER_STATUS == {int(s): s.name.lower() for s in LedgerStatus}
+
+
+def test_the_sms_latency_percentiles_are_nearest_rank_and_count_the_tail():
+    from tests.chaos.latency import distribution
+
+    waits = [1.0] * 998 + [61.0, 200.0]
+    d = distribution(waits)
+    assert (d["p50"], d["p99"], d["p99.9"], d["max"]) == (1.0, 1.0, 61.0, 200.0)
+    assert (d["over_60s"], d["over_180s"], d["within_60s_percent"]) == (2, 1, 99.8)

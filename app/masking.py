@@ -7,19 +7,23 @@ The shapes, the same everywhere:
 * an address keeps its first 3 characters: ``1 Test Road`` -> ``1 T***``; one of 6 characters or
   fewer shows as ``***`` alone;
 * an e-mail address keeps the first character of its name: ``jane@example.com`` -> ``j***@***``;
+* an idempotency token (a step's ``idem_token``, the SMS ``client_ref``) keeps its last 4
+  characters: ``***9f3a``. Whoever holds a whole token can ask the service what was done under
+  it (the SMS lookup answers with the message and its phone number).
 
 Which strings are which:
 
 * a field whose name says phone (``phone``, ``mobile``, ``tel``, ``msisdn``, ``*phone*``),
-  address (``*address*``, ``addr``, ``street``) or e-mail (``*email*``, ``*e-mail*``), at any
-  depth of an answer or of a record's JSON;
+  address (``*address*``, ``addr``, ``street``), e-mail (``*email*``, ``*e-mail*``) or token
+  (``idem_token``, ``client_ref``, ``idempotency_key``), at any depth of an answer or of a
+  record's JSON;
 * every other string (messages, errors, notes, header values, the keys of a record's JSON):
-  every phone number, address and e-mail address met in a field of the same answer, or
+  every phone number, address, e-mail address and token met in a field of the same answer, or
   belonging to an order the answer names (its ``t_order`` row, read for the viewer's answer
   even when the answer does not show it), replaced wherever it appears, in whatever encoding
   (``app.personal.decoded``: plain, Python's repr of bytes or text, JSON's ``\\u`` escapes,
   percent-encoding, HTML entities, quoted-printable, full-width digits, escaped twice); and
-  every phone number, long number, e-mail address and street address found by its shape
+  every phone number, long number, e-mail address, token and street address found by its shape
   (``app.personal.shapes``). Order numbers (``ORD-YYYYMMDD-...``), ISO dates and times, UUIDs,
   IP addresses and hashes stay readable. Identifiers (``VERBATIM``) get only the known values
   replaced: a pattern must never change the name of a thing a viewer looks up.
@@ -47,19 +51,20 @@ import json
 import re
 from typing import Any, Iterable, Mapping
 
-from app.personal.shapes import Finder, mask_address, mask_email, mask_phone, mask_text
+from app.personal.shapes import Finder, mask_address, mask_email, mask_phone, mask_text, mask_token
 from app.render import readable
 
 __all__ = ["VERBATIM", "WITHHELD_BYTES", "Masker", "mask_address", "mask_answer", "mask_email", "mask_letter",
-           "mask_phone", "mask_text", "order_numbers"]
+           "mask_phone", "mask_text", "mask_token", "order_numbers"]
 
 NAMES = {"phone": re.compile(r".*(phone|mobile).*|tel|msisdn", re.IGNORECASE),
          "address": re.compile(r".*address.*|addr|street", re.IGNORECASE),
-         "email": re.compile(r".*e-?mail.*", re.IGNORECASE)}
-MASKS = {"phone": mask_phone, "address": mask_address, "email": mask_email}
+         "email": re.compile(r".*e-?mail.*", re.IGNORECASE),
+         "token": re.compile(r"idem_token|client_ref|idempotency[_-]?key", re.IGNORECASE)}
+MASKS = {"phone": mask_phone, "address": mask_address, "email": mask_email, "token": mask_token}
 # Identifiers and names of things: shown whole (a known value inside one is still replaced).
 VERBATIM = frozenset({"order_no", "biz_key", "event_id", "type", "status", "reason", "step", "action",
-                      "from_status", "to_status", "actor", "role", "src_topic", "consumer_group", "idem_token",
+                      "from_status", "to_status", "actor", "role", "src_topic", "consumer_group",
                       "payload_hash", "fingerprint", "owner", "worker_id", "waybill_no", "occurred_at", "path",
                       "record_key_sha256", "record_value_sha256"})
 # In a record's JSON only the event contract's identifiers: its ``data`` is free text whatever a
@@ -71,14 +76,14 @@ MAX_ORDERS = 200          # the longest list a view answers
 
 
 def kind_of(name: str | None) -> str | None:
-    """What a field named ``name`` holds: ``phone``, ``address``, ``email``, or None."""
+    """What a field named ``name`` holds: ``phone``, ``address``, ``email``, ``token``, or None."""
     if name is None:
         return None
     return next((kind for kind, names in NAMES.items() if names.fullmatch(name)), None)
 
 
 class Masker:
-    """Masks one answer: first :meth:`collect` every phone, address and e-mail address in
+    """Masks one answer: first :meth:`collect` every phone, address, e-mail address and token in
     it (and in the records it carries, and its orders' contacts), then :meth:`mask` replaces
     them wherever they appear."""
 

@@ -1,9 +1,10 @@
 """Personal data by its shape in free text, and what a viewer sees of each.
 
 :class:`Finder` scans a text's reading (``app.personal.decoded``) once, left to right, for the
-values it was told (the phone numbers, addresses and e-mail addresses of the answer
+values it was told (the phone numbers, addresses, e-mail addresses and tokens of the answer
 and of its orders) and for these shapes, the first that fits at each place winning:
 
+* a token: 32 hex digits (every idempotency token, derived or the random ones before);
 * kept as they are: order numbers (``ORD-YYYYMMDD-...``), ISO dates and times, UUIDs (event
   ids), IPv4 addresses with their port, other hex words of 16 or more digits (hashes,
   fingerprints), so no digits in them pass for a phone number;
@@ -26,6 +27,7 @@ from app.personal.decoded import decoded
 MASK = "***"
 CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 
+TOKEN = r"(?<![0-9A-Za-z])[0-9A-Fa-f]{32}(?![0-9A-Za-z])"
 KEEP = "|".join((
     r"ORD-[0-9]{8}-[A-Za-z0-9]+",
     r"(?<![0-9])[12][0-9]{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
@@ -51,7 +53,7 @@ ADDRESS_ZH = (rf"(?<![{CJK}])[{CJK}]*(?:[{CJK}](?:路|街|道|巷|弄|里|胡同
               rf"(?:(?!ORD-)[0-9A-Za-z#-]*[{CJK}])*")
 PHONE = (r"(?<![0-9A-Za-z+])\+?[0-9](?:[ ().\-/]{0,2}[0-9]){6,}[Xx]?(?![0-9A-Za-z])"
          r"|\+[0-9](?:[ .\-]?[0-9]){7,}(?![0-9])|(?<![0-9])1[3-9][0-9]{9}(?![0-9])")
-SHAPES = (f"(?P<keep>{KEEP})|(?P<email>{EMAIL})|(?P<address>{ADDRESS_EN}|{ADDRESS_ZH})"
+SHAPES = (f"(?P<token>{TOKEN})|(?P<keep>{KEEP})|(?P<email>{EMAIL})|(?P<address>{ADDRESS_EN}|{ADDRESS_ZH})"
           f"|(?P<phone>{PHONE})")
 ONLY_SHAPES = re.compile(SHAPES)
 
@@ -71,9 +73,13 @@ def mask_email(email: str) -> str:
     return f"{local[:1]}{MASK}@{MASK}"
 
 
+def mask_token(token: str) -> str:
+    return MASK + token.strip()[-4:] if len(token.strip()) >= 16 else MASK
+
+
 # Where an address splits into parts that stand alone: its commas, and after a Chinese street number.
 ADDRESS_PARTS = re.compile(r"[,;，；、\n]|(?<=[号號])")
-MASKS = {"phone": mask_phone, "address": mask_address, "email": mask_email}
+MASKS = {"phone": mask_phone, "address": mask_address, "email": mask_email, "token": mask_token}
 
 
 def _known(kind: str, value: str) -> list[tuple[str, str]]:
@@ -86,6 +92,8 @@ def _known(kind: str, value: str) -> list[tuple[str, str]]:
         if len(digits) >= 4:
             found.append((r"(?<![0-9])(?:\+[ ]?)?" + r"[ ().\-/]{0,2}".join(digits) + r"(?![0-9])", value))
         return found
+    if kind == "token":                          # any case, and with dashes (as a UUID)
+        return [(r"(?<![0-9A-Za-z])(?i:" + "-?".join(re.escape(c) for c in value) + r")(?![0-9A-Za-z])", value)]
     parts = [value]
     if kind == "address":           # its parts too: a service may echo the street or the building alone
         parts += [part.strip() for part in ADDRESS_PARTS.split(value)
@@ -95,7 +103,7 @@ def _known(kind: str, value: str) -> list[tuple[str, str]]:
 
 
 class Finder:
-    """Masks free text: every value in ``known`` (value -> kind: phone, address, email),
+    """Masks free text: every value in ``known`` (value -> kind: phone, address, email, token),
     however it is encoded, and, unless ``shapes`` is off, every shape of the module docstring."""
 
     def __init__(self, known: Mapping[str, str] | None = None) -> None:

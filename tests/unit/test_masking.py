@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import quopri
 import re
+import uuid
 from urllib.parse import quote, quote_plus
 
 import pytest
@@ -105,6 +106,7 @@ def test_what_is_not_a_string_passes_unchanged():
 
 ZH_PHONE, ZH_ADDRESS = "+8613912345678", "北京市朝阳区建国路88号华贸中心3座1203室"
 CONTACTS = [{"phone": ZH_PHONE, "address": ZH_ADDRESS}]       # the order's own, read from t_order
+TOKEN = "5f0c3e9a7d214b6c8e1f2a3b4c5d6e7f"
 ENCODINGS = {
     "plain": lambda s: s,
     "repr of bytes": lambda s: repr(s.encode("utf-8"))[2:-1],
@@ -126,7 +128,7 @@ ENCODINGS = {
 
 def secrets_in(text: str) -> list[str]:
     """Which of the order's own values ``text`` still holds, in any of ``ENCODINGS``."""
-    return [f"{name} of {secret}" for secret in (ZH_PHONE, ZH_ADDRESS, ZH_ADDRESS[:11], ZH_PHONE[3:])
+    return [f"{name} of {secret}" for secret in (ZH_PHONE, ZH_ADDRESS, ZH_ADDRESS[:11], ZH_PHONE[3:], TOKEN)
             for name, encode in ENCODINGS.items() if encode(secret) in text]
 
 
@@ -197,6 +199,34 @@ def test_street_addresses_are_found_by_their_shape(text, shown):
 ])
 def test_identifiers_dates_and_plain_words_stay_readable(text):
     assert mask_text(text) == text
+
+
+# -- tokens -----------------------------------------------------------------------------
+
+OLD_TOKEN = uuid.UUID("7d3f6c2a-91b4-4e57-8a0c-2f1e9d8b7c6a").hex      # before derived tokens: uuid4().hex
+
+
+@pytest.mark.parametrize("token", [TOKEN, OLD_TOKEN], ids=["derived", "random"])
+def test_a_token_is_masked_in_its_fields_and_in_free_text(token):
+    stale = (f"already cancelled; but attempt 1 ended sms_unknown and may have reached the sms service: look for "
+             f"what it did under idempotency token {token} and undo it if it must not stand")
+    answer = {"steps": [{"biz_key": "ORD-20261129-A1:ORDER_CANCEL:send_cancel_sms", "idem_token": token,
+                         "last_err": stale}],
+              "receipts": [{"waybill_no": "WB0000000001", "idem_token": token}],
+              "record": {"value": {"text": json.dumps({"client_ref": token, "Idempotency-Key": token})}},
+              "message": f"SMS for ORD-20261129-A1: refused with 422: {{\"client_ref\": \"{token.upper()}\"}}",
+              "owner": f"w1/worker/{token}"}                               # a known token, even in an identifier
+    masked = mask_answer(answer)
+    text = json.dumps(masked)
+    assert token not in text.lower() and token[:16] not in text.lower(), text
+    assert masked["steps"][0]["idem_token"] == "***" + token[-4:] and masked["receipts"][0]["waybill_no"] == "WB0000000001"
+    assert f"under idempotency token ***{token[-4:]} and undo it" in masked["steps"][0]["last_err"]
+
+
+def test_a_token_in_text_is_found_without_knowing_it_and_in_the_shape_of_a_uuid_when_known():
+    assert mask_text(f"look under idempotency token {TOKEN}.") == f"look under idempotency token ***{TOKEN[-4:]}."
+    dashed = str(uuid.UUID(TOKEN))
+    assert dashed not in json.dumps(mask_answer({"idem_token": TOKEN, "note": f"provider ref {dashed}"}))
 
 
 # -- what the masker is told, and what it looks up ------------------------------------------

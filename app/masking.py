@@ -22,11 +22,16 @@ Which strings are which:
   belonging to an order the answer names (its ``t_order`` row, read for the viewer's answer
   even when the answer does not show it), replaced wherever it appears, in whatever encoding
   (``app.personal.decoded``: plain, Python's repr of bytes or text, JSON's ``\\u`` escapes,
-  percent-encoding, HTML entities, quoted-printable, full-width digits, escaped twice); and
+  percent-encoding, HTML entities, quoted-printable, full-width digits, escaped twice), an
+  address also by its parts (between commas, after a Chinese street number) and by its start
+  where a text ends in it (a column's limit or an excerpt's ``…`` cut it there); and
   every phone number, long number, e-mail address, token and street address found by its shape
   (``app.personal.shapes``). Order numbers (``ORD-YYYYMMDD-...``), ISO dates and times, UUIDs,
   IP addresses and hashes stay readable. Identifiers (``VERBATIM``) get only the known values
-  replaced: a pattern must never change the name of a thing a viewer looks up.
+  replaced: a pattern must never change the name of a thing a viewer looks up. In a record's
+  JSON only the event's ``event_id``, ``order_no``, ``type`` and ``occurred_at`` are
+  identifiers: its data is free text whatever a field is called (a cancel's ``reason`` is what
+  the customer wrote).
 
 Street addresses by shape are found conservatively, since a pattern that also takes words a
 viewer needs would make the views useless: in English, a house number, at most four words and

@@ -34,6 +34,10 @@ HIDDEN = re.compile(f"[{FORMAT}]")
 # What makes the slow path necessary: an escape's first character, or a format character.
 MAYBE = re.compile(f"[\\\\%=&{FORMAT}]")
 NAMED = {"n": "\n", "t": "\t", "r": "\r"}
+# What a cut (a message's length limit, an excerpt's "…") leaves at the end of a text: bytes of a
+# character it did not finish, an escape it split, the "…" (read as "..." by NFKC).
+CUT = re.compile(r"(?:\\+x[0-9A-Fa-f]{2}|%[0-9A-Fa-f]{2}|=[89A-F][0-9A-F])*"
+                 r"(?:\\+[xuU]?[0-9A-Fa-f]{0,7}|%[0-9A-Fa-f]?|&#?[xX]?[0-9A-Fa-f]{0,6}|=[89A-F]?)?(?:…|\.\.\.)?\s*\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +157,9 @@ class _Reading:
                     self.char(char, run[k][0], run[k + size - 1][1])
                     k += size
                     continue
+            if size > 1 and k + size > len(run) and CUT.match(self.original, run[-1][1]):
+                self.plain(run[k][0], run[-1][1])         # a character the cut did not finish
+                return
             start, end, kind, value = run[k]
             if value < 0x80 and not chr(value).isalnum() or value >= 0xA0 and kind == "latin1":
                 self.char(chr(value), start, end)

@@ -22,7 +22,7 @@ import re
 import unicodedata
 from typing import Mapping
 
-from app.personal.decoded import decoded
+from app.personal.decoded import CUT, decoded
 
 MASK = "***"
 CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -104,7 +104,8 @@ def _known(kind: str, value: str) -> list[tuple[str, str]]:
 
 class Finder:
     """Masks free text: every value in ``known`` (value -> kind: phone, address, email, token),
-    however it is encoded, and, unless ``shapes`` is off, every shape of the module docstring."""
+    however it is encoded, the start of a known address that a text ends in (cut short there),
+    and, unless ``shapes`` is off, every shape of the module docstring."""
 
     def __init__(self, known: Mapping[str, str] | None = None) -> None:
         self.masks: list[str] = []
@@ -115,25 +116,48 @@ class Finder:
                 self.masks.append(MASKS[kind](part))
         self.values = re.compile("|".join(alternatives)) if alternatives else None
         self.everything = re.compile("|".join([*alternatives, SHAPES])) if alternatives else ONLY_SHAPES
+        self.addresses = [unicodedata.normalize("NFKC", value).strip() for value, kind in (known or {}).items()
+                          if kind == "address"]
 
     def mask(self, text: str, *, shapes: bool = True) -> str:
         pattern = self.everything if shapes else self.values
         if pattern is None or not text:
             return text
         reading = decoded(text)
-        out, pos = [], 0
+        spans: list[tuple[int, int, str]] = []          # of the stored text, with what shows instead
         for match in pattern.finditer(reading.text):
             kind = match.lastgroup
             if kind == "keep":
                 continue
             start, end = reading.span(match.start(), match.end())
-            if start < pos:                          # one stored character read as two matches
+            if spans and start < spans[-1][1]:           # one stored character read as two matches
                 continue
-            shown = MASKS[kind](match.group()) if kind in MASKS else self.masks[int(kind[1:])]
+            spans.append((start, end, MASKS[kind](match.group()) if kind in MASKS else self.masks[int(kind[1:])]))
+        cut = self._cut_address(reading.text)
+        if cut is not None:
+            start = reading.span(cut[0], cut[0] + 1)[0]
+            while spans and spans[-1][1] > start:        # what was found in it gives way to it
+                start = min(start, spans.pop()[0])
+            spans.append((start, len(text), cut[1]))
+        out, pos = [], 0
+        for start, end, shown in spans:
             out += [text[pos:start], shown]
             pos = end
         out.append(text[pos:])
         return "".join(out)
+
+    def _cut_address(self, reading: str) -> tuple[int, str] | None:
+        """Where ``reading`` ends in the start of a known address (a message or an excerpt cut
+        short in it), with what shows instead; None if it does not."""
+        end = CUT.search(reading).start()
+        for address in self.addresses:
+            least = 8 if address.isascii() else 5
+            at = reading.find(address[:least], max(0, end - len(address) + 1))
+            while at != -1:
+                if address.startswith(reading[at:end]):
+                    return at, mask_address(reading[at:end])
+                at = reading.find(address[:least], at + 1)
+        return None
 
 
 def mask_text(text: str) -> str:

@@ -148,6 +148,15 @@ def test_a_part_of_the_orders_address_is_found_alone():
     assert masked == "courier says 华贸中*** is closed"
 
 
+@pytest.mark.parametrize("encoding", ["plain", "repr of bytes", "JSON escapes", "percent-encoded", "HTML entities"])
+def test_the_orders_address_cut_short_at_the_end_of_a_text_is_masked_as_far_as_it_goes(encoding):
+    encoded = ENCODINGS[encoding](ZH_ADDRESS)
+    for cut in range(1, len(encoded)):
+        for end in ("", "…"):                    # a column's limit, an excerpt's
+            masked = mask_answer({"message": f"refused with 422: {encoded[:cut]}{end}"}, CONTACTS)["message"]
+            assert ENCODINGS[encoding](ZH_ADDRESS[:5]) not in masked, (cut, masked)
+
+
 @pytest.mark.parametrize("text, shown", [
     ("write to jane.doe@example.com today", "write to j***@*** today"),
     ("13800138000@163.com", "1***@***"),

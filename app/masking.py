@@ -24,7 +24,8 @@ Which strings are which:
   (``app.personal.decoded``: plain, Python's repr of bytes or text, JSON's ``\\u`` escapes,
   percent-encoding, HTML entities, quoted-printable, full-width digits, escaped twice), an
   address also by its parts (between commas, after a Chinese street number) and by its start
-  where a text ends in it (a column's limit or an excerpt's ``…`` cut it there); and
+  where a text ends in it (a column's limit or an excerpt's ``…`` cut it there)
+  (``app.personal.known``); and
   every phone number, long number, e-mail address, token and street address found by its shape
   (``app.personal.shapes``). Order numbers (``ORD-YYYYMMDD-...``), ISO dates and times, UUIDs,
   IP addresses and hashes stay readable. Identifiers (``VERBATIM``) get only the known values
@@ -56,7 +57,8 @@ import json
 import re
 from typing import Any, Iterable, Mapping
 
-from app.personal.shapes import Finder, mask_address, mask_email, mask_phone, mask_text, mask_token
+from app.personal.finder import Finder, mask_text
+from app.personal.shapes import mask_address, mask_email, mask_phone, mask_token
 from app.render import readable
 
 __all__ = ["VERBATIM", "WITHHELD_BYTES", "Masker", "mask_address", "mask_answer", "mask_email", "mask_letter",

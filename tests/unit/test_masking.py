@@ -259,6 +259,17 @@ def test_a_record_cut_short_is_withheld_and_its_orders_contacts_are_masked_in_th
     assert "withheld" in masked["record"]["value"] and secrets_in(json.dumps(masked, ensure_ascii=False)) == []
 
 
+@pytest.mark.parametrize("orders", [3, 120], ids=["a few orders", "a list of many orders"])
+def test_every_orders_contacts_are_found_in_a_list_that_names_many_orders(orders):
+    # Addresses no shape finds, each starting differently (the lookup's index has many entries).
+    contacts = [{"phone": f"+4930{n:08d}", "address": f"{n:03d} Königsallee Hinterhaus"} for n in range(orders)]
+    items = [{"order_no": f"ORD-20261129-L{n}", "message": f"refused with 422: {quote(c['address'])} / {c['phone']}",
+              "note": f"courier: {c['address'][:-4]}"} for n, c in enumerate(contacts)]          # the note cut short
+    text = json.dumps(mask_answer({"items": items}, contacts), ensure_ascii=False)
+    assert [c for c in contacts if c["address"][:12] in text or quote(c["address"][:12]) in text] == []
+    assert "+4930" not in text and "ORD-20261129-L0" in text
+
+
 def test_the_order_numbers_an_answer_names_are_found_anywhere_in_it():
     answer = {"order_no": "ORD-20261129-A1", "steps": [{"biz_key": "ORD-20261129-B2:ORDER_PAID:mark_paid"}],
               "sample": "SMS for ORD-20261129-C3: answered 503", "raw": b'{"order_no": "ORD-20261129-D4", "da'}

@@ -29,9 +29,9 @@ class Finder:
             return text
         reading = decoded(text)
         spans = self.known.spans(reading.text)
-        if shapes:
+        if shapes or spans:                  # what is kept as it is, an identifier's order number too
             found, kept = shape_spans(reading.text)
-            spans = _outside(spans, kept) + found
+            spans = _outside(spans, kept) + (found if shapes else [])
         out, pos = [], 0
         for start, end, shown in _merged(spans):
             at, until = reading.span(start, end)

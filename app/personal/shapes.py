@@ -49,8 +49,8 @@ ADDRESS_ZH = (rf"(?<![{CJK}])[{CJK}]*(?:[{CJK}](?:路|街|道|巷|弄|里|胡同
               rf"(?:(?!ORD-)[0-9A-Za-z#-]*[{CJK}])*")
 PHONE = (r"(?<![0-9A-Za-z+])\+?[0-9](?:[ ().\-/]{0,2}[0-9]){6,}[Xx]?(?![0-9A-Za-z])"
          r"|\+[0-9](?:[ .\-]?[0-9]){7,}(?![0-9])|(?<![0-9])1[3-9][0-9]{9}(?![0-9])")
-# Each shape needs a digit, an "@" or a Chinese character; a text is scanned only for the shapes
-# its characters allow (a reading without a digit is not tried for phone numbers).
+# Each shape needs a digit (a token lacks one once in 10^13), an "@" or a Chinese character: a
+# text is scanned only for the shapes its characters allow (without a digit, no phone numbers).
 DIGIT, AT, CHINESE = re.compile("[0-9]"), re.compile(r"@|[(\[][Aa][Tt][)\]]"), re.compile(f"[{CJK}]")
 
 

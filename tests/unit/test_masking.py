@@ -270,6 +270,13 @@ def test_every_orders_contacts_are_found_in_a_list_that_names_many_orders(orders
     assert "+4930" not in text and "ORD-20261129-L0" in text
 
 
+def test_a_known_value_inside_an_order_number_or_a_date_leaves_it_readable():
+    answer = {"order": {"phone": "1129"}, "biz_key": "ORD-20261129-A1129:ORDER_PAID:mark_paid",
+              "note": "paid 2026-11-29, call 1129"}
+    masked = mask_answer(answer)
+    assert masked["biz_key"] == answer["biz_key"] and masked["note"] == "paid 2026-11-29, call ***"
+
+
 def test_the_order_numbers_an_answer_names_are_found_anywhere_in_it():
     answer = {"order_no": "ORD-20261129-A1", "steps": [{"biz_key": "ORD-20261129-B2:ORDER_PAID:mark_paid"}],
               "sample": "SMS for ORD-20261129-C3: answered 503", "raw": b'{"order_no": "ORD-20261129-D4", "da'}

@@ -26,7 +26,7 @@ from app.commands import database_explained
 from app.commands.bulk import BULK_COMMANDS, bulk_command, moment
 from app.pipeline.states import PERSON_ACTIONS, LedgerStatus
 from app.settings import Settings
-from app.masking import mask_letter
+from app.masking import mask_letter, order_numbers
 from app.render import ACTOR, json_default, with_record
 
 STATUSES = {status.name.lower(): status for status in LedgerStatus}
@@ -101,7 +101,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                                                         f"dlq show {row_id} --unmasked", compensation_id=row_id,
                                                         order_no=row.get("order_no")))
                     else:
-                        row = mask_letter(row, value)
+                        row = mask_letter(row, value, await rt.queries.contacts(order_numbers(row, value)))
                     self.say(json.dumps(row, default=json_default, indent=2))
                 else:
                     result = await rt.compensator.perform(row_id, action, rt.guard(), actor=f"cli:{actor}", note=note)

@@ -20,7 +20,11 @@ Faults are injected per service through ``POST /__config`` (or ``--config``)::
      "sms": {...}}
 
 ``reject_orders`` answer 422 (a business refusal) for those orders, every
-time; ``fail_orders`` answer ``fail_status`` for them, every time.
+time; ``fail_orders`` answer ``fail_status`` for them, every time;
+``echo_orders`` answer 422 repeating the request back (its JSON, and the
+``Idempotency-Key``), as UTF-8 without escapes and as a form-encoded trace, the
+way a service that quotes what it refused does (personal data and tokens in a
+message: what a viewer must not see).
 ``conflict_next`` answers 409 ("this idempotency key is still in progress")
 without doing the work; ``redirect_next`` does the work, then answers
 ``303 See Other`` pointing at ``/__gone``, which answers 404;
@@ -57,6 +61,7 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -82,6 +87,7 @@ class Faults:
     reset_next: int = 0
     reject_orders: set[str] = field(default_factory=set)
     fail_orders: set[str] = field(default_factory=set)
+    echo_orders: set[str] = field(default_factory=set)
     ignore_idempotency_key: bool = False
     conflict_next: int = 0
     redirect_next: int = 0
@@ -99,7 +105,7 @@ class Faults:
                 raise ValueError(f"unknown fault setting {name!r}")
             if name.endswith("_rate") and not 0 <= float(value) <= 1:
                 raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
-            setattr(self, name, set(value) if name in ("reject_orders", "fail_orders") else value)
+            setattr(self, name, set(value) if name.endswith("_orders") else value)
             if name == "seed":
                 self._rng.seed(value)
 
@@ -150,8 +156,10 @@ class FakeServices:
         ])
         return app
 
-    async def _fault(self, service: str, request: web.Request, order_no: str | None) -> web.Response | None:
-        """Apply injected faults; returns a response to send instead of doing the work."""
+    async def _fault(self, service: str, request: web.Request, order_no: str | None,
+                     asked: dict | None = None) -> web.Response | None:
+        """Apply injected faults; returns a response to send instead of doing the work. ``asked``
+        is the request as ``echo_orders`` repeats it."""
         faults = self.faults[service]
         if faults.latency_ms:
             await asyncio.sleep(faults.latency_ms / 1000)
@@ -166,6 +174,10 @@ class FakeServices:
             return web.json_response({"error": f"order {order_no} rejected"}, status=422)
         if order_no in faults.fail_orders:
             return web.json_response({"error": "injected failure"}, status=faults.fail_status)
+        if order_no in faults.echo_orders:
+            echo = {"error": "undeliverable", "request": asked, "trace": urlencode(asked or {})}
+            return web.Response(body=json.dumps(echo, ensure_ascii=False).encode(), status=422,
+                                content_type="application/json")
         return None
 
     def _maybe_reset(self, service: str, request: web.Request) -> None:
@@ -205,7 +217,8 @@ class FakeServices:
             return web.json_response({"error": "Idempotency-Key header is required"}, status=400)
         if not order_no or not body.get("address"):
             return web.json_response({"error": "order_no and address are required"}, status=400)
-        if (response := await self._fault("waybill", request, order_no)) is not None:
+        asked = {"idempotency_key": key, **body}
+        if (response := await self._fault("waybill", request, order_no, asked)) is not None:
             return response
         faults = self.faults["waybill"]
         if key in self.ledger.waybill_by_key and not faults.ignore_idempotency_key:
@@ -232,7 +245,7 @@ class FakeServices:
             return await self._sms(request, body, order_no)
 
     async def _sms(self, request: web.Request, body: dict, order_no: str) -> web.Response:
-        if (response := await self._fault("sms", request, order_no)) is not None:
+        if (response := await self._fault("sms", request, order_no, body)) is not None:
             return response
         message_id = f"SMS{next(self._serial):010d}"
         self.ledger.sms[order_no].append({"message_id": message_id, **body, "at": time.time()})

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import orjson
 
 from app.pipeline.errors import MalformedEvent
+from app.pipeline.excerpts import excerpt
 from app.pipeline.frozen import quick_init
 
 ORDER_NO = re.compile(r"ORD-([0-9]{4})([0-9]{2})([0-9]{2})-[A-Za-z0-9]{1,40}")
@@ -136,7 +137,7 @@ def decode(key: bytes | None, value: bytes | None, *, max_bytes: int, latest: da
     if key is None:
         raise MalformedEvent("record has no key; the key must be the order_no", reason="missing_key")
     if key != order_no.encode():
-        raise MalformedEvent(f"record key {key[:80]!r} differs from order_no {order_no!r}", reason="key_mismatch")
+        raise MalformedEvent(f"record key \"{excerpt(key, 80)}\" differs from order_no {order_no!r}", reason="key_mismatch")
     return OrderEvent(event_id, order_no, type_, occurred_at, data, part, payload_hash(order_no, type_, data))
 
 
@@ -151,7 +152,7 @@ def check_headers(headers) -> None:
             name.encode("utf-8")
         except UnicodeEncodeError:
             raw = name.encode("utf-8", "surrogateescape")
-            raise MalformedEvent(f"header key {raw[:80]!r} is not UTF-8", reason="header_not_utf8") from None
+            raise MalformedEvent(f"header key \"{excerpt(raw, 80)}\" is not UTF-8", reason="header_not_utf8") from None
 
 
 _TYPES = {t.value: t for t in EventType}

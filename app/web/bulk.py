@@ -86,7 +86,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
         async def get(self, request: web.Request) -> web.Response:
             rt = runtime.started()
             answer = {"items": await rt.bulk_jobs.jobs()}
-            return json_response(as_seen(role(request, settings), answer))
+            return json_response(await as_seen(role(request, settings), answer, rt.queries))
 
         async def post(self, request: web.Request) -> web.Response:
             try:
@@ -120,7 +120,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             if job is None:
                 return json_response({"error": f"no bulk job {number}"}, status=404)
             answer = {**job, "failures": await rt.bulk_jobs.failures(number)}
-            return json_response(as_seen(role(request, settings), answer))
+            return json_response(await as_seen(role(request, settings), answer, rt.queries))
 
     @app.page("/bulk/{job_id}/{command}")
     class Command(View):

@@ -24,7 +24,7 @@ from faust.web import View
 from app.adapters.mysql.queries import QueueFilter
 from app.adapters.mysql.views import Seen
 from app.bootstrap import Runtime
-from app.masking import mask_letter
+from app.masking import mask_letter, order_numbers
 from app.pipeline.states import PERSON_ACTIONS, LedgerStatus
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import ORDER_NO, decode
@@ -65,7 +65,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             items = await rt.queries.compensations(filters)
             cursor = items[-1]["id"] if len(items) == filters.limit else None
             answer = {"items": items, "next_before": cursor, "counts": await rt.queries.counts()}
-            return json_response(as_seen(who, answer))
+            return json_response(await as_seen(who, answer, rt.queries))
 
     @app.page("/compensation/{row_id}")
     class Entry(View):
@@ -82,7 +82,8 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             key, value = with_record(row)
             detail = await _detail(rt, row, key, value)
             if who != OPERATOR:
-                return json_response(mask_letter(detail, value))
+                contacts = await rt.queries.contacts(order_numbers(detail, value))
+                return json_response(mask_letter(detail, value, contacts))
             await rt.view_audit.record(Seen(f"web:{name}", who, "dead_letter", request.path, compensation_id=number,
                                             order_no=row.get("order_no")))
             return json_response({**detail, "masked": False})

@@ -39,7 +39,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 return refused(Refused(400, f"status must be one of {', '.join(LISTS)}"))
             rt = runtime.started()
             answer = await rt.groups.groups(WINDOWS[window], unsettled_only=status == "unsettled")
-            return json_response(as_seen(role(request, settings), answer))
+            return json_response(await as_seen(role(request, settings), answer, rt.queries))
 
     @app.page("/groups/{fingerprint}")
     class Group(View):
@@ -52,4 +52,4 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             found = await rt.groups.group(fingerprint)
             if found is None:
                 return json_response({"error": f"no error group {fingerprint}"}, status=404)
-            return json_response(as_seen(role(request, settings), found))
+            return json_response(await as_seen(role(request, settings), found, rt.queries))

@@ -25,7 +25,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from app.masking import mask_answer
+from app.adapters.mysql.queries import Queries
+from app.masking import mask_answer, order_numbers
 from app.render import ACTOR, json_default, readable
 from app.settings import Settings
 
@@ -129,9 +130,13 @@ def role(request: web.Request, settings: Settings) -> str:
     return _token(request, settings, read=True)
 
 
-def as_seen(who: str, answer: dict) -> dict:
-    """``answer`` as ``who`` may see it: whole for an operator, personal fields masked for a viewer."""
-    return answer if who == OPERATOR else mask_answer(answer)
+async def as_seen(who: str, answer: dict, queries: Queries) -> dict:
+    """``answer`` as ``who`` may see it: whole for an operator; masked for a viewer, with the phone
+    and address of every order it names known to the masker (``queries.contacts``), so they are
+    found in its messages even when the answer does not show the order."""
+    if who == OPERATOR:
+        return answer
+    return mask_answer(answer, await queries.contacts(order_numbers(answer)))
 
 
 def operator(request: web.Request, settings: Settings, what: str) -> None:

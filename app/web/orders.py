@@ -18,7 +18,6 @@ from faust.web import View
 
 from app.adapters.mysql.views import Seen
 from app.bootstrap import Runtime
-from app.masking import mask_answer
 from app.pipeline.events import ORDER_NO
 from app.settings import Settings
 from app.web.http import OPERATOR, Refused, as_seen, integer, json_response, refused, role, text, viewer_name
@@ -45,7 +44,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             answer = {"order_no": order_no, "order": order, "steps": steps,
                       "receipts": await rt.queries.receipts(order_no), "dead_letters": letters}
             if who != OPERATOR:
-                return json_response(mask_answer(answer))
+                return json_response(await as_seen(who, answer, rt.queries))
             await rt.view_audit.record(Seen(f"web:{name}", who, "timeline", request.path, order_no=order_no))
             return json_response({**answer, "masked": False})
 
@@ -60,7 +59,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             rt = runtime.started()
             rows = await rt.queries.stuck(settings.stuck_pending_seconds, limit)
             answer = {"older_than_seconds": settings.stuck_pending_seconds, "rows": rows}
-            return json_response(as_seen(who, answer))
+            return json_response(await as_seen(who, answer, rt.queries))
 
     @app.page("/idem/{biz_key}")
     class Step(View):
@@ -74,4 +73,4 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             rows = await rt.queries.idem([biz_key])
             if not rows:
                 return json_response({"error": f"no t_idem row {biz_key}"}, status=404)
-            return json_response(as_seen(who, rows[0]))
+            return json_response(await as_seen(who, rows[0], rt.queries))

@@ -33,6 +33,7 @@ import orjson
 
 from app.adapters.effects import call_timeout
 from app.pipeline.errors import EffectBadReceipt, EffectNotDelivered, EffectRejected, EffectUnavailable, PipelineError
+from app.pipeline.excerpts import excerpt
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
 from tables.schema import t_waybill_receipt
@@ -57,7 +58,7 @@ class WaybillClient:
                 if resp.status in (200, 201):
                     return Receipt(reference=_waybill_no(where, resp.status, body))
                 if 400 <= resp.status < 500 and resp.status not in RETRY_LATER:
-                    raise EffectRejected(f"{where}: refused with {resp.status}: {body[:300]!r}")
+                    raise EffectRejected(f"{where}: refused with {resp.status}: {excerpt(body)}")
                 raise EffectUnavailable(f"{where}: answered {resp.status}")
         except PipelineError:
             raise
@@ -80,7 +81,7 @@ def _waybill_no(where: str, status: int, body: bytes) -> str:
     value = doc.get("waybill_no") if isinstance(doc, dict) else None
     if value is None or value == "":
         # Perhaps a glitch: the same token asks again and gets the same waybill.
-        raise EffectUnavailable(f"{where}: {status} without a waybill_no: {body[:200]!r}")
+        raise EffectUnavailable(f"{where}: {status} without a waybill_no: {excerpt(body, 200)}")
     if not isinstance(value, str):
         raise EffectBadReceipt(f"{where}: {status} with a waybill_no that is not a string: {value!r:.100}")
     if len(value) > WAYBILL_NO_MAX:

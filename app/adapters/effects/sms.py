@@ -38,6 +38,7 @@ import orjson
 from app.adapters.effects import call_timeout
 from app.pipeline.errors import (EffectNotDelivered, EffectOutcomeUnknown, EffectUnavailable, PipelineError,
                                  UnknownOutcomeNonIdempotent)
+from app.pipeline.excerpts import excerpt
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
 
@@ -62,7 +63,7 @@ class SmsClient:
                 if 200 <= resp.status < 300:
                     return Receipt(reference=_message_id(body))
                 if 400 <= resp.status < 500:
-                    raise EffectNotDelivered(f"{where}: refused with {resp.status}: {body[:300]!r}")
+                    raise EffectNotDelivered(f"{where}: refused with {resp.status}: {excerpt(body)}")
                 raise self._unknown(f"{where}: answered {resp.status}; it may have been sent")
         except PipelineError:
             raise

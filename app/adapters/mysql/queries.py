@@ -144,6 +144,15 @@ class Queries:
         order["status"] = OrderStatus(order["status"]).name.lower()
         return order
 
+    async def contacts(self, order_nos: Sequence[str]) -> list[dict[str, Any]]:
+        """The phone and address of each of these orders that has them: what a viewer's answer
+        must mask wherever it appears, though the answer may not show the order (one read of
+        the primary key)."""
+        if not order_nos:
+            return []
+        return await self._all(f"SELECT phone, address FROM t_order WHERE order_no IN ({marks(len(order_nos))})",
+                               list(order_nos))
+
     async def idem_of_order(self, order_no: str) -> list[dict[str, Any]]:
         """Every step key of the order: they all start with ``<order_no>:`` (a range of the primary key)."""
         prefix = order_no.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"

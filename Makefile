@@ -11,7 +11,7 @@ PY := $(BIN)/python
 run: setup ## set up everything, then run one worker, the fake services and a demo producer
 	ops/run-demo.sh
 
-test: setup test-tools lint ## set up everything, then run the whole test suite
+test: venv services topics test-tools lint ## set up everything, then run the whole test suite (the tests migrate scratch databases of their own, never the demo's)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: venv ## ruff, with the rules in pyproject.toml
@@ -52,7 +52,7 @@ services-status:
 	ops/services.sh status
 
 migrate: venv services ## alembic upgrade head
-	$(BIN)/alembic upgrade head
+	@$(BIN)/alembic upgrade head || { echo "make migrate: alembic could not upgrade the database of MYSQL_URL. If it says it can't locate a revision, a newer checkout of this project migrated that database: run that checkout, or drop the database if it holds only demo data (it is created again by make setup)." >&2; exit 1; }
 
 topics: venv services ## create order-event and order-event-dlq (at TOPIC_REPLICATION; with KAFKA_NODES=3 it defaults to 3)
 	TOPIC_REPLICATION=$${TOPIC_REPLICATION:-$${KAFKA_NODES:-1}} $(PY) -m app.admin create-topics

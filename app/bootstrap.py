@@ -31,6 +31,7 @@ from app.adapters.mysql.partitions import Partitions
 from app.adapters.mysql.group_queries import GroupQueries
 from app.adapters.mysql.queries import Queries
 from app.adapters.mysql.views import ViewAudit
+from app.adapters.mysql.workers import Heartbeat
 from app.adapters.kafka.watermark import WatermarkTopic
 from app.adapters.mysql.recovery import RecoveryWindows, Remembered
 from app.adapters.watermark import StoreWatermark
@@ -44,6 +45,7 @@ from app.pipeline.compensator import Compensator
 from app.pipeline.outage import OutageGuard
 from app.observability.metrics import PipelineMetrics
 from app.pipeline.capacity import Budget, Inputs, budget
+from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.pipeline.plan import keys_per_event
@@ -90,7 +92,9 @@ class Runtime:
         # A fresh incarnation id: a restarted worker never mistakes its
         # predecessor's claims for its own, and waits for their leases.
         self.role = role
-        self.owner = f"{settings.worker_id}/{role}/{uuid.uuid4().hex[:8]}"
+        run = uuid.uuid4().hex[:12]
+        self.owner = f"{settings.worker_id}/{role}/{run}"
+        self.incarnation = f"{settings.worker_id}/{run}"      # liveness_fence.incarnation_of(any owner of ours)
         self._lock = asyncio.Lock()
         self._started = False
         # Background work (a drain round of the compensator) that stop() waits for: the HTTP
@@ -121,6 +125,16 @@ class Runtime:
             except Exception as exc:       # the database may come later: this process's clock until then
                 log.warning("the database's clock could not be read yet (%r)", exc)
             self.retention = Retention(s.idem_retention_days, today=self.clock.today, ahead=s.partitions_ahead)
+            # This process's heartbeat: its calls start only while it is recent, and other workers
+            # take its claims over once it is not (app.pipeline.liveness_fence).
+            self.fence = SelfFence(s.worker_dead_after_seconds)
+            self.heartbeat = Heartbeat(self.store, self.incarnation, s.worker_id, self.fence,
+                                       every=s.worker_heartbeat_seconds)
+            try:
+                await asyncio.wait_for(self.heartbeat.beat_once(), 5)
+            except asyncio.TimeoutError:          # the database may come later: the loop beats then
+                pass
+            self.heartbeat.start()
             # Each caller of the services has a pool of its own, as large as its own limit of calls in
             # flight: the order agent's batches, the compensator's redrives (its drain, its agent, bulk
             # jobs), the alert webhook. A call then waits for its caller's slot, before its lease is
@@ -134,7 +148,8 @@ class Runtime:
             # The compensator's claims are its own: never mistaken for the main agent's lease.
             self.compensator = Compensator(
                 self._processor(self.owner.replace(f"/{self.role}/", "/compensator/"),
-                                self._effect_clients(self.redrive_http)), MySqlLedger(self.store),
+                                self._effect_clients(self.redrive_http)),
+                MySqlLedger(self.store, dead_after=s.worker_dead_after_seconds),
                 group=s.app_id, lease_seconds=self.redrive_seconds(), max_event_bytes=s.max_event_bytes,
                 backoff=Backoff(s.compensation_backoff_seconds, s.compensation_backoff_max_seconds,
                                 s.compensation_max_attempts))
@@ -189,7 +204,7 @@ class Runtime:
                          effect_concurrency=s.effect_concurrency, effect_timeout=s.effect_timeout_seconds,
                          lease_margin=s.lease_margin_seconds, on_cut=cut_hook(s.chaos_kill_at),
                          attempt_cap=s.idem_max_attempts, retention=self.retention,
-                         observer=PipelineMetrics())
+                         observer=PipelineMetrics(), fence=self.fence)
 
     async def _bulk_chunk(self, job, row_ids, guard, held):
         """A bulk job's action on a chunk of its rows, as the job's creator (``app.pipeline.bulk``)."""
@@ -259,6 +274,7 @@ class Runtime:
                     await self._stop_watermark()
                     await self.dead_letters.stop()
                 await self.lag.close()
+                await self.heartbeat.stop()
                 for session in (self.http, self.redrive_http, self.alert_http):
                     await session.close()
                 await self.engine.dispose()

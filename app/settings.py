@@ -198,6 +198,12 @@ class Settings(BaseSettings):
         60.0, gt=0, description="How long a claim on a pending effect is exclusive; must cover a batch's calls.")
     lease_margin_seconds: float = Field(
         2.0, ge=0, description="A call starts only if the claim has its timeout plus this much lease left.")
+    worker_heartbeat_seconds: float = Field(
+        2.0, gt=0, description="How often every process writes its heartbeat (t_worker.last_seen).")
+    worker_dead_after_seconds: float = Field(
+        15.0, gt=0, description="A process whose heartbeat is this old is presumed dead: its claims are taken over "
+                                "from then, not at their lease's end; a process starts a call only if the call ends "
+                                "before its own heartbeat is this old.")
 
     # -- batching -----------------------------------------------------------
     batch_size: int = Field(500, ge=1)
@@ -415,6 +421,7 @@ class Settings(BaseSettings):
         if any(d < 0 for d in delays):
             raise ValueError("RETRY_BACKOFF_MS delays must not be negative")
         self._check_lease()
+        self._check_heartbeat()
         self._check_timeouts()
         self._check_mysql_url()
         self.kafka          # contradictory security settings are refused here, with their names
@@ -481,6 +488,16 @@ class Settings(BaseSettings):
                     f"{self.lease_margin_seconds:g}: {needed:g} s. Raise LEASE_SECONDS to at least "
                     f"{math.ceil(needed)}, or raise EFFECT_CONCURRENCY, or lower BATCH_SIZE, BATCHES_IN_FLIGHT "
                     "or EFFECT_TIMEOUT_SECONDS.")
+
+    def _check_heartbeat(self) -> None:
+        """A worker that beats must still be able to call: between two heartbeats (and one that is
+        slow) there must be room for a whole call before its heartbeat is too old."""
+        needed = 2 * self.worker_heartbeat_seconds + self.effect_timeout_seconds + self.lease_margin_seconds + 1
+        if self.worker_dead_after_seconds < needed:
+            raise ValueError(
+                f"WORKER_DEAD_AFTER_SECONDS={self.worker_dead_after_seconds:g} leaves no room for a call: it must be at "
+                f"least 2 x WORKER_HEARTBEAT_SECONDS={self.worker_heartbeat_seconds:g} + EFFECT_TIMEOUT_SECONDS="
+                f"{self.effect_timeout_seconds:g} + LEASE_MARGIN_SECONDS={self.lease_margin_seconds:g} + 1: {needed:g} s")
 
     def longest_batch_seconds(self) -> float:
         """The longest one batch may take, every wait counted:

@@ -19,6 +19,7 @@ from typing import Awaitable, Callable, Sequence, TypeVar
 
 from app.adapters.mysql.receipts import WRITERS
 from app.pipeline.errors import Conflict, StoreUnavailable
+from app.pipeline.liveness_fence import incarnation_of
 from app.pipeline.model import BatchPlan, FailRow, IdemRow
 from app.pipeline.ports import DeadLetter, Finished
 from app.pipeline.states import ORDER_DATA, IdemStatus, Order
@@ -49,6 +50,7 @@ class State:
     receipts: dict[str, dict] = field(default_factory=dict)                 # order_no -> waybill receipt
     ledger: dict[tuple, dict] = field(default_factory=dict)                 # (group, topic, partition, offset, ts)
     recovery_opened: float | None = None                                    # store time an open window opened
+    heartbeats: dict[str, float] = field(default_factory=dict)              # incarnation -> its last heartbeat
 
 
 class MemoryStore:
@@ -103,6 +105,19 @@ class MemoryTransaction:
     async def recovery_age(self) -> float | None:
         opened = self.s.recovery_opened
         return None if opened is None else max(self.store.now - opened, 0.0)
+
+    async def take_over_dead(self, held: Sequence[IdemRow], *, dead_after: float) -> list[str]:
+        now, taken = self.store.now, []
+        for seen in held:
+            last = self.s.heartbeats.get(incarnation_of(seen.owner))
+            row = self.s.idem[seen.biz_key]
+            if last is None or now - last < dead_after or row.owner != seen.owner:
+                continue
+            death = last + dead_after
+            if row.status is IdemStatus.PENDING and row.lease_until is not None and row.lease_until > death:
+                row.lease_until = death
+                taken.append(seen.biz_key)
+        return taken
 
     async def apply_plan(self, plan: BatchPlan, *, owner: str, lease_seconds: float) -> None:
         now = self.store.now

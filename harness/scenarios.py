@@ -25,6 +25,7 @@ from app.pipeline.model import EffectJob
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import DeadLetter, Finished, Receipt, SourceRecord
 from app.pipeline.tokens import StepTokens
+from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.pipeline.states import IdemStatus, OrderStatus
@@ -160,11 +161,19 @@ class Harness:
         raise NotImplementedError
 
     def processor(self, *, lease: float = 30.0, owner: str | None = None, lease_check: bool = True,
-                  store=None, attempt_cap: int | None = None, retention: Retention | None = None) -> Processor:
+                  store=None, attempt_cap: int | None = None, retention: Retention | None = None,
+                  dead_after: float | None = None) -> Processor:
+        """``dead_after``: the processor beats (``beat``), and claims of owners that stopped beating
+        are taken over (``app.pipeline.liveness_fence``)."""
         return Processor(store or self.store, self.effects, owner=owner or f"scenario-{next(_owners)}/main/x",
                          tokens=StepTokens(b"scenarios"),
                          lease_seconds=lease, effect_concurrency=64, effect_timeout=1.0 if lease_check else 0.0,
-                         clock=self.clock(), attempt_cap=attempt_cap, retention=retention)
+                         clock=self.clock(), attempt_cap=attempt_cap, retention=retention,
+                         fence=None if dead_after is None else SelfFence(dead_after))
+
+    def beat(self, p: Processor) -> None:
+        """``p``'s process writes its heartbeat now, and it got through."""
+        raise NotImplementedError
 
     def late_caller(self, p: Processor, owner: str, *, lease: float = 1.5, late: float = 0.8) -> Processor:
         """A processor sharing ``p``'s store whose calls start ``late`` seconds after its T1 (e.g.
@@ -604,6 +613,65 @@ async def a_pending_sms_a_restore_brought_back_is_looked_up_in_a_window(h: Harne
     assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["status"] == IdemStatus.DONE
 
 
+async def a_dead_workers_claims_are_taken_over_at_its_death_not_at_their_leases_end(h: Harness) -> None:
+    """A claims an SMS under a 30 s lease and dies before it calls; its heartbeat stops. While it
+    may still be alive, B waits for it; once A is presumed dead (3 s after its last heartbeat) and
+    the gateway has settled (0.5 s more), B asks and sends, once, long before the lease's end."""
+    h.effects.verifiable = {"sms": 0.5}
+    a = h.processor(owner="a/main/7", dead_after=3.0)
+    b = h.processor(owner="b/main/7", dead_after=3.0)
+    h.beat(a)
+    h.beat(b)
+    [order] = await h.paid(a)
+    h.effects.crash = "before_send"
+    try:
+        await a.run([ev(order, "ORDER_CANCEL")])
+        raise AssertionError("the worker should have died")
+    except Crash:
+        pass
+    [early] = await b.run([ev(order, "ORDER_CANCEL")])
+    assert isinstance(early.error, LeaseHeld), early
+    await h.pass_time(3.7)
+    h.beat(b)
+    [result] = await b.run([ev(order, "ORDER_CANCEL")])
+    assert result.outcome is Outcome.APPLIED, result
+    assert h.effects.sent["sms", order] == 1 and len(h.effects.lookups) == 1
+    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["attempt"] == 2
+
+
+async def a_worker_taken_for_dead_never_calls_under_the_claims_it_held(h: Harness) -> None:
+    """A claims an SMS, then its event loop is held up past its heartbeat's bound (a GC pause, a
+    starved CPU): B takes A for dead, takes the claim over and sends. When A wakes and beats again,
+    the claim it made before the gap is not its own to call any more: one SMS."""
+    h.effects.verifiable = {"sms": 0.5}
+    b = h.processor(owner="b/main/8", dead_after=3.0)
+    resumed = asyncio.Event()
+    harness = h
+
+    class HeldUp(Processor):
+        async def _t2(self, jobs, claimed_at):
+            await resumed.wait()                 # B has taken the claim over and sent
+            harness.beat(self)                   # A's heartbeats get through again
+            return await super()._t2(jobs, claimed_at)
+
+    a = HeldUp(h.store, h.effects, owner="a/main/8", tokens=StepTokens(b"scenarios"), lease_seconds=30,
+               effect_concurrency=1, effect_timeout=1.0, clock=h.clock(), fence=SelfFence(3.0))
+    h.beat(a)
+    h.beat(b)
+    [order] = await h.paid(b)
+    held = asyncio.create_task(a.run([ev(order, "ORDER_CANCEL")]))
+    while h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms")) is None:
+        await asyncio.sleep(0.01)
+    await h.pass_time(3.7)
+    h.beat(b)
+    [taken] = await b.run([ev(order, "ORDER_CANCEL")])
+    assert taken.outcome is Outcome.APPLIED and h.effects.sent["sms", order] == 1, taken
+    resumed.set()
+    [late] = await held
+    assert late.error is not None or late.outcome is Outcome.SUPERSEDED, late
+    assert h.effects.sent["sms", order] == 1 and sum(c[0] == "sms" for c in h.effects.calls) == 1
+
+
 SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken,
              a_skipped_call_is_noted_and_made_on_the_retry, an_sms_with_an_unknown_outcome_is_never_sent_again,
              a_pending_waybill_of_a_cancelled_order_is_stale, a_payment_after_the_cancel_is_stale_but_recorded,
@@ -621,5 +689,7 @@ SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken
              a_fresh_recovery_window_waits_for_a_request_still_on_its_way,
              a_claim_to_be_looked_up_stays_so_when_its_call_is_not_made,
              a_claim_to_be_looked_up_stays_so_when_an_earlier_call_of_its_order_failed,
-             a_pending_sms_a_restore_brought_back_is_looked_up_in_a_window]
+             a_pending_sms_a_restore_brought_back_is_looked_up_in_a_window,
+             a_dead_workers_claims_are_taken_over_at_its_death_not_at_their_leases_end,
+             a_worker_taken_for_dead_never_calls_under_the_claims_it_held]
 

@@ -198,6 +198,24 @@ t_store_server = Table(
     **TABLE_ARGS,
 )
 
+# The workers' heartbeats, one row per process (an incarnation: a worker id and a run of it). A
+# claim whose owner stopped beating is taken over at the owner's presumed death, not at the end of
+# its lease; the owner, for its part, starts no call unless its heartbeat got through recently.
+t_worker = Table(
+    "t_worker",
+    metadata,
+    Column("incarnation", String(160), primary_key=True,
+           comment="<worker_id>/<run>: one process, from its start to its end; the owners of its claims"),
+    Column("worker_id", String(64), nullable=False),
+    Column("started_at", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("last_seen", DATETIME(fsp=3), nullable=False, server_default=NOW3,
+           comment="its last heartbeat, the database clock"),
+    Column("stopped_at", DATETIME(fsp=3), nullable=True,
+           comment="set by a clean stop: it calls nothing more, its claims are free at once"),
+    Index("idx_last_seen", "last_seen"),
+    **TABLE_ARGS,
+)
+
 # Who saw personal data whole: every unmasked view (an operator's look at a dead letter or an
 # order's timeline, a download of a record, the CLI's ``dlq show --unmasked``). A viewer's masked
 # answers are not written here. Kept apart from t_compensation_audit, which is a row's history of

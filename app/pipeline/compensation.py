@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.pipeline.errors import BeyondDedupRetention, LeaseHeld, StaleEffectMayExist
+from app.pipeline.errors import BeyondDedupRetention, LeaseHeld, NotAskableYet, StaleEffectMayExist
 from app.pipeline.model import DISCARDED_BY_PERSON, RESOLVED_BY_PERSON
 from app.pipeline.outcomes import Outcome
 from app.pipeline.processor import Result
@@ -92,13 +92,18 @@ def judge_redrive(row: LedgerRow, result: Result, backoff: Backoff) -> RedriveVe
     if error is None:       # superseded (another worker claimed its key) or deferred: look again soon
         return RedriveVerdict(LedgerStatus.OPEN, row.redrives, backoff.base,
                               f"not finished here ({result.outcome or 'deferred'})")
-    if isinstance(error, LeaseHeld):    # somebody else is calling it now: not this row's failure
-        return RedriveVerdict(LedgerStatus.OPEN, row.redrives, max(error.wait_seconds, 1.0), f"{error.reason}: {error}")
+    if isinstance(error, (LeaseHeld, NotAskableYet)):
+        # Somebody else is calling it now, or it is too early to ask the service about an earlier
+        # call: not this row's failure. Again once that may have changed.
+        return RedriveVerdict(LedgerStatus.OPEN, row.redrives, max(error.wait_seconds or 0.0, 1.0),
+                              f"{error.reason}: {error}")
     if not error.retriable:
         return RedriveVerdict(LedgerStatus.MANUAL, redrives, None, f"not retriable: {error.reason}: {error}",
                               error.reason)
     if redrives >= backoff.max_attempts:
         return RedriveVerdict(LedgerStatus.MANUAL, redrives, None,
                               f"gave up after {redrives} redrives: {error.reason}: {error}", error.reason)
-    return RedriveVerdict(LedgerStatus.OPEN, redrives, backoff.after(redrives), f"{error.reason}: {error}",
-                          error.reason)
+    retry_in = backoff.after(redrives)
+    if error.wait_seconds is not None:      # it says when a retry may help (an unknown outcome's settle)
+        retry_in = min(retry_in, max(error.wait_seconds, 1.0))
+    return RedriveVerdict(LedgerStatus.OPEN, redrives, retry_in, f"{error.reason}: {error}", error.reason)

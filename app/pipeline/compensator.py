@@ -51,6 +51,9 @@ class Compensator:
         self.backoff = backoff
         self.lease_seconds = lease_seconds
         self.max_event_bytes = max_event_bytes
+        # Set when a dead letter arrives that is not due yet: the drain, asleep until the next due
+        # row it knew of, looks again when this one comes due (``sleep_until_due``).
+        self._new_letter = asyncio.Event()
 
     def _owner(self) -> str:
         """A claimant of its own: one name for the row's claim and its steps' claims."""
@@ -125,6 +128,7 @@ class Compensator:
         if row.status in LEDGER_SETTLED or row.status is LedgerStatus.MANUAL:
             return row.status.name.lower()
         if row.retriable and not row.due:
+            self._new_letter.set()
             return "not_due"         # the drain runs it when it is due; nothing loops through Kafka
         status = await self.work(row, guard, actor="compensator")
         return "busy" if status is None else status.name.lower()
@@ -138,6 +142,27 @@ class Compensator:
             if not done:
                 break
         return ran
+
+    async def next_due(self, guard) -> float | None:
+        """Seconds until a row of this group comes due (``Ledger.next_due``)."""
+        return await guard(lambda: self.ledger.next_due(self.group))
+
+    async def sleep_until_due(self, guard, longest: float) -> None:
+        """Until the next row comes due, at most ``longest``; a dead letter that arrives meanwhile
+        (the dead-letter agent) makes it look again. At least half a second: rows due now that
+        could not be claimed are another worker's right now."""
+        while True:
+            self._new_letter.clear()
+            try:
+                due = await self.next_due(guard)
+            except Exception as exc:
+                log.warning("when the next dead letter comes due could not be read: %r", exc)
+                due = None
+            wait = longest if due is None else min(longest, max(due + 0.05, 0.5))
+            try:
+                await asyncio.wait_for(self._new_letter.wait(), wait)
+            except asyncio.TimeoutError:
+                return
 
     async def run_due(self, limit: int, guard, *, actor: str = "timer") -> int:
         """This consumer group's rows whose retry is due, at most ``limit``, as one batch: one

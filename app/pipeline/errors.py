@@ -20,11 +20,16 @@ class PipelineError(Exception):
     # False when a retry may help, but not within the batch's seconds: the record is
     # dead-lettered at once as retriable, and the compensator retries it later.
     retry_in_batch: bool = True
+    # How soon a retry may help, when the error knows (a lease's end, the settle of an unknown
+    # outcome): its dead letter is due then rather than after DLQ_RETRY_AFTER_SECONDS.
+    wait_seconds: float | None = None
 
-    def __init__(self, message: str = "", *, reason: str | None = None) -> None:
+    def __init__(self, message: str = "", *, reason: str | None = None, wait_seconds: float | None = None) -> None:
         super().__init__(message or self.__class__.__doc__ or self.reason)
         if reason is not None:
             self.reason = reason
+        if wait_seconds is not None:
+            self.wait_seconds = wait_seconds
 
 
 class MalformedEvent(PipelineError):
@@ -53,8 +58,7 @@ class LeaseHeld(PipelineError):
     reason = "lease_held"
 
     def __init__(self, message: str = "", *, wait_seconds: float = 0.0) -> None:
-        super().__init__(message)
-        self.wait_seconds = wait_seconds
+        super().__init__(message, wait_seconds=wait_seconds)
 
 
 class ClaimExpiring(LeaseHeld):
@@ -120,6 +124,12 @@ class EffectOutcomeUnknown(PipelineError):
     retriable = True
     retry_in_batch = False
     reason = "effect_outcome_unknown"
+
+
+class NotAskableYet(EffectOutcomeUnknown):
+    """An earlier call's outcome is unknown (or a recovery window makes the store's memory of it
+    doubtful), and it is too early to ask the service: a request may still be on its way. Nothing
+    was called now; a retry once ``wait_seconds`` have passed asks. Not a failure of the retry."""
 
 
 class StoreUnavailable(PipelineError):

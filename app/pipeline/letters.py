@@ -31,7 +31,7 @@ def for_record(record: SourceRecord, error: PipelineError, *, attempts: int, fir
                worker_id: str) -> DeadLetter:
     """A letter for a record that never became an event (it broke the contract)."""
     return DeadLetter(record=record, reason=error.reason, message=str(error), retriable=error.retriable,
-                      attempts=attempts, first_failure_at=first, worker_id=worker_id)
+                      attempts=attempts, first_failure_at=first, worker_id=worker_id, retry_in=error.wait_seconds)
 
 
 def for_event(record: SourceRecord, event: OrderEvent, error: PipelineError, *, attempts: int, first: datetime,
@@ -46,14 +46,15 @@ def same_request(error: PipelineError, lead: SourceRecord) -> PipelineError:
     """``lead``'s error, for a record that asked for the same thing and was not tried on its own."""
     shared = PipelineError(f"same request as {lead.topic}[{lead.partition}]@{lead.offset}, which ended: {error}",
                            reason=error.reason)
-    shared.retriable = error.retriable
+    shared.retriable, shared.wait_seconds = error.retriable, error.wait_seconds
     return shared
 
 
 def past_deadline(error: PipelineError | None, deadline: float) -> DeadlineExceeded:
     last = "not tried: its order's earlier records took the time" if error is None else \
         f"last error {error.reason}: {error}"
-    return DeadlineExceeded(f"the batch's {deadline:g}s deadline passed while retrying; {last}")
+    return DeadlineExceeded(f"the batch's {deadline:g}s deadline passed while retrying; {last}",
+                            wait_seconds=None if error is None else error.wait_seconds)
 
 
 def flag_overtaken(letters: list[DeadLetter], positions: dict[int, int], last_of_order: dict[str, int]) -> None:

@@ -25,9 +25,8 @@ from enum import Enum
 from operator import attrgetter
 from typing import Callable, Mapping, Sequence
 
-from app.pipeline.errors import (AttemptsExhausted, EffectOutcomeUnknown, LeaseHeld, PayloadMismatch, PipelineError,
-                                 StaleEffectMayExist,
-                                 PreconditionNotMet, UnknownOutcomeNonIdempotent)
+from app.pipeline.errors import (AttemptsExhausted, LeaseHeld, NotAskableYet, PayloadMismatch, PipelineError,
+                                 PreconditionNotMet, StaleEffectMayExist, UnknownOutcomeNonIdempotent)
 from app.pipeline.events import OrderEvent
 from app.pipeline.model import (NOT_DELIVERED, SETTLED_FAILURES, STALE, BatchPlan, EffectJob, EventPlan, FailRow,
                                 IdemRow, NewRow, Reclaim)
@@ -291,10 +290,10 @@ class _Planner:
     def _recovery_wait(self, result, index, event, step, key, row) -> bool:
         # A request of a claim the store forgot may still be on its way to the service.
         delay = self.verifiable[step.effect.name]
-        return self._wait(result, event, EffectOutcomeUnknown(
+        return self._wait(result, event, NotAskableYet(
             f"{key}: a recovery window is open (the store may have forgotten an earlier claim, or hold an older "
             f"state of this one); the service is asked once {delay:g}s have passed since it opened, in "
-            f"{delay - self.recovering:.0f}s"))
+            f"{delay - self.recovering:.0f}s", wait_seconds=delay - self.recovering))
 
     def _held(self, result, index, event, step, key, row) -> bool:
         self.plan.claims["held"] += 1
@@ -316,9 +315,10 @@ class _Planner:
     def _unknown_wait(self, result, index, event, step, key, row) -> bool:
         # Asking the service now could miss a request still on its way to it.
         delay = self.verifiable[step.effect.name]
-        return self._wait(result, event, EffectOutcomeUnknown(
+        wait = max(delay - row.since_call, delay - self.recovering if self.recovering is not None else 0.0)
+        return self._wait(result, event, NotAskableYet(
             f"{key}: the outcome of attempt {row.attempt} is unknown; the service is asked once "
-            f"{delay:g}s have passed, in {delay - row.since_call:.0f}s"))
+            f"{delay:g}s have passed, in {wait:.0f}s", wait_seconds=wait))
 
     def _unknown_unaskable(self, result, index, event, step, key, row) -> bool:
         # An earlier claim may have reached the gateway: calling again could send twice,
@@ -342,7 +342,7 @@ class _Planner:
 
     # -- what the cases share -----------------------------------------------------------------------
 
-    def _wait(self, result: EventPlan, event: OrderEvent, error: EffectOutcomeUnknown) -> bool:
+    def _wait(self, result: EventPlan, event: OrderEvent, error: NotAskableYet) -> bool:
         self.plan.claims["waiting"] += 1
         result.error = error
         self.blocked.add(event.order_no)

@@ -82,6 +82,9 @@ class DeadLetter:
     # A letter that stands for several unreadable records of one record batch: the offsets of the
     # first and last of them in this batch, and how many they are (the others get no letter).
     covers: tuple[int, int, int] | None = None
+    # How soon a retry may help, when its error knows (``PipelineError.wait_seconds``): the letter
+    # is due then, if sooner than DLQ_RETRY_AFTER_SECONDS.
+    retry_in: float | None = None
 
 
 class Transaction(Protocol):
@@ -91,6 +94,10 @@ class Transaction(Protocol):
     async def read_orders(self, order_nos: Sequence[str]) -> dict[str, Order]: ...
     async def recovery_age(self) -> float | None:
         """Seconds since the newest open recovery window opened; None when none is open."""
+        ...
+    async def take_over_dead(self, held: Sequence[IdemRow], *, dead_after: float) -> list[str]:
+        """End the live leases of ``held`` whose owner's process is dead (no heartbeat for
+        ``dead_after`` seconds, or stopped) at its presumed death; the keys whose lease ended."""
         ...
     async def apply_plan(self, plan: BatchPlan, *, owner: str, lease_seconds: float) -> None: ...
     async def finish_effects(self, finished: Sequence[Finished], *, owner: str) -> set[str]: ...
@@ -155,6 +162,9 @@ class Ledger(Protocol):
     async def claim(self, row_id: int, owner: str, lease_seconds: float, *,
                     allowed: frozenset[LedgerStatus] = AUTOMATIC_CLAIMS) -> LedgerRow | None: ...
     async def claim_due(self, group: str, limit: int, owner: str, lease_seconds: float) -> list[LedgerRow]: ...
+    async def next_due(self, group: str) -> float | None:
+        """Seconds until this group's next row comes due (0: one is), None when none waits."""
+        ...
     async def settle(self, settlements: Sequence[Settlement], *, owner: str, actor: str, action: str,
                      job_id: int | None = None) -> set[int]: ...
     async def act(self, row_id: int, group: str, to: LedgerStatus, allowed: frozenset[LedgerStatus], *,

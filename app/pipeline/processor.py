@@ -54,7 +54,9 @@ from app.pipeline.model import BatchPlan, EffectJob
 from app.pipeline.outcomes import Outcome
 from app.pipeline.plan import orders_needed, plan_batch, step_keys, window_matters
 from app.pipeline.ports import EffectClient, Finished, NoObserver, Observer, Store, Transaction
+from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.retention import Retention
+from app.pipeline.states import IdemStatus
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -87,7 +89,8 @@ class Processor:
                  tokens: Callable[[str], str],
                  on_cut: Callable[[str], None] = lambda cut: None,
                  clock: Callable[[], float] = time.monotonic, attempt_cap: int | None = None,
-                 retention: Retention | None = None, observer: Observer | None = None) -> None:
+                 retention: Retention | None = None, observer: Observer | None = None,
+                 fence: SelfFence | None = None) -> None:
         self.store = store
         self.effects = effects
         self.owner = owner
@@ -100,6 +103,10 @@ class Processor:
         self.attempt_cap = attempt_cap          # claims of a key before a person must decide
         self.retention = retention              # orders dated before its cutoff are refused
         self.observer = observer or NoObserver()
+        # This process's heartbeat (app.pipeline.liveness_fence): with it, a call starts only while
+        # nobody may have taken this process for dead, and claims of owners that are dead are
+        # taken over at their death. None: leases alone (the tests of the rules without it).
+        self.fence = fence
         # Called at each cut point of a batch that makes external calls
         # ("before_a", "a_b", "b_c", "after_c"); the chaos tests kill the process there.
         self._on_cut = on_cut
@@ -153,7 +160,13 @@ class Processor:
         owner = owner or self.owner
         keys_of = [step_keys(event) for event in events]
         keys = sorted({key for keys in keys_of for key in keys})
-        rows = await tx.read_idem(keys, sorted({event.part_date for event in events}))
+        dates = sorted({event.part_date for event in events})
+        rows = await tx.read_idem(keys, dates)
+        if self.fence is not None:
+            held = [row for row in rows.values()
+                    if row.status is IdemStatus.PENDING and not row.expired and row.owner != owner]
+            if held and (taken := await tx.take_over_dead(held, dead_after=self.fence.dead_after)):
+                rows.update(await tx.read_idem(sorted(taken), dates))
         needed = orders_needed(events, rows, keys_of)
         orders = await tx.read_orders(sorted(needed)) if needed else {}
         verifiable = self.effects.verifiable
@@ -217,13 +230,17 @@ class Processor:
             return Finished(job, error=exc)
 
     def _lease_short(self, job: EffectJob, claimed_at: float, *, after: str = "") -> Finished | None:
-        """A :class:`ClaimExpiring` end for ``job`` if its claim has too little lease left for a call."""
-        left = self.lease_seconds - (self._clock() - claimed_at)
-        if left >= self.call_needs:
+        """A :class:`ClaimExpiring` end for ``job`` if its claim has too little lease left for a call,
+        or this process may be taken for dead before the call ends (``SelfFence``)."""
+        now = self._clock()
+        left = self.lease_seconds - (now - claimed_at)
+        if left < self.call_needs:
+            why = f"the claim had {left:.1f}s of lease left and a call may take {self.call_needs:.1f}s"
+        elif self.fence is not None and (refused := self.fence.refusal(claimed_at, self.call_needs, now)):
+            why = refused
+        else:
             return None
-        return Finished(job, error=ClaimExpiring(
-            f"{job.biz_key}: not called{' after ' + after if after else ''}, the claim had {left:.1f}s of lease "
-            f"left and a call may take {self.call_needs:.1f}s"))
+        return Finished(job, error=ClaimExpiring(f"{job.biz_key}: not called{' after ' + after if after else ''}, {why}"))
 
     async def _t3(self, finished: list[Finished], guard: Guard,
                   owner: str) -> tuple[set[str], dict[str, PipelineError]]:

@@ -5,13 +5,14 @@ Every worker drains: each round claims up to ``COMPENSATION_DRAIN_BATCH_SIZE`` (
 its consumer group in one statement that skips rows another worker is claiming (``SKIP
 LOCKED``), runs their events through the pipeline as one batch and settles them; rounds
 follow each other while rows are due, and a round is over within a lease of the calls it
-makes. When nothing is due, the worker looks again every ``COMPENSATION_TIMER_SECONDS``.
+makes. When nothing is due, the worker sleeps until the next row comes due (a retry's time, the
+end of a dead claim), or a new dead letter arrives, at most ``COMPENSATION_TIMER_SECONDS``: a
+dead letter that may be retried in 8 s is retried then, not at the next look.
 (A database lease, one worker at a time, is not needed: every row is claimed on its own.)
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import faust
@@ -45,6 +46,6 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
                 metrics.COMPENSATIONS.labels("due_run").inc(ran)
                 log.info("ran %d due dead letters", ran)
             else:
-                await asyncio.sleep(settings.compensation_timer_seconds)
+                await rt.compensator.sleep_until_due(rt.guard(), settings.compensation_timer_seconds)
 
     return drain_due_compensations

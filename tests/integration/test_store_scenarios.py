@@ -11,6 +11,7 @@ import pytest
 
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.engine import create_engine
+from app.pipeline.liveness_fence import incarnation_of
 from harness import sql_modes
 from harness.scenarios import SCENARIOS, Harness, MemoryEffects
 
@@ -71,6 +72,12 @@ class MySqlHarness(Harness):
         self.db.query("INSERT INTO t_recovery_window (opened_at, ends_at, opened_by, reason) VALUES "
                       f"(NOW(3) - INTERVAL {int(age * 1e6)} MICROSECOND, NOW(3) + INTERVAL 1 HOUR, 'cli:test', "
                       "'a scenario')")
+
+    def beat(self, p) -> None:
+        sent = time.monotonic()
+        self.db.query("INSERT INTO t_worker (incarnation, worker_id, started_at, last_seen) VALUES (%s, 'scenario', "
+                      "NOW(3), NOW(3)) ON DUPLICATE KEY UPDATE last_seen = NOW(3)", incarnation_of(p.owner))
+        p.fence.beat(sent, time.monotonic())
 
     def end_recovery_window(self) -> None:
         self.db.query("UPDATE t_recovery_window SET ended_at = NOW(3), ended_by = 'cli:test' WHERE ended_at IS NULL")

@@ -9,7 +9,7 @@ from app.pipeline.model import LedgerRow
 
 from app.pipeline.states import LedgerStatus as Status
 from app.pipeline.dead_letter_headers import source_of
-from app.pipeline.errors import EffectUnavailable, LeaseHeld, StaleEffectMayExist
+from app.pipeline.errors import EffectOutcomeUnknown, EffectUnavailable, LeaseHeld, NotAskableYet, StaleEffectMayExist
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import SourceRecord
 from app.pipeline.processor import Result
@@ -37,6 +37,16 @@ def test_a_failed_redrive_gives_the_row_its_new_reason_and_leaves_it_due():
     assert (held.status, held.reason, held.redrives) == (Status.OPEN, None, 0)      # not the row's failure
     done = judge_redrive(row(), Result(outcome=Outcome.DUPLICATE), backoff)
     assert (done.status, done.reason) == (Status.COMPENSATED, None)
+
+
+def test_a_redrive_too_early_to_ask_about_an_earlier_call_waits_for_its_settle_and_counts_no_redrive():
+    backoff = Backoff(60, 3600, 5)
+    early = judge_redrive(row(redrives=2), Result(error=NotAskableYet("settling", wait_seconds=7.5)), backoff)
+    assert (early.status, early.redrives, early.retry_in, early.reason) == (Status.OPEN, 2, 7.5, None)
+    unknown = judge_redrive(row(), Result(error=EffectOutcomeUnknown("reset", wait_seconds=12)), backoff)
+    assert (unknown.status, unknown.redrives, unknown.retry_in) == (Status.OPEN, 1, 12)     # sooner than 60 s
+    late = judge_redrive(row(), Result(error=EffectOutcomeUnknown("reset", wait_seconds=900)), backoff)
+    assert late.retry_in == 60                                                              # never later than backoff
 
 
 def test_a_redrive_that_ran_nothing_says_so():

@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 import pytest
 
+from app.pipeline.liveness_fence import incarnation_of
 from harness.memory_store import MemoryStore
 from harness.scenarios import SCENARIOS, Harness, MemoryEffects
 
@@ -66,6 +67,10 @@ class MemoryHarness(Harness):
 
     def end_recovery_window(self) -> None:
         self.store.state.recovery_opened = None
+
+    def beat(self, p) -> None:
+        self.store.state.heartbeats[incarnation_of(p.owner)] = self.store.now
+        p.fence.beat(self.store.now, self.store.now)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)

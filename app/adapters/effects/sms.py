@@ -52,7 +52,6 @@ class SmsClient:
         self.timeout = call_timeout(timeout_seconds, connect_timeout_seconds or timeout_seconds / 2)
         self.lookup_enabled = lookup
         self.lookup_settle_seconds = lookup_settle_seconds
-        self._unknown = EffectOutcomeUnknown if lookup else UnknownOutcomeNonIdempotent
 
     async def call(self, job: EffectJob) -> Receipt:
         where = f"SMS for {job.order_no}"
@@ -64,7 +63,7 @@ class SmsClient:
                     return Receipt(reference=_message_id(body))
                 if 400 <= resp.status < 500:
                     raise EffectNotDelivered(f"{where}: refused with {resp.status}: {excerpt(body)}")
-                raise self._unknown(f"{where}: answered {resp.status}; it may have been sent")
+                raise self._maybe_sent(f"{where}: answered {resp.status}; it may have been sent")
         except PipelineError:
             raise
         except aiohttp.ClientConnectorError as exc:
@@ -74,9 +73,15 @@ class SmsClient:
             # No connection within its limit (none free in the pool, or a connect that hung): nothing was sent.
             raise EffectNotDelivered(f"{where}: no connection within {self.timeout.connect:g}s; not sent") from None
         except asyncio.TimeoutError:
-            raise self._unknown(f"{where}: no answer within {self.timeout.total}s; it may have been sent") from None
+            raise self._maybe_sent(f"{where}: no answer within {self.timeout.total}s; it may have been sent") from None
         except aiohttp.ClientError as exc:
-            raise self._unknown(f"{where}: {exc.__class__.__name__} after the request; it may have been sent") from None
+            raise self._maybe_sent(f"{where}: {exc.__class__.__name__} after the request; it may have been sent") from None
+
+    def _maybe_sent(self, message: str) -> PipelineError:
+        """A call that may have been sent: looked up once the settle has passed (with the lookup)."""
+        if self.lookup_enabled:
+            return EffectOutcomeUnknown(message, wait_seconds=self.lookup_settle_seconds)
+        return UnknownOutcomeNonIdempotent(message)
 
     async def lookup(self, job: EffectJob) -> Receipt | None:
         """Whether the gateway ever accepted ``job``'s token as a client_ref."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable, Sequence, TypeVar
 
-from app.adapters.mysql import groups, idem, ledger
+from app.adapters.mysql import groups, idem, ledger, workers
 from app.adapters.mysql.sql import Execute
 from app.adapters.mysql.store import MySqlStore
 from app.pipeline.model import LedgerRow, Settlement, SourceKey
@@ -15,8 +15,10 @@ T = TypeVar("T")
 
 
 class MySqlLedger:
-    def __init__(self, store: MySqlStore) -> None:
+    def __init__(self, store: MySqlStore, *, dead_after: float | None = None) -> None:
         self.store = store
+        # With the workers' heartbeats: a dead compensator's claims on ledger rows end at once.
+        self.dead_after = dead_after
 
     async def _run(self, work: Callable[[Execute], Awaitable[T]]) -> T:
         return await self.store.in_transaction(lambda tx: work(tx._exec))
@@ -40,6 +42,9 @@ class MySqlLedger:
             return row
         return await self._run(work)
 
+    async def next_due(self, group: str) -> float | None:
+        return await self._run(lambda execute: ledger.next_due(execute, group))
+
     async def claim(self, row_id: int, owner: str, lease_seconds: float, *,
                     allowed: frozenset[LedgerStatus] = AUTOMATIC_CLAIMS) -> LedgerRow | None:
         async def work(execute: Execute) -> LedgerRow | None:
@@ -49,7 +54,11 @@ class MySqlLedger:
         return await self._run(work)
 
     async def claim_due(self, group: str, limit: int, owner: str, lease_seconds: float) -> list[LedgerRow]:
-        return await self._run(lambda execute: ledger.claim_due(execute, group, limit, owner, lease_seconds))
+        async def work(execute: Execute) -> list[LedgerRow]:
+            if self.dead_after is not None:
+                await workers.end_dead_ledger_claims(execute, group, self.dead_after)
+            return await ledger.claim_due(execute, group, limit, owner, lease_seconds)
+        return await self._run(work)
 
     async def settle(self, settlements: Sequence[Settlement], *, owner: str, actor: str, action: str,
                      job_id: int | None = None) -> set[int]:

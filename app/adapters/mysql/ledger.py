@@ -73,7 +73,8 @@ async def record(execute: Execute, letters: Sequence[DeadLetter], *, group: str,
     """One row per letter, keyed by the consumer group and the record's source (topic,
     partition, offset and timestamp: a topic deleted and created again reuses offsets,
     not timestamps). A letter that is not retriable is for a person at once (``manual``);
-    a retriable one waits ``retry_after_seconds`` for the compensator (``open``).
+    a retriable one waits ``retry_after_seconds`` for the compensator (``open``), or less when its
+    error knows when a retry may help (``DeadLetter.retry_in``).
 
     Writing the same letter again (a replay after a crash) adds no row; if it comes back
     for another reason while the row is unsettled (open or manual), the row takes the new
@@ -84,9 +85,12 @@ async def record(execute: Execute, letters: Sequence[DeadLetter], *, group: str,
     marked ``has_dead_letters``: their next move, in a later batch, flags these rows
     ``may_be_superseded``. Every row that now holds its letter's reason and message is in that
     cause's error group (``groups.regroup``, same transaction)."""
-    due = f"NOW(3) + INTERVAL {int(retry_after_seconds)} SECOND"
     rows: list[tuple[str, list, int]] = []
     for letter in letters:
+        # Due when a retry may help, if its error says sooner than ``retry_after_seconds`` (a
+        # lease's end, an unknown outcome's settle), at least a second from now.
+        wait = retry_after_seconds if letter.retry_in is None else min(retry_after_seconds, max(letter.retry_in, 1.0))
+        due = f"NOW(3) + INTERVAL {int(wait * 1_000_000)} MICROSECOND"
         source = letter.record
         kept, size = _record_params(source, whole=letter.order_no is not None)
         status = LedgerStatus.OPEN if letter.retriable else LedgerStatus.MANUAL
@@ -206,6 +210,22 @@ async def claim(execute: Execute, row_id: int, owner: str, lease_seconds: float,
     result = await execute("SELECT owner FROM t_compensation WHERE id = %s", [row_id])
     found = result.first()
     return found is not None and found[0] == owner
+
+
+async def next_due(execute: Execute, group: str) -> float | None:
+    """Seconds until the group's next row comes due (0 if one is), or None when none waits: the
+    earliest retry of an open retriable row, and the earliest end of a retrying row's claim. Each
+    read walks ``idx_status_next_retry`` or ``idx_status_id``: the first row of the group."""
+    found = []
+    for sql in (f"SELECT TIMESTAMPDIFF(MICROSECOND, NOW(3), next_retry_at) FROM t_compensation "
+                f"WHERE status = {int(LedgerStatus.OPEN)} AND retriable = 1 AND consumer_group = %s "
+                "ORDER BY next_retry_at LIMIT 1",
+                f"SELECT TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(lease_until)) FROM t_compensation "
+                f"WHERE status = {int(LedgerStatus.RETRYING)} AND consumer_group = %s"):
+        value = (await execute(sql, [group])).scalar()
+        if value is not None:
+            found.append(max(int(value), 0) / 1e6)
+    return min(found, default=None)
 
 
 async def claim_due(execute: Execute, group: str, limit: int, owner: str, lease_seconds: float) -> list[LedgerRow]:

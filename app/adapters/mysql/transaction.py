@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.adapters.mysql import idem, ledger, orders, recovery
+from app.adapters.mysql import idem, ledger, orders, recovery, workers
 from app.adapters.mysql.receipts import WRITERS
 from app.pipeline.model import BatchPlan, FailRow, IdemRow
 from app.pipeline.states import Order
@@ -37,6 +37,9 @@ class MySqlTransaction:
 
     async def recovery_age(self) -> float | None:
         return await recovery.open_age(self._exec)
+
+    async def take_over_dead(self, held: Sequence[IdemRow], *, dead_after: float) -> list[str]:
+        return await workers.end_dead_leases(self._exec, held, dead_after)
 
     async def apply_plan(self, plan: BatchPlan, *, owner: str, lease_seconds: float) -> None:
         lease_us = int(lease_seconds * 1_000_000)

@@ -1,0 +1,141 @@
+"""``t_worker``: every process's heartbeat, and what other claimants read of it: a claim whose
+owner's process is dead is taken over at its presumed death (``app.pipeline.liveness_fence``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from app.adapters.mysql.sql import Execute, marks
+from app.pipeline.liveness_fence import SelfFence, incarnation_of
+from app.pipeline.model import IdemRow
+from app.pipeline.states import IdemStatus, LedgerStatus
+
+if TYPE_CHECKING:
+    from app.adapters.mysql.store import MySqlStore
+
+log = logging.getLogger(__name__)
+PENDING = int(IdemStatus.PENDING)
+RETRYING = int(LedgerStatus.RETRYING)
+KEPT_DAYS = 2          # a process's row after its last heartbeat: its claims' leases ended long before
+
+
+async def beat(execute: Execute, incarnation: str, worker_id: str) -> None:
+    await execute("INSERT INTO t_worker (incarnation, worker_id, started_at, last_seen) VALUES (%s, %s, NOW(3), NOW(3)) "
+                  "ON DUPLICATE KEY UPDATE last_seen = NOW(3)", [incarnation[:160], worker_id[:64]])
+
+
+async def stopped(execute: Execute, incarnation: str) -> None:
+    """A clean stop: it calls nothing more, so its claims are free at once."""
+    await execute("UPDATE t_worker SET stopped_at = NOW(3), last_seen = NOW(3) WHERE incarnation = %s",
+                  [incarnation[:160]])
+
+
+async def prune(execute: Execute) -> None:
+    await execute(f"DELETE FROM t_worker WHERE last_seen < NOW(3) - INTERVAL {KEPT_DAYS} DAY LIMIT 1000", ())
+
+
+async def deaths(execute: Execute, incarnations: Sequence[str], dead_after: float) -> dict[str, datetime]:
+    """Of ``incarnations``, the dead ones and when they died (presumed: their last heartbeat plus
+    ``dead_after``; a clean stop: then). A process without a row (an older version, a test's) is
+    not known dead: its leases run their course."""
+    if not incarnations:
+        return {}
+    us = int(dead_after * 1_000_000)
+    result = await execute(
+        f"SELECT incarnation, COALESCE(stopped_at, last_seen + INTERVAL {us} MICROSECOND) FROM t_worker "
+        f"WHERE incarnation IN ({marks(len(incarnations))}) "
+        f"AND (stopped_at IS NOT NULL OR last_seen < NOW(3) - INTERVAL {us} MICROSECOND)", list(incarnations))
+    return {row[0]: row[1] for row in result}
+
+
+async def end_dead_leases(execute: Execute, held: Sequence[IdemRow], dead_after: float) -> list[str]:
+    """The live leases of ``held`` whose owner is dead end at its death; the keys they were of."""
+    by_owner: dict[str, list[str]] = {}
+    for row in held:
+        if row.owner and incarnation_of(row.owner):
+            by_owner.setdefault(row.owner, []).append(row.biz_key)
+    died = await deaths(execute, sorted({incarnation_of(owner) for owner in by_owner}), dead_after)
+    taken: list[str] = []
+    for owner, keys in by_owner.items():
+        death = died.get(incarnation_of(owner))
+        if death is None:
+            continue
+        await execute(f"UPDATE t_idem SET lease_until = %s WHERE biz_key IN ({marks(len(keys))}) "
+                      f"AND status = {PENDING} AND owner = %s AND lease_until > %s", [death, *keys, owner, death])
+        taken += keys
+    return taken
+
+
+async def end_dead_ledger_claims(execute: Execute, group: str, dead_after: float) -> int:
+    """The ledger rows a dead compensator held (``retrying``) are free now: its claim ends at once
+    (the steps' own claims are ended as above when the next redrive meets them)."""
+    owners = [row[0] for row in await execute(
+        f"SELECT DISTINCT owner FROM t_compensation WHERE status = {RETRYING} AND consumer_group = %s "
+        "AND lease_until > NOW(3) LIMIT 200", [group])]
+    incarnations = {owner: incarnation_of(owner) for owner in owners if incarnation_of(owner)}
+    died = await deaths(execute, sorted(set(incarnations.values())), dead_after)
+    dead = [owner for owner, incarnation in incarnations.items() if incarnation in died]
+    if not dead:
+        return 0
+    result = await execute(
+        f"UPDATE t_compensation SET lease_until = NOW(3) - INTERVAL 1000 MICROSECOND WHERE status = {RETRYING} "
+        f"AND consumer_group = %s AND owner IN ({marks(len(dead))})", [group, *dead])
+    return result.rowcount
+
+
+class Heartbeat:
+    """This process's heartbeat, every ``every`` seconds until it stops; each one that gets through
+    feeds the process's ``SelfFence`` (a call starts only while it is recent)."""
+
+    def __init__(self, store: "MySqlStore", incarnation: str, worker_id: str, fence: SelfFence, *, every: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.store, self.incarnation, self.worker_id = store, incarnation, worker_id
+        self.fence, self.every, self.clock = fence, every, clock
+        self._task: asyncio.Task | None = None
+        self._failing = False
+
+    async def beat_once(self) -> bool:
+        sent = self.clock()
+        try:
+            await self.store.in_transaction(lambda tx: beat(tx._exec, self.incarnation, self.worker_id))
+        except Exception as exc:
+            if not self._failing:
+                log.warning("this worker's heartbeat did not reach the database (%r): once it is %gs old, the worker "
+                            "starts no call, and other workers take its claims over", exc, self.fence.dead_after)
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("this worker's heartbeat reaches the database again")
+        self._failing = False
+        self.fence.beat(sent, self.clock())
+        return True
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="heartbeat")
+
+    async def _run(self) -> None:
+        beats = 0
+        while True:
+            await self.beat_once()
+            beats += 1
+            if beats % max(int(3600 / self.every), 1) == 0:
+                try:
+                    await self.store.in_transaction(lambda tx: prune(tx._exec))
+                except Exception as exc:
+                    log.warning("old heartbeats could not be pruned: %r", exc)
+            await asyncio.sleep(self.every)
+
+    async def stop(self) -> None:
+        """No more heartbeats; the process says it stopped (its claims are free at once)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        try:
+            await self.store.in_transaction(lambda tx: stopped(tx._exec, self.incarnation))
+        except Exception as exc:
+            log.warning("this worker's stop could not be recorded (its claims end with its heartbeat): %r", exc)

@@ -121,11 +121,14 @@ t_compensation = Table(
     UniqueConstraint("consumer_group", "src_topic", "src_partition", "src_offset", "src_timestamp",
                      name="uk_source"),
     Index("idx_status_next_retry", "status", "next_retry_at"),
-    Index("idx_order_no", "order_no"),
+    # an order's dead letters, newest first, and their count up to its cap, from the index alone
+    Index("idx_order_group", "order_no", "consumer_group"),
     Index("idx_status_id", "status", "id"),
     Index("idx_reason_id", "reason", "id"),
     Index("idx_group_fingerprint", "consumer_group", "fingerprint", "id"),
     Index("idx_group_first_failure", "consumer_group", "first_failure_at"),
+    # the gauges: each unsettled status's count up to its cap, and its oldest row (the first entry)
+    Index("idx_group_status_first_failure", "consumer_group", "status", "first_failure_at"),
     # the unsettled part of every error group, read from the index alone (app.adapters.mysql.groups)
     Index("idx_group_status_fingerprint", "consumer_group", "status", "fingerprint", "order_no", "first_failure_at"),
     **TABLE_ARGS,

@@ -220,6 +220,16 @@ async function lookup(orderNo) {
     $("timeline-order").textContent = JSON.stringify(data.order, null, 2);
     rows($("timeline-steps").tBodies[0], data.steps, ["biz_key", "status", "attempt", "outcome"]);
     rows($("timeline-letters").tBodies[0], data.dead_letters, ["id", "status", "reason", "attempts"]);
+    const more = data.dead_letters_total > data.dead_letters.length;
+    $("timeline-more").hidden = !more;
+    if (more) {
+      $("timeline-shown").textContent = data.dead_letters.length;
+      $("timeline-total").textContent = `${data.dead_letters_total}${data.dead_letters_capped ? "+" : ""}`;
+      $("timeline-all").onclick = () => {
+        $("filters").elements.order_no.value = orderNo;
+        load(false);
+      };
+    }
     for (const id of ["timeline-order", "timeline-steps"]) marked($(id), data.masked);
   } catch (error) { say("error", error.message); }
 }

@@ -1,6 +1,7 @@
 """Orders and steps, over JSON.
 
-    GET /orders/{order_no}   the order's timeline: its state, every t_idem row, receipts, dead letters
+    GET /orders/{order_no}   the order's timeline: its state, every t_idem row, receipts, its newest 50
+                             dead letters and how many it has (``dead_letters_total``, up to 10,001)
     GET /idem/{biz_key}      one t_idem row
     GET /idem/stuck/         pending rows older than STUCK_PENDING_SECONDS (at most 200, oldest first)
 
@@ -16,6 +17,7 @@ import faust
 from aiohttp import web
 from faust.web import View
 
+from app.adapters.mysql.queries import COUNT_CAP, ORDER_LETTERS
 from app.adapters.mysql.views import Seen
 from app.bootstrap import Runtime
 from app.pipeline.events import ORDER_NO
@@ -41,8 +43,13 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             letters = await rt.queries.dead_letters_of_order(order_no)
             if order is None and not steps and not letters:
                 return json_response({"error": f"nothing is known of order {order_no}"}, status=404)
+            total = len(letters)
+            if total >= ORDER_LETTERS:
+                total = await rt.queries.dead_letters_of_order_count(order_no)
             answer = {"order_no": order_no, "order": order, "steps": steps,
-                      "receipts": await rt.queries.receipts(order_no), "dead_letters": letters}
+                      "receipts": await rt.queries.receipts(order_no), "dead_letters": letters,
+                      "dead_letters_total": min(total, COUNT_CAP), "dead_letters_capped": total > COUNT_CAP,
+                      "dead_letters_all": f"/compensation/?order_no={order_no}"}
             if who != OPERATOR:
                 return json_response(await as_seen(who, answer, rt.queries))
             await rt.view_audit.record(Seen(f"web:{name}", who, "timeline", request.path, order_no=order_no))

@@ -211,6 +211,8 @@ def test_health_readiness_orders_and_steps(desk):
     assert {step["biz_key"].split(":")[-1] for step in timeline["steps"]} >= {"create_order", "mark_paid",
                                                                                "mark_confirmed", "issue_waybill"}
     assert [letter["reason"] for letter in timeline["dead_letters"]] == ["effect_unavailable"]
+    assert (timeline["dead_letters_total"], timeline["dead_letters_capped"]) == (1, False)
+    assert timeline["dead_letters_all"] == f"/compensation/?order_no={desk.failing}"
     key = f"{desk.failing}:ORDER_CONFIRM:issue_waybill"
     status, step = call("GET", f"{desk.base}/idem/{key}")
     assert status == 200 and step["status"] == "pending" and step["outcome"] == "effect_unavailable"

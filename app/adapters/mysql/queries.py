@@ -16,6 +16,8 @@ from app.pipeline.states import IdemStatus, LedgerStatus, OrderStatus
 LIST_COLUMNS = ("id, status, reason, fingerprint, retriable, attempts, redrives, order_no, event_id, biz_key, src_topic, src_partition, "
                 "src_offset, consumer_group, may_be_superseded, truncated, first_failure_at, next_retry_at, "
                 "gmt_modified, message")
+# What an order's timeline shows of its dead letters: the newest this many.
+ORDER_LETTERS = 50
 # The counts beside the queue read at most this many index entries per status.
 COUNT_CAP = 10_000
 IDEM_COLUMNS = ("biz_key, part_date, step, status, attempt, owner, lease_until, idem_token, outcome, last_err, "
@@ -176,10 +178,19 @@ class Queries:
         return await self._all("SELECT order_no, waybill_no, idem_token, biz_key, attempt, gmt_create "
                                "FROM t_waybill_receipt WHERE order_no = %s", [order_no])
 
-    async def dead_letters_of_order(self, order_no: str) -> list[dict[str, Any]]:
+    async def dead_letters_of_order(self, order_no: str, limit: int = ORDER_LETTERS) -> list[dict[str, Any]]:
+        """The order's newest ``limit`` dead letters, oldest of them first (a producer that keeps
+        re-publishing one bad event can leave thousands: the rest are in the queue's list,
+        filtered by the order). ``idx_order_group``: ``limit`` entries, then their rows."""
         rows = await self._all(f"SELECT {LIST_COLUMNS} FROM t_compensation WHERE order_no = %s AND consumer_group = %s "
-                               "ORDER BY id", [order_no, self.group])
-        return [_named(row) for row in rows]
+                               f"ORDER BY id DESC LIMIT {int(limit)}", [order_no, self.group])
+        return [_named(row) for row in reversed(rows)]
+
+    async def dead_letters_of_order_count(self, order_no: str) -> int:
+        """How many dead letters the order has, up to ``COUNT_CAP + 1`` (from the index alone)."""
+        rows = await self._all(f"SELECT COUNT(*) AS n FROM (SELECT 1 FROM t_compensation WHERE order_no = %s "
+                               f"AND consumer_group = %s LIMIT {COUNT_CAP + 1}) AS o", [order_no, self.group])
+        return int(rows[0]["n"]) if rows else 0
 
     async def ping(self) -> None:
         await self._all("SELECT 1")

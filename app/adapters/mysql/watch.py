@@ -1,8 +1,9 @@
 """What the stuck sweep and the gauges read: pending ``t_idem`` rows past their age,
 dead letters past their SLA, and counts. Every query walks an index range that holds
 only unfinished work (``idx_status_modified`` on t_idem, ``idx_status_id`` and
-``idx_status_next_retry`` on t_compensation), never the done rows, so its cost follows
-the backlog, not the table; counts stop at ``COUNT_CAP`` rows.
+``idx_status_next_retry`` and ``idx_group_status_first_failure`` on t_compensation), never
+the done rows, so its cost follows the backlog, not the table; counts stop at ``COUNT_CAP``
+rows, and an oldest age is the first entry of its index range.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class LateLetter:
 class Gauges:
     stuck_by_step: dict[str, int]
     over_cap: int
-    compensation_by_status: dict[str, int]      # unsettled statuses only: open, retrying, manual
+    compensation_by_status: dict[str, int]      # unsettled statuses only: open, retrying, manual; at most COUNT_CAP
     oldest_open_seconds: float
     oldest_manual_seconds: float
     idem_rows: int
@@ -105,10 +106,15 @@ class Watch:
                 f"SELECT COUNT(*) FROM (SELECT 1 FROM t_idem WHERE status = {PENDING} AND attempt >= %s "
                 f"LIMIT {COUNT_CAP}) AS c", [attempt_cap])).scalar()
             unsettled = (*UNSETTLED, int(LedgerStatus.MANUAL))
-            by_status = await tx._exec(
-                "SELECT status, COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(first_failure_at), NOW(3)) / 1e6 "
-                f"FROM t_compensation WHERE status IN ({', '.join(map(str, unsettled))}) AND consumer_group = %s "
-                "GROUP BY status", [group])
+            # Per status, its count up to COUNT_CAP and its oldest row: a range of at most
+            # COUNT_CAP entries and one entry of idx_group_status_first_failure, however many
+            # rows wait (a flood of malformed records can leave a million for a person).
+            by_status = await tx._exec(" UNION ALL ".join(
+                f"SELECT {status}, (SELECT COUNT(*) FROM (SELECT 1 FROM t_compensation WHERE consumer_group = %s "
+                f"AND status = {status} LIMIT {COUNT_CAP}) AS c), (SELECT TIMESTAMPDIFF(MICROSECOND, "
+                "first_failure_at, NOW(3)) / 1e6 FROM t_compensation WHERE consumer_group = %s "
+                f"AND status = {status} ORDER BY first_failure_at LIMIT 1)" for status in unsettled),
+                [group] * (2 * len(unsettled)))
             counts = {LedgerStatus(s).name.lower(): 0 for s in unsettled}
             oldest: dict[int, float] = {}
             for status, n, age in by_status:

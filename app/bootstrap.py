@@ -127,8 +127,14 @@ class Runtime:
             self.retention = Retention(s.idem_retention_days, today=self.clock.today, ahead=s.partitions_ahead)
             # This process's heartbeat: its calls start only while it is recent, and other workers
             # take its claims over once it is not (app.pipeline.liveness_fence).
+            # Its own connection, each beat bounded by its interval: a beat never waits behind the
+            # batches for a pooled connection, nor on a connection a restart or a cut left dead
+            # (the next one starts on a fresh connection instead).
             self.fence = SelfFence(s.worker_dead_after_seconds)
-            self.heartbeat = Heartbeat(self.store, self.incarnation, s.worker_id, self.fence,
+            self.heartbeat_engine = create_engine(s, pool_size=1, max_overflow=0, remembered=self.remembered)
+            beats = MySqlStore(self.heartbeat_engine, lock_retries=0, statement_timeout=s.worker_heartbeat_seconds,
+                               transaction_timeout=s.worker_heartbeat_seconds)
+            self.heartbeat = Heartbeat(beats, self.incarnation, s.worker_id, self.fence,
                                        every=s.worker_heartbeat_seconds)
             try:
                 await asyncio.wait_for(self.heartbeat.beat_once(), 5)
@@ -278,6 +284,7 @@ class Runtime:
                 for session in (self.http, self.redrive_http, self.alert_http):
                     await session.close()
                 await self.engine.dispose()
+                await self.heartbeat_engine.dispose()
                 self._started = False
 
     async def _stop_watermark(self) -> None:

@@ -19,7 +19,7 @@ from typing import Awaitable, Callable
 
 from app.pipeline.errors import (AttemptsExhausted, BeyondDedupRetention, ClaimExpiring, EffectNotDelivered,
                                  EffectOutcomeUnknown, EffectUnavailable, LeaseHeld, PayloadMismatch, PipelineError,
-                                 UnknownOutcomeNonIdempotent)
+                                 StoreUnavailable, UnknownOutcomeNonIdempotent)
 from app.pipeline.events import EventType
 from app.pipeline.model import EffectJob
 from app.pipeline.outcomes import Outcome
@@ -613,6 +613,28 @@ async def a_pending_sms_a_restore_brought_back_is_looked_up_in_a_window(h: Harne
     assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["status"] == IdemStatus.DONE
 
 
+async def a_worker_whose_heartbeat_is_stale_claims_nothing(h: Harness) -> None:
+    """A worker whose heartbeat has not got through for long enough that no call could start
+    claims nothing: a claim it could not call under would cost the step an attempt, and a
+    compensator retrying every second would spend them all (the attempt cap, a person)."""
+    p = h.processor(owner="a/main/9", dead_after=3.0)
+    h.beat(p)
+    [order] = await h.paid(p)
+    await h.pass_time(1.5)                   # 1.5 s + a call of 1 s reach the 2.5 s the fence allows
+    for _ in range(3):
+        try:
+            await p.run([ev(order, "ORDER_CANCEL")])
+        except StoreUnavailable as exc:
+            assert "heartbeat" in str(exc), exc
+        else:
+            raise AssertionError("a worker whose heartbeat is stale claimed")
+    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms")) is None
+    h.beat(p)
+    [result] = await p.run([ev(order, "ORDER_CANCEL")])
+    assert result.outcome is Outcome.APPLIED, result
+    assert h.idem(key(order, "ORDER_CANCEL", "send_cancel_sms"))["attempt"] == 1
+
+
 async def a_dead_workers_claims_are_taken_over_at_its_death_not_at_their_leases_end(h: Harness) -> None:
     """A claims an SMS under a 30 s lease and dies before it calls; its heartbeat stops. While it
     may still be alive, B waits for it; once A is presumed dead (3 s after its last heartbeat) and
@@ -691,5 +713,6 @@ SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken
              a_claim_to_be_looked_up_stays_so_when_an_earlier_call_of_its_order_failed,
              a_pending_sms_a_restore_brought_back_is_looked_up_in_a_window,
              a_dead_workers_claims_are_taken_over_at_its_death_not_at_their_leases_end,
+             a_worker_whose_heartbeat_is_stale_claims_nothing,
              a_worker_taken_for_dead_never_calls_under_the_claims_it_held]
 

@@ -50,6 +50,11 @@ class SelfFence:
         self._sent_ok: float | None = None          # when the last heartbeat that got through was sent
         self._taken_before = float("-inf")          # claims made before this may have been taken over
 
+    @property
+    def last_beat(self) -> float | None:
+        """When the last heartbeat that got through was sent (None: none yet)."""
+        return self._sent_ok
+
     def beat(self, sent: float, acked: float) -> None:
         """A heartbeat sent at ``sent`` got through by ``acked``."""
         if self._sent_ok is not None and acked - self._sent_ok >= self.dead_after - MARGIN_SECONDS:

@@ -137,8 +137,18 @@ class Processor:
                    owner: str) -> list[Result]:
         if not events:
             return []
-        claimed_at = self._clock()
-        plan = await guard(lambda: self.store.in_transaction(lambda tx: self._t1(tx, events, attempt_cap, owner)))
+        claimed_at = 0.0
+
+        async def t1() -> BatchPlan:
+            nonlocal claimed_at
+            claimed_at = self._clock()      # each try's: a try after an outage claims anew
+            if self.fence is not None and (why := self.fence.refusal(claimed_at, self.call_needs, claimed_at)):
+                # No call could be made under a claim now, and each claim counts an attempt: none
+                # is made until the heartbeat gets through again (waited out like the database).
+                raise StoreUnavailable(f"nothing is claimed: {why}")
+            return await self.store.in_transaction(lambda tx: self._t1(tx, events, attempt_cap, owner))
+
+        plan = await guard(t1)
         self.observer.planned(plan)
         results: list[Result | None] = [
             Result(outcome=p.outcome, settled=p.settled) if p.outcome else

@@ -199,7 +199,8 @@ class Settings(BaseSettings):
     lease_margin_seconds: float = Field(
         2.0, ge=0, description="A call starts only if the claim has its timeout plus this much lease left.")
     worker_heartbeat_seconds: float = Field(
-        2.0, gt=0, description="How often every process writes its heartbeat (t_worker.last_seen).")
+        2.0, gt=0, description="How often every process writes its heartbeat (t_worker.last_seen), on a connection "
+                               "of its own; a beat not through within this long is abandoned for a fresh one.")
     worker_dead_after_seconds: float = Field(
         15.0, gt=0, description="A process whose heartbeat is this old is presumed dead: its claims are taken over "
                                 "from then, not at their lease's end; a process starts a call only if the call ends "

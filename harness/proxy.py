@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from contextlib import contextmanager
+from typing import Iterator
+from urllib.parse import urlsplit
 
 from harness.services import free_port
 
@@ -120,3 +123,16 @@ class BlackholeProxy:
             pass
         if switch.is_set():
             writer.close()
+
+
+@contextmanager
+def proxied_database(url: str) -> Iterator[tuple[BlackholeProxy, str]]:
+    """A proxy in front of the database of ``url`` (``mysql+aiomysql://...``), and the URL through it."""
+    parts = urlsplit(url)
+    proxy = BlackholeProxy(parts.hostname, parts.port or 3306).start()
+    netloc = parts.netloc.replace(f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname,
+                                  f"127.0.0.1:{proxy.port}")
+    try:
+        yield proxy, parts._replace(netloc=netloc).geturl()
+    finally:
+        proxy.stop()

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from urllib.parse import urlsplit
 
 import pytest
 
 from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
-from harness.proxy import BlackholeProxy
+from harness.proxy import proxied_database
 from harness.services import caught_up, committed_offsets, produce, wait_for
 
 pytestmark = pytest.mark.integration
@@ -28,12 +27,8 @@ TIMEOUTS = {"DB_STATEMENT_TIMEOUT_SECONDS": "2", "DB_TRANSACTION_TIMEOUT_SECONDS
 
 @pytest.fixture
 def proxied(scratch_db):
-    url = urlsplit(scratch_db.url)
-    proxy = BlackholeProxy(url.hostname, url.port or 3306).start()
-    netloc = url.netloc.replace(f"{url.hostname}:{url.port}" if url.port else url.hostname,
-                                f"127.0.0.1:{proxy.port}")
-    yield proxy, url._replace(netloc=netloc).geturl()
-    proxy.stop()
+    with proxied_database(scratch_db.url) as (proxy, url):
+        yield proxy, url
 
 
 @pytest.fixture

@@ -9,24 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from urllib.parse import urlsplit
 
 import pytest
 
 from app.bootstrap import Runtime
-from harness.proxy import BlackholeProxy
+from harness.proxy import proxied_database
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def proxied_url(scratch_db):
-    url = urlsplit(scratch_db.url)
-    proxy = BlackholeProxy(url.hostname, url.port or 3306).start()
-    netloc = url.netloc.replace(f"{url.hostname}:{url.port}" if url.port else url.hostname,
-                                f"127.0.0.1:{proxy.port}")
-    yield proxy, url._replace(netloc=netloc).geturl()
-    proxy.stop()
+    with proxied_database(scratch_db.url) as (proxy, url):
+        yield proxy, url
 
 
 async def test_a_heartbeat_on_a_connection_that_hung_is_abandoned_and_the_next_gets_through(settings, proxied_url):

@@ -30,9 +30,9 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
     @app.agent(topic, name="compensator", concurrency=1)
     async def compensate_dead_letters(stream):
         rt = runtime.started()
-        log.info("compensating %s as %s", settings.dlq_topic, rt.compensator.processor.owner)
-        async for batch in stream.take_events(settings.compensator_batch_size,
-                                              within=settings.compensator_within_seconds):
+        log.info("compensating %s as %s", settings.kafka.dlq_topic, rt.compensator.processor.owner)
+        async for batch in stream.take_events(settings.compensation.batch_size,
+                                              within=settings.compensation.within_seconds):
             try:
                 guard = rt.guard()
                 runs = set()        # unreadable record batches seen in this batch: one row stands for each

@@ -56,16 +56,16 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
     """The ``order-event`` agent on ``app``, handing its batches to ``runtime``."""
 
     feed = None
-    if settings.fetch_batches:
-        feed = kafka_batches.Feed(app, settings.order_event_topic, max_records=settings.batch_size,
-                                  within=settings.batch_within_seconds)
+    if settings.batches.fetch:
+        feed = kafka_batches.Feed(app, settings.kafka.topic, max_records=settings.batches.size,
+                                  within=settings.batches.within_seconds)
 
     @app.agent(topic, name="order_events", concurrency=1)
     async def process_order_events(stream):
         rt = runtime.started()
         freeze_startup_objects()
-        in_flight = settings.batches_in_flight if feed else 1
-        log.info("consuming %s as %s (event loop: %s; %s)", settings.order_event_topic, rt.owner,
+        in_flight = settings.batches.in_flight if feed else 1
+        log.info("consuming %s as %s (event loop: %s; %s)", settings.kafka.topic, rt.owner,
                  type(asyncio.get_running_loop()).__module__,
                  f"whole fetches, up to {in_flight} batches of disjoint partitions at once" if feed
                  else "Faust's stream, record by record")
@@ -81,7 +81,7 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
                 seconds = time.perf_counter() - started
                 metrics.IN_FLIGHT_BATCH.dec()
                 _record(report, len(batch), seconds, trips.since_last())
-                if seconds > settings.slow_batch_seconds:
+                if seconds > settings.batches.slow_seconds:
                     log.warning("slow batch: %d records in %.0f ms (%s)", len(batch), seconds * 1000,
                                 ", ".join(f"{phase} {s * 1000:.0f} ms" for phase, s in report.seconds.items()))
             except BaseException as exc:  # noqa: B036 -- see the module docstring
@@ -122,7 +122,7 @@ class _StreamBatch:
 
 
 async def _stream_batches(stream, settings: Settings):
-    async for events in stream.take_events(settings.batch_size, within=settings.batch_within_seconds):
+    async for events in stream.take_events(settings.batches.size, within=settings.batches.within_seconds):
         yield _StreamBatch(events)
 
 

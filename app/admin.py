@@ -12,7 +12,7 @@ import asyncio
 import sys
 
 from app.adapters.kafka import ops as kafka_ops
-from app.adapters.kafka.connection import KafkaConfigError, KafkaStartupError, preflight
+from app.adapters.kafka.connection import KafkaConfigError, KafkaStartupError, preflight, KafkaConnection
 from app.exits import EXIT_CONFIG, EXIT_UNAVAILABLE
 from app.settings import get_settings_or_exit
 from app.adapters.kafka.topics import topic_specs
@@ -26,11 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "create-topics":
         settings = get_settings_or_exit()
         try:
-            asyncio.run(preflight(settings.kafka, wait_seconds=settings.kafka_startup_wait_seconds))
+            asyncio.run(preflight(KafkaConnection.from_settings(settings.kafka), wait_seconds=settings.kafka.startup_wait_seconds))
         except (KafkaStartupError, KafkaConfigError) as exc:
             print(f"python -m app.admin: cannot reach Kafka: {exc}", file=sys.stderr)
             return EXIT_UNAVAILABLE if getattr(exc, "retriable", False) else EXIT_CONFIG
-        for line in asyncio.run(kafka_ops.create_topics(settings.kafka, topic_specs(settings))):
+        for line in asyncio.run(kafka_ops.create_topics(KafkaConnection.from_settings(settings.kafka), topic_specs(settings))):
             print(line)
     return 0
 

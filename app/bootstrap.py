@@ -17,6 +17,8 @@ from typing import AsyncIterator, Callable
 
 import aiohttp
 
+from app.pipeline.tokens import StepTokens
+from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.effects import Client, EffectClients, http_session
 from app.adapters.effects.logistics import WaybillClient
 from app.adapters.effects.sms import SmsClient
@@ -63,13 +65,13 @@ ClientFactory = Callable[[aiohttp.ClientSession, Settings], Client]
 
 # One entry per effect name (``steps.Effect.name``).
 EFFECT_CLIENTS: dict[str, ClientFactory] = {
-    ISSUE_WAYBILL.name: lambda session, s: WaybillClient(session, base_url=s.logistics_url,
-                                                         timeout_seconds=s.effect_timeout_seconds,
-                                                         connect_timeout_seconds=s.effect_connect_timeout),
-    SEND_SMS.name: lambda session, s: SmsClient(session, base_url=s.sms_url, timeout_seconds=s.effect_timeout_seconds,
-                                                connect_timeout_seconds=s.effect_connect_timeout,
-                                                lookup=s.sms_lookup,
-                                                lookup_settle_seconds=s.sms_lookup_settle_seconds),
+    ISSUE_WAYBILL.name: lambda session, s: WaybillClient(session, base_url=s.effects.logistics_url,
+                                                         timeout_seconds=s.effects.timeout_seconds,
+                                                         connect_timeout_seconds=s.effects.connect_timeout),
+    SEND_SMS.name: lambda session, s: SmsClient(session, base_url=s.effects.sms_url, timeout_seconds=s.effects.timeout_seconds,
+                                                connect_timeout_seconds=s.effects.connect_timeout,
+                                                lookup=s.effects.sms_lookup,
+                                                lookup_settle_seconds=s.effects.sms_lookup_settle_seconds),
 }
 ALERT_CONNECTIONS = 2        # the stuck sweep's alert webhook: one POST at a time, of one worker
 
@@ -86,7 +88,7 @@ class Runtime:
     def __init__(self, settings: Settings, role: str = "main",
                  clients: dict[str, ClientFactory] | None = None) -> None:
         self.settings = settings
-        self.tokens = settings.step_tokens()        # SettingsError without IDEM_TOKEN_SECRET
+        self.tokens = StepTokens(settings.effects.token_key())        # SettingsError without IDEM_TOKEN_SECRET
         self.client_factories = EFFECT_CLIENTS if clients is None else clients
         EffectClients.check(self.client_factories)
         # A fresh incarnation id: a restarted worker never mistakes its
@@ -115,27 +117,27 @@ class Runtime:
             # checked against it (app.adapters.watermark).
             self.remembered = Remembered()
             self.engine = create_engine(s, remembered=self.remembered)
-            self.store = MySqlStore(self.engine, lock_retries=s.db_lock_retries,
-                                    statement_timeout=s.db_statement_timeout_seconds,
-                                    transaction_timeout=s.db_transaction_timeout_seconds)
+            self.store = MySqlStore(self.engine, lock_retries=s.database.lock_retries,
+                                    statement_timeout=s.database.statement_timeout_seconds,
+                                    transaction_timeout=s.database.transaction_timeout_seconds)
             # "Today" is the database's: see app.adapters.mysql.clock.
             self.clock = DatabaseClock()
             try:
                 await asyncio.wait_for(self.clock.sync(self.store), 5)
             except Exception as exc:       # the database may come later: this process's clock until then
                 log.warning("the database's clock could not be read yet (%r)", exc)
-            self.retention = Retention(s.idem_retention_days, today=self.clock.today, ahead=s.partitions_ahead)
+            self.retention = Retention(s.operations.idem_retention_days, today=self.clock.today, ahead=s.operations.partitions_ahead)
             # This process's heartbeat: its calls start only while it is recent, and other workers
             # take its claims over once it is not (app.pipeline.liveness_fence).
             # Its own connection, each beat bounded by its interval: a beat never waits behind the
             # batches for a pooled connection, nor on a connection a restart or a cut left dead
             # (the next one starts on a fresh connection instead).
-            self.fence = SelfFence(s.worker_dead_after_seconds)
+            self.fence = SelfFence(s.effects.worker_dead_after_seconds)
             self.heartbeat_engine = create_engine(s, pool_size=1, max_overflow=0, remembered=self.remembered)
-            beats = MySqlStore(self.heartbeat_engine, lock_retries=0, statement_timeout=s.worker_heartbeat_seconds,
-                               transaction_timeout=s.worker_heartbeat_seconds)
+            beats = MySqlStore(self.heartbeat_engine, lock_retries=0, statement_timeout=s.effects.worker_heartbeat_seconds,
+                               transaction_timeout=s.effects.worker_heartbeat_seconds)
             self.heartbeat = Heartbeat(beats, self.incarnation, s.worker_id, self.fence,
-                                       every=s.worker_heartbeat_seconds)
+                                       every=s.effects.worker_heartbeat_seconds)
             try:
                 await asyncio.wait_for(self.heartbeat.beat_once(), 5)
             except asyncio.TimeoutError:          # the database may come later: the loop beats then
@@ -146,8 +148,8 @@ class Runtime:
             # jobs), the alert webhook. A call then waits for its caller's slot, before its lease is
             # checked, never for a connection that another caller holds, inside its own timeout (where
             # the wait would end as "maybe sent" although nothing was).
-            self.http = http_session(s.effect_concurrency)
-            self.redrive_http = http_session(s.effect_concurrency)
+            self.http = http_session(s.effects.concurrency)
+            self.redrive_http = http_session(s.effects.concurrency)
             self.alert_http = http_session(ALERT_CONNECTIONS)
             self.effects = self._effect_clients(self.http)
             self.processor = self._processor(self.owner)
@@ -155,41 +157,41 @@ class Runtime:
             self.compensator = Compensator(
                 self._processor(self.owner.replace(f"/{self.role}/", "/compensator/"),
                                 self._effect_clients(self.redrive_http)),
-                MySqlLedger(self.store, dead_after=s.worker_dead_after_seconds),
-                group=s.app_id, lease_seconds=self.redrive_seconds(), max_event_bytes=s.max_event_bytes,
-                backoff=Backoff(s.compensation_backoff_seconds, s.compensation_backoff_max_seconds,
-                                s.compensation_max_attempts))
+                MySqlLedger(self.store, dead_after=s.effects.worker_dead_after_seconds),
+                group=s.app_id, lease_seconds=self.redrive_seconds(), max_event_bytes=s.batches.max_event_bytes,
+                backoff=Backoff(s.compensation.backoff_seconds, s.compensation.backoff_max_seconds,
+                                s.compensation.max_attempts))
             self.leases = MySqlLeases(self.store)
             self.bulk_jobs = MySqlBulkJobs(self.store, group=s.app_id)
             self.bulk = BulkRunner(
                 self.bulk_jobs, self._bulk_chunk, group=s.app_id, owner=self.owner.replace(f"/{self.role}/", "/bulk/"),
-                lease_seconds=s.bulk_lease_seconds, chunk_size=min(s.bulk_chunk_size, s.batch_size),
-                rate=s.bulk_rate_per_second, busy_retry_seconds=min(s.bulk_lease_seconds, 5.0))
+                lease_seconds=s.bulk.lease_seconds, chunk_size=min(s.bulk.chunk_size, s.batches.size),
+                rate=s.bulk.rate_per_second, busy_retry_seconds=min(s.bulk.lease_seconds, 5.0))
             self.queries = Queries(self.store, group=s.app_id)
             self.view_audit = ViewAudit(self.store, group=s.app_id)
             self.groups = GroupQueries(self.store, group=s.app_id)
             self.watch = Watch(self.store)
             self.recovery = RecoveryWindows(self.store)
-            self.partitions = Partitions(self.store, hold_seconds=s.partition_lock_wait_seconds)
-            self.lag = GroupLag(s.kafka, s.app_id, s.order_event_topic,
-                                isolation_level=s.kafka_isolation_level)
-            self.dead_letters = KafkaDeadLetterSink(s.kafka, s.dlq_topic, s.app_id,
-                                                    timeout_seconds=s.dlq_send_timeout_seconds,
-                                                    truncate_bytes=s.dlq_truncate_bytes)
+            self.partitions = Partitions(self.store, hold_seconds=s.operations.partition_lock_wait_seconds)
+            self.lag = GroupLag(KafkaConnection.from_settings(s.kafka), s.app_id, s.kafka.topic,
+                                isolation_level=s.kafka.isolation_level)
+            self.dead_letters = KafkaDeadLetterSink(KafkaConnection.from_settings(s.kafka), s.kafka.dlq_topic, s.app_id,
+                                                    timeout_seconds=s.batches.dlq_send_timeout_seconds,
+                                                    truncate_bytes=s.batches.dlq_truncate_bytes)
             self._kafka = kafka
             if kafka:
                 await self.dead_letters.start()
                 # Before the first batch: is the store still where Kafka remembers it?
                 self.watermark = StoreWatermark(
-                    self.recovery, WatermarkTopic(s.kafka, s.store_watermark_topic, s.app_id), self.remembered,
-                    worker_id=s.worker_id, hours=s.recovery_auto_hours)
+                    self.recovery, WatermarkTopic(KafkaConnection.from_settings(s.kafka), s.kafka.store_watermark_topic, s.app_id), self.remembered,
+                    worker_id=s.worker_id, hours=s.database.recovery_auto_hours)
                 await self.watermark.start()
             self.batches = BatchHandler(
                 self.processor, self.store, self.dead_letters, group=s.app_id, worker_id=s.worker_id,
-                backoff=s.retry_backoff, max_event_bytes=s.max_event_bytes,
-                infra_budget=s.infra_retry_budget_seconds, max_lease_wait=2 * s.lease_seconds,
-                deadline=s.batch_deadline_seconds, dlq_retry_after=s.dlq_retry_after_seconds,
-                concurrency=s.effect_concurrency)
+                backoff=s.batches.retry_backoff, max_event_bytes=s.batches.max_event_bytes,
+                infra_budget=s.database.infra_retry_budget_seconds, max_lease_wait=2 * s.effects.lease_seconds,
+                deadline=s.batches.deadline_seconds, dlq_retry_after=s.batches.dlq_retry_after_seconds,
+                concurrency=s.effects.concurrency)
             self._started = True
         return self
 
@@ -206,10 +208,10 @@ class Runtime:
     def _processor(self, owner: str, effects: EffectClients | None = None) -> Processor:
         s = self.settings
         return Processor(self.store, effects or self.effects, owner=owner, tokens=self.tokens,
-                         lease_seconds=s.lease_seconds,
-                         effect_concurrency=s.effect_concurrency, effect_timeout=s.effect_timeout_seconds,
-                         lease_margin=s.lease_margin_seconds, on_cut=cut_hook(s.chaos_kill_at),
-                         attempt_cap=s.idem_max_attempts, retention=self.retention,
+                         lease_seconds=s.effects.lease_seconds,
+                         effect_concurrency=s.effects.concurrency, effect_timeout=s.effects.timeout_seconds,
+                         lease_margin=s.effects.lease_margin_seconds, on_cut=cut_hook(s.operations.chaos_kill_at),
+                         attempt_cap=s.operations.idem_max_attempts, retention=self.retention,
                          observer=PipelineMetrics(), fence=self.fence)
 
     async def _bulk_chunk(self, job, row_ids, guard, held):
@@ -223,7 +225,7 @@ class Runtime:
         limit; the database may be waited out within the budget), so that another worker takes
         a row over only once its claimer is surely gone."""
         s = self.settings
-        return s.lease_seconds + s.infra_retry_budget_seconds + 3 * s.db_transaction_timeout_seconds
+        return s.effects.lease_seconds + s.database.infra_retry_budget_seconds + 3 * s.database.transaction_timeout_seconds
 
     async def kafka_ping(self) -> None:
         await self.started().dead_letters.ping()
@@ -232,23 +234,23 @@ class Runtime:
         """The capacity model of the settings (``app.pipeline.capacity``); ``overrides`` replace inputs."""
         s = self.settings
         values = dict(
-            rate=s.capacity_events_per_second, peak_rate=s.capacity_peak_events_per_second,
-            worker_max_rate=WORKER_MAX_RATE, partitions=s.order_event_partitions, workers=1,
-            retention_days=s.idem_retention_days, commit_interval=s.broker_commit_interval_seconds,
-            commit_every=s.broker_commit_every, max_poll_records=s.broker_max_poll_records,
-            batch_size=s.batch_size, batch_within=s.batch_within_seconds, keys_per_event=keys_per_event(),
-            row_bytes=s.capacity_row_bytes, offsets_retention_days=s.kafka_offsets_retention_days,
-            outage_sla_days=s.capacity_outage_sla_days, dead_letter_days=DLQ_RETENTION_MS / 86_400_000)
+            rate=s.operations.capacity_events_per_second, peak_rate=s.operations.capacity_peak_events_per_second,
+            worker_max_rate=WORKER_MAX_RATE, partitions=s.kafka.partitions, workers=1,
+            retention_days=s.operations.idem_retention_days, commit_interval=s.kafka.commit_interval_seconds,
+            commit_every=s.kafka.commit_every, max_poll_records=s.kafka.max_poll_records,
+            batch_size=s.batches.size, batch_within=s.batches.within_seconds, keys_per_event=keys_per_event(),
+            row_bytes=s.operations.capacity_row_bytes, offsets_retention_days=s.operations.kafka_offsets_retention_days,
+            outage_sla_days=s.operations.capacity_outage_sla_days, dead_letter_days=DLQ_RETENTION_MS / 86_400_000)
         values.update({name: value for name, value in overrides.items() if value is not None})
         return budget(Inputs(**values))
 
     def budget_rows(self) -> int:
         """What the watermark divides by: IDEM_CAPACITY_BUDGET_ROWS, or the model's rows."""
-        return self.settings.idem_capacity_budget_rows or self.capacity().rows
+        return self.settings.operations.idem_capacity_budget_rows or self.capacity().rows
 
     def guard(self) -> OutageGuard:
         """A fresh budget for waiting out an unreachable database."""
-        return OutageGuard(self.settings.infra_retry_budget_seconds)
+        return OutageGuard(self.settings.database.infra_retry_budget_seconds)
 
     @property
     def stopping(self) -> bool:

@@ -15,11 +15,12 @@ import mode
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app import exits
+from app.adapters.mysql.tls import MySqlTls
 from app.adapters.kafka import batches as kafka_batches
 from app.adapters.kafka import consumer as kafka_consumer
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka import records as kafka_records
-from app.adapters.kafka.connection import KafkaConfigError, KafkaStartupError, preflight
+from app.adapters.kafka.connection import KafkaConfigError, KafkaStartupError, preflight, KafkaConnection
 from app.adapters.mysql import preflight as mysql_preflight
 from app.adapters.mysql import schema
 from app.adapters.mysql.engine import create_engine
@@ -82,10 +83,10 @@ async def check_kafka(app: faust.App, settings: Settings) -> None:
     A refusal (wrong password, unknown CA, a TLS listener spoken to in PLAINTEXT) stops the worker at
     once with exit 78 and a line that says which; no broker answering is waited out for
     KAFKA_STARTUP_WAIT_SECONDS, then exit 69."""
-    conn = settings.kafka
+    conn = KafkaConnection.from_settings(settings.kafka)
     log.info("Kafka: %s", conn.describe())
     try:
-        await preflight(conn, wait_seconds=settings.kafka_startup_wait_seconds, stopping=lambda: app.should_stop)
+        await preflight(conn, wait_seconds=settings.kafka.startup_wait_seconds, stopping=lambda: app.should_stop)
     except KafkaStartupError as exc:
         exits.stop_at_startup(exits.EXIT_UNAVAILABLE if exc.retriable else exits.EXIT_CONFIG,
                               f"cannot start: {exc}")
@@ -93,8 +94,8 @@ async def check_kafka(app: faust.App, settings: Settings) -> None:
     except KafkaConfigError as exc:
         exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {exc}")
         return
-    topics = [settings.order_event_topic, settings.dlq_topic]
-    deadline = time.monotonic() + settings.kafka_startup_wait_seconds
+    topics = [settings.kafka.topic, settings.kafka.dlq_topic]
+    deadline = time.monotonic() + settings.kafka.startup_wait_seconds
     while True:
         try:
             found = await kafka_ops.durability(conn, topics)
@@ -107,7 +108,7 @@ async def check_kafka(app: faust.App, settings: Settings) -> None:
                 log.warning("%s; trying again", message)
                 await asyncio.sleep(2.0)
                 continue
-            if settings.kafka_require_replication:
+            if settings.kafka.require_replication:
                 exits.stop_at_startup(exits.EXIT_UNAVAILABLE if passing else exits.EXIT_CONFIG,
                                       f"cannot start: {message} (KAFKA_REQUIRE_REPLICATION=true)")
                 return
@@ -123,7 +124,7 @@ async def check_kafka(app: faust.App, settings: Settings) -> None:
         message = (f"topic {topic} has {', '.join(risks)}: an acknowledged event or dead letter may not survive "
                    "the loss of a broker (production wants replication 3, min.insync.replicas=2, "
                    "unclean leader election off)")
-        if settings.kafka_require_replication:
+        if settings.kafka.require_replication:
             exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {message} (KAFKA_REQUIRE_REPLICATION=true)")
             return
         log.warning("%s; KAFKA_REQUIRE_REPLICATION=true refuses to start like this", message)
@@ -138,20 +139,20 @@ async def check_database(app: faust.App, settings: Settings) -> None:
     waited for, up to INFRA_RETRY_BUDGET_SECONDS; then the worker starts anyway and its batches
     wait it out as in any outage (and stop it, exit 70, when it lasts past their budget). A schema
     whose migrations are behind this code stops it too (exit 78, what to run)."""
-    tls = settings.mysql_tls
-    where = mysql_preflight.Target.of(settings.mysql_url)
+    tls = MySqlTls.from_settings(settings.database)
+    where = mysql_preflight.Target.of(settings.database.url)
     log.info("database: %s as %r, %s", where, where.user, tls.describe())
     engine = create_engine(settings, pool_size=1, max_overflow=0)
     try:
         cipher = await mysql_preflight.preflight(
-            engine, tls, where, wait_seconds=settings.infra_retry_budget_seconds,
-            attempt_timeout=max(5.0, settings.db_connect_timeout_seconds), stopping=lambda: app.should_stop)
+            engine, tls, where, wait_seconds=settings.database.infra_retry_budget_seconds,
+            attempt_timeout=max(5.0, settings.database.connect_timeout_seconds), stopping=lambda: app.should_stop)
     except mysql_preflight.DatabaseStartupError as exc:
         if not exc.retriable:
             exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {exc}")
             return
         log.warning("%s (waited %.0f s: INFRA_RETRY_BUDGET_SECONDS); starting anyway: batches wait for the "
-                    "database as in an outage", exc, settings.infra_retry_budget_seconds)
+                    "database as in an outage", exc, settings.database.infra_retry_budget_seconds)
         return
     else:
         log.info("the database answers at %s%s", where, f" over TLS ({cipher})" if cipher else " (no TLS)")
@@ -182,31 +183,31 @@ async def check_schema(engine) -> None:
 def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> "ProcessorApp":
     """The app; ``web_middlewares`` run before every view of its web server (``app.main`` hands
     it the one that decides who may ask, ``app.web.views.middlewares``)."""
-    if settings.event_loop == "uvloop":
+    if settings.operations.event_loop == "uvloop":
         # Same as `faust -L uvloop`: the CLI imports the app before it creates the loop.
         import mode.loop
 
         mode.loop.use("uvloop")
-    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    Path(settings.operations.data_dir).mkdir(parents=True, exist_ok=True)
     # Batches aiokafka cannot read safely (raw header keys, decompression bombs) must
     # not stop the fetcher: see app.adapters.kafka.records.
-    kafka_records.install(settings.max_batch_bytes)
+    kafka_records.install(settings.batches.max_batch_bytes)
     # Records of aborted transactions are never read; commits go past transaction markers
     # (see app.adapters.kafka.consumer).
-    kafka_consumer.install(settings.kafka_isolation_level)
+    kafka_consumer.install(settings.kafka.isolation_level)
     # Topics an agent takes in whole fetches skip Faust's per-record path (see
     # app.adapters.kafka.batches); an app that registers no feed runs Faust's own loop.
     kafka_batches.install()
     _make_faust_producer_idempotent()
     app = ProcessorApp(
         settings.app_id,
-        broker=settings.kafka_faust_broker,
+        broker=settings.kafka.faust_broker,
         # SASL and/or TLS for Faust's consumer and producer, from the one place that builds them.
-        broker_credentials=settings.kafka.faust_credentials(),
+        broker_credentials=KafkaConnection.from_settings(settings.kafka).faust_credentials(),
         producer_acks=-1,
         # No Faust tables: the idempotency memory is MySQL's t_idem.
         store="memory://",
-        datadir=f"{settings.data_dir}/{{conf.name}}",
+        datadir=f"{settings.operations.data_dir}/{{conf.name}}",
         autodiscover=False,
         Monitor=BatchLevelMonitor,
         # Topics are created explicitly (``python -m app.admin create-topics``);
@@ -214,16 +215,16 @@ def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> "Proces
         topic_allow_declare=False,
         topic_disable_leader=True,
         consumer_auto_offset_reset="earliest",
-        broker_commit_interval=settings.broker_commit_interval_seconds,
-        broker_commit_every=settings.broker_commit_every,
-        broker_session_timeout=settings.broker_session_timeout_seconds,
-        broker_heartbeat_interval=settings.broker_heartbeat_interval_seconds,
-        broker_rebalance_timeout=settings.broker_rebalance_timeout_seconds,
-        broker_max_poll_records=settings.broker_max_poll_records,
-        consumer_max_fetch_size=settings.kafka_max_partition_fetch_bytes,
-        web_bind=settings.web_bind,
-        web_host=settings.web_bind,
-        web_port=settings.web_port,
+        broker_commit_interval=settings.kafka.commit_interval_seconds,
+        broker_commit_every=settings.kafka.commit_every,
+        broker_session_timeout=settings.kafka.session_timeout_seconds,
+        broker_heartbeat_interval=settings.kafka.heartbeat_interval_seconds,
+        broker_rebalance_timeout=settings.kafka.rebalance_timeout_seconds,
+        broker_max_poll_records=settings.kafka.max_poll_records,
+        consumer_max_fetch_size=settings.kafka.max_partition_fetch_bytes,
+        web_bind=settings.web.bind,
+        web_host=settings.web.bind,
+        web_port=settings.web.port,
         web_application_options={"middlewares": list(web_middlewares)},
         logging_config=None,
         loghandlers=[],
@@ -252,14 +253,14 @@ def _make_faust_producer_idempotent() -> None:
 def order_event_topic(app: faust.App, settings: Settings) -> faust.TopicT:
     """``order-event``, read raw: a record that is not JSON must reach our decoder
     (a Faust decode error inside ``take()`` silently ends the agent)."""
-    return app.topic(settings.order_event_topic, key_type=bytes, value_type=bytes, key_serializer="raw",
-                     value_serializer="raw", partitions=settings.order_event_partitions)
+    return app.topic(settings.kafka.topic, key_type=bytes, value_type=bytes, key_serializer="raw",
+                     value_serializer="raw", partitions=settings.kafka.partitions)
 
 
 def dead_letter_topic(app: faust.App, settings: Settings) -> faust.TopicT:
     """``order-event-dlq``, read raw like ``order-event``."""
-    return app.topic(settings.dlq_topic, key_type=bytes, value_type=bytes, key_serializer="raw",
-                     value_serializer="raw", partitions=settings.dlq_partitions)
+    return app.topic(settings.kafka.dlq_topic, key_type=bytes, value_type=bytes, key_serializer="raw",
+                     value_serializer="raw", partitions=settings.kafka.dlq_partitions)
 
 
 GC_YOUNG_THRESHOLD = 30_000

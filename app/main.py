@@ -37,7 +37,7 @@ try:
 except KafkaConfigError as exc:         # e.g. a KAFKA_SSL_* file that is no PEM certificate
     print(f"order-event-processor: the settings cannot work: {exc}", file=sys.stderr, flush=True)
     raise SystemExit(EXIT_CONFIG) from None
-logging.getLogger("app").setLevel(settings.log_level.upper())
+logging.getLogger("app").setLevel(settings.operations.log_level.upper())
 # After Kafka's check (create_app): the database's, TLS included (the benchmark's no-op app has none).
 app.startup_checks.append(functools.partial(check_database, settings=settings))
 
@@ -51,7 +51,7 @@ except SettingsError as exc:            # no IDEM_TOKEN_SECRET
 # Opened once as the worker starts, before the agents, timers and views that use it.
 app.opened_first.append(("runtime", runtime.start, runtime.stop))
 process_order_events = order_events_agent.register(app, order_events, runtime, settings)
-if settings.compensator_enabled:
+if settings.compensation.enabled:
     compensate_dead_letters = compensator_agent.register(app, dead_letters, runtime, settings)
     run_due_compensations = compensation_timer.register(app, runtime, settings)
 stuck_sweep = stuck_timer.register(app, runtime, settings)
@@ -60,7 +60,7 @@ maintain_partitions = partitions_timer.register(app, runtime, settings)
 refresh_gauges = gauges_timer.register(app, runtime, settings)
 advance_store_watermark = watermark_timer.register(app, runtime, settings)
 watchdog = watchdog_timer.register(app, settings)
-exits.bound_the_stop(settings.stop_timeout)
+exits.bound_the_stop(settings.kafka.stop_timeout)
 views.register(app, runtime, settings)
 dlq_command.register(app, runtime, settings)
 budget_command.register(app, runtime, settings)

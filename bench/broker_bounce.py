@@ -153,7 +153,7 @@ class Rig:
         HOME.mkdir(parents=True, exist_ok=True)
         self.kafka = OwnKafka(HOME / f"kafka-{uuid.uuid4().hex[:6]}")
         self.settings = Settings()
-        self.db = ScratchDatabase(self.settings.mysql_url, label=f"bounce_{uuid.uuid4().hex[:6]}")
+        self.db = ScratchDatabase(self.settings.database.url, label=f"bounce_{uuid.uuid4().hex[:6]}")
         suffix = uuid.uuid4().hex[:6]
         self.topic, self.dlq, self.group = f"bounce-{suffix}", f"bounce-dlq-{suffix}", f"bounce-{suffix}"
         self.worker: Worker | None = None

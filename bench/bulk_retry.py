@@ -50,10 +50,10 @@ def _answers(port: int) -> bool:
 
 def run_once(settings: Settings, rows: int, latency_ms: float, rate: float | None) -> dict:
     load = os.getloadavg()
-    db = ScratchDatabase(settings.mysql_url, label=f"bench_bulk_{uuid.uuid4().hex[:6]}").create()
+    db = ScratchDatabase(settings.database.url, label=f"bench_bulk_{uuid.uuid4().hex[:6]}").create()
     suffix = uuid.uuid4().hex[:8]
     events, dlq, group = f"bench-bulk-{suffix}", f"bench-bulk-dlq-{suffix}", f"bench-bulk-{suffix}"
-    asyncio.run(kafka_ops.create_topics(settings.kafka_bootstrap, topic_specs(settings, events=events, dlq=dlq)))
+    asyncio.run(kafka_ops.create_topics(settings.kafka.bootstrap, topic_specs(settings, events=events, dlq=dlq)))
     fakes = FakesProcess({"waybill": {"latency_ms": latency_ms}, "sms": {"latency_ms": latency_ms}})
     worker = None
     try:
@@ -77,7 +77,7 @@ def run_once(settings: Settings, rows: int, latency_ms: float, rate: float | Non
         steady = (last - first).total_seconds() if settled > 1 else 0
         waybills = fakes.ledger()["waybills"]
         return {"rows": rows, "settled": settled, "changed": job["changed"], "failed": job["failed"],
-                "latency_ms": latency_ms, "bulk_rate_per_second": rate or Settings().bulk_rate_per_second,
+                "latency_ms": latency_ms, "bulk_rate_per_second": rate or Settings().bulk.rate_per_second,
                 "steady_rows_per_second": round(settled / steady, 1) if steady else None,
                 "clocked_rows_per_second": round(settled / clocked, 1), "clocked_seconds": round(clocked, 1),
                 "one_waybill_each": all(len(waybills.get(o, [])) == 1 for o in orders),
@@ -87,7 +87,7 @@ def run_once(settings: Settings, rows: int, latency_ms: float, rate: float | Non
             worker.kill()
             worker.wait_exit(30)
         fakes.stop()
-        asyncio.run(kafka_ops.delete_topics(settings.kafka_bootstrap, [events, dlq]))
+        asyncio.run(kafka_ops.delete_topics(settings.kafka.bootstrap, [events, dlq]))
         db.drop()
 
 

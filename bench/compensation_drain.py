@@ -72,10 +72,10 @@ def prefill(db: ScratchDatabase, group: str, topic: str, rows: int) -> list[str]
 
 
 def run_once(settings: Settings, rows: int, workers: int, latency_ms: float, observe: float | None = None) -> dict:
-    db = ScratchDatabase(settings.mysql_url, label=f"bench_drain_{uuid.uuid4().hex[:6]}").create()
+    db = ScratchDatabase(settings.database.url, label=f"bench_drain_{uuid.uuid4().hex[:6]}").create()
     suffix = uuid.uuid4().hex[:8]
     events, dlq, group = f"bench-drain-{suffix}", f"bench-drain-dlq-{suffix}", f"bench-drain-{suffix}"
-    asyncio.run(kafka_ops.create_topics(settings.kafka_bootstrap, topic_specs(settings, events=events, dlq=dlq)))
+    asyncio.run(kafka_ops.create_topics(settings.kafka.bootstrap, topic_specs(settings, events=events, dlq=dlq)))
     fakes = FakesProcess({"waybill": {"latency_ms": latency_ms}, "sms": {"latency_ms": latency_ms}})
     procs: list[Worker] = []
     try:
@@ -112,7 +112,7 @@ def run_once(settings: Settings, rows: int, workers: int, latency_ms: float, obs
             proc.kill()
             proc.wait_exit(30)
         fakes.stop()
-        asyncio.run(kafka_ops.delete_topics(settings.kafka_bootstrap, [events, dlq]))
+        asyncio.run(kafka_ops.delete_topics(settings.kafka.bootstrap, [events, dlq]))
         db.drop()
 
 

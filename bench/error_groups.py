@@ -167,7 +167,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     args = parser.parse_args()
-    db = ScratchDatabase(get_settings().mysql_url, label="bench_groups").create(migrated=False)
+    db = ScratchDatabase(get_settings().database.url, label="bench_groups").create(migrated=False)
     try:
         db.migrate("0009")
         with closing(db.connect()) as conn:

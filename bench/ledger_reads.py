@@ -136,7 +136,7 @@ def main() -> None:
     from harness.services import ScratchDatabase
 
     settings = Settings()
-    db = ScratchDatabase(settings.mysql_url, label=f"ledger_reads_{os.getpid()}").create()
+    db = ScratchDatabase(settings.database.url, label=f"ledger_reads_{os.getpid()}").create()
     try:
         if not sequence_engine(db.url):
             raise SystemExit("this bench needs MariaDB's SEQUENCE engine")

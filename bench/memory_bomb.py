@@ -34,7 +34,7 @@ def run_once(settings: Settings, db: ScratchDatabase, gib: float, max_batch_byte
     suffix = uuid.uuid4().hex[:8]
     events, dlq, group = f"bench-bomb-{suffix}", f"bench-bomb-dlq-{suffix}", f"bench-bomb-{suffix}"
     single = settings.model_copy(update={"order_event_partitions": 1, "dlq_partitions": 1})
-    asyncio.run(kafka_ops.create_topics(settings.kafka_bootstrap, topic_specs(single, events=events, dlq=dlq)))
+    asyncio.run(kafka_ops.create_topics(settings.kafka.bootstrap, topic_specs(single, events=events, dlq=dlq)))
     good = [record(event(order_no(prefix="BOMB"), "ORDER_CREATED")) for _ in range(4)]
     asyncio.run(produce(settings, events, good[:2]))
     java_produce(settings, events, [{"partition": 0, "key": utf8("ORD-20261129-BOMB1"),
@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gib", type=float, default=1.0, help="size of the zeros record in GiB (default 1)")
     args = parser.parse_args(argv)
     settings = Settings()
-    db = ScratchDatabase(settings.mysql_url, label=f"bench_bomb_{uuid.uuid4().hex[:6]}").create()
+    db = ScratchDatabase(settings.database.url, label=f"bench_bomb_{uuid.uuid4().hex[:6]}").create()
     try:
-        for limit in (settings.max_batch_bytes, int(args.gib * (1 << 30)) + (64 << 20)):
+        for limit in (settings.batches.max_batch_bytes, int(args.gib * (1 << 30)) + (64 << 20)):
             print(json.dumps(run_once(settings, db, args.gib, limit)), flush=True)
     finally:
         db.drop()

@@ -17,7 +17,7 @@ order_events = order_event_topic(app, settings)
 @app.agent(order_events, concurrency=1)
 async def consume(stream):
     freeze_startup_objects()
-    async for _batch in stream.take_events(settings.batch_size, within=settings.batch_within_seconds):
+    async for _batch in stream.take_events(settings.batches.size, within=settings.batches.within_seconds):
         pass
 
 

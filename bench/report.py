@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from app.adapters.kafka.connection import KafkaConnection
 from app.settings import Settings
 from bench.baselines import Measurement
 from bench.worker import WorkerRun
@@ -159,12 +160,12 @@ def environment_text(env: dict, args: argparse.Namespace, settings: Settings) ->
         "Environment:",
         f"- CPUs: {env['cpu_count']} ({env['cpus_usable']} usable), {env['cpu_model'] or 'model unknown'}",
         f"- Python {env['python']} on {env['platform']}",
-        f"- Kafka {env['kafka']} at {settings.kafka.describe()}; MariaDB {env['mariadb']}",
+        f"- Kafka {env['kafka']} at {KafkaConnection.from_settings(settings.kafka).describe()}; MariaDB {env['mariadb']}",
         f"- {packages}",
         f"- load average before the run: {env.get('loadavg', 'n/a')}",
         f"- workload: {args.events} events per topic, naive prefix {args.naive_events}, "
-        f"fake logistics latency {args.latency_ms:g} ms, batch size {settings.batch_size}, "
-        f"commit interval {settings.broker_commit_interval_seconds:g}s",
+        f"fake logistics latency {args.latency_ms:g} ms, batch size {settings.batches.size}, "
+        f"commit interval {settings.kafka.commit_interval_seconds:g}s",
         *([] if args.skip_growth else [
             f"- growth rows: t_idem pre-filled with {args.growth_rows:,} done rows, a ledger of "
             f"{args.growth_ledger_rows:,} rows, each operation timed {args.growth_repeat} times"]),

@@ -145,7 +145,7 @@ class Context:
     @property
     def bootstrap(self) -> KafkaConnection:
         """The brokers, with the settings' security (KAFKA_SECURITY_PROTOCOL, ...)."""
-        return self.settings.kafka
+        return KafkaConnection.from_settings(self.settings.kafka)
 
     def group(self, row: str) -> str:
         name = f"bench-{row}-{self.tag}"
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     tag = uuid.uuid4().hex[:8]
-    db = scratch_database(settings.mysql_url, tag)
+    db = scratch_database(settings.database.url, tag)
     try:
         fakes = FakesProcess(fake_config(args.latency_ms))
     except BaseException:

@@ -47,7 +47,7 @@ def run(orders: int, takeover: str) -> dict:
     specs = [s for s in topic_specs(settings.model_copy(update={"order_event_partitions": PARTITIONS,
                                                                 "dlq_partitions": 1}), events=events, dlq=dlq)]
     asyncio.run(create_topics(settings, specs))
-    db = ScratchDatabase(settings.mysql_url).create()
+    db = ScratchDatabase(settings.database.url).create()
     fakes = FakesProcess({"waybill": {"latency_ms": 100}, "sms": {"latency_ms": 100}})
     env = dict(MYSQL_URL=db.url, ORDER_EVENT_TOPIC=events, DLQ_TOPIC=dlq, APP_ID=group,
                ORDER_EVENT_PARTITIONS=str(PARTITIONS), DLQ_PARTITIONS="1", **fakes.env())

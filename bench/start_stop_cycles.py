@@ -94,7 +94,7 @@ def main() -> None:
     HOME.mkdir(parents=True, exist_ok=True)
     kafka = OwnKafka(HOME / f"cycles-{uuid.uuid4().hex[:6]}")
     settings = Settings()
-    db = ScratchDatabase(settings.mysql_url, label=f"cycles_{uuid.uuid4().hex[:6]}")
+    db = ScratchDatabase(settings.database.url, label=f"cycles_{uuid.uuid4().hex[:6]}")
     started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     results: dict[str, list[dict]] = {}
     try:

@@ -46,7 +46,7 @@ def java_produce(settings: Settings, topic: str, records: list[dict], *, compres
     record (``{"txn": ...}`` lines, with a ``transactional_id``, are transaction steps, not records).
     ``config``: more producer settings (``{"batch.size": "104857600", "linger.ms": "2000"}``)."""
     lines = "".join(json.dumps(record) + "\n" for record in records)
-    args = [settings.kafka_bootstrap, topic, compression]
+    args = [settings.kafka.bootstrap, topic, compression]
     if transactional_id or config:
         args.append(transactional_id or "-")
     if config:

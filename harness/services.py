@@ -140,9 +140,9 @@ class ScratchDatabases:
         self._made: dict[tuple[str, str | None], ScratchDatabase] = {}
 
     def get(self, settings: Settings) -> ScratchDatabase:
-        key = (settings.mysql_url, settings.db_sql_mode or None)
+        key = (settings.database.url, settings.database.sql_mode or None)
         if key not in self._made:
-            self._made[key] = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create()
+            self._made[key] = ScratchDatabase(settings.database.url, sql_mode=settings.database.sql_mode).create()
         return self._made[key]
 
     def drop(self) -> None:
@@ -155,21 +155,21 @@ class ScratchDatabases:
 
 async def create_topics(settings: Settings, specs: list[TopicSpec]) -> None:
     """Create topics the way ``python -m app.admin create-topics`` does (same configs)."""
-    await kafka_ops.create_topics(settings.kafka_bootstrap, specs)
+    await kafka_ops.create_topics(settings.kafka.bootstrap, specs)
 
 
 async def delete_topics(settings: Settings, names: Iterable[str]) -> None:
-    await kafka_ops.delete_topics(settings.kafka_bootstrap, names)
+    await kafka_ops.delete_topics(settings.kafka.bootstrap, names)
 
 
 async def produce(settings: Settings, topic: str, records: Iterable[tuple[bytes | None, bytes | None]],
                   headers: list[tuple[str, bytes]] | None = None) -> int:
-    return len(await kafka_ops.produce(settings.kafka_bootstrap, topic, records, headers=headers))
+    return len(await kafka_ops.produce(settings.kafka.bootstrap, topic, records, headers=headers))
 
 
 async def consume_all(settings: Settings, topic: str, *, expect: int, timeout: float = 60.0) -> list:
     """Read ``topic`` from the beginning until ``expect`` records arrived (or ``timeout``)."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka.bootstrap, group_id=None,
                                 auto_offset_reset="earliest", enable_auto_commit=False,
                                 fetch_max_bytes=16 * 1024 * 1024, max_partition_fetch_bytes=8 * 1024 * 1024)
     await consumer.start()
@@ -186,18 +186,18 @@ async def consume_all(settings: Settings, topic: str, *, expect: int, timeout: f
 
 
 async def committed_offsets(settings: Settings, group: str, topic: str, partitions: int) -> dict[int, int]:
-    return await kafka_ops.committed_offsets(settings.kafka_bootstrap, group, topic, partitions)
+    return await kafka_ops.committed_offsets(settings.kafka.bootstrap, group, topic, partitions)
 
 
 async def end_offsets(settings: Settings, topic: str, partitions: int, *,
                       isolation_level: str = "read_uncommitted") -> dict[int, int]:
-    return await kafka_ops.end_offsets(settings.kafka_bootstrap, topic, partitions, isolation_level=isolation_level)
+    return await kafka_ops.end_offsets(settings.kafka.bootstrap, topic, partitions, isolation_level=isolation_level)
 
 
 async def rewind_group(settings: Settings, group: str, topic: str, partitions: int) -> None:
     """What ``kafka-consumer-groups --reset-offsets --to-earliest --execute`` does for a group
     with no member: its committed offsets on ``topic`` go back to 0."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=group, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, group_id=group, enable_auto_commit=False)
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]

@@ -15,6 +15,7 @@ from alembic.util import CommandError
 from sqlalchemy import create_engine, pool
 from sqlalchemy.exc import DBAPIError
 
+from app.adapters.mysql.tls import MySqlTls
 from app.adapters.mysql.preflight import Target, explain
 from app.adapters.mysql.engine import session_sql_mode, ssl_context
 from app.settings import get_settings
@@ -26,12 +27,12 @@ if config.config_file_name is not None:
 
 
 def sync_url() -> str:
-    url = context.get_x_argument(as_dictionary=True).get("url") or get_settings().mysql_url
+    url = context.get_x_argument(as_dictionary=True).get("url") or get_settings().database.url
     return url.replace("+aiomysql", "+pymysql")
 
 
 def connect_args() -> dict:
-    mode = context.get_x_argument(as_dictionary=True).get("sql_mode") or get_settings().db_sql_mode
+    mode = context.get_x_argument(as_dictionary=True).get("sql_mode") or get_settings().database.sql_mode
     return {"init_command": f"SET SESSION {session_sql_mode(mode)}"}
 
 
@@ -50,7 +51,7 @@ def run_migrations_online() -> None:
         connection = engine.connect()
     except DBAPIError as exc:
         # alembic prints a CommandError as "FAILED: <message>" and exits 1, without a traceback.
-        raise CommandError(f"cannot migrate: {explain(exc, settings.mysql_tls, Target.of(sync_url()))}") from None
+        raise CommandError(f"cannot migrate: {explain(exc, MySqlTls.from_settings(settings.database), Target.of(sync_url()))}") from None
     with connection:
         context.configure(connection=connection, target_metadata=metadata)
         with context.begin_transaction():

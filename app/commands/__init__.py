@@ -6,6 +6,7 @@ import contextlib
 import ssl
 from typing import AsyncIterator
 
+from app.adapters.mysql.tls import MySqlTls
 from app.adapters.mysql.preflight import Target, _causes, explain
 from app.settings import Settings
 
@@ -19,7 +20,7 @@ async def database_explained(settings: Settings) -> AsyncIterator[None]:
     except Exception as exc:
         if not any(_is_database_error(cause) for cause in _causes(exc)):
             raise
-        why = explain(exc, settings.mysql_tls, Target.of(settings.mysql_url))
+        why = explain(exc, MySqlTls.from_settings(settings.database), Target.of(settings.database.url))
         raise SystemExit(f"order-event-processor: cannot use the database: {why}") from None
 
 

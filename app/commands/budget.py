@@ -98,7 +98,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     async def budget(self, current: bool, **overrides) -> None:
         """Print the replay window, retention and size model of the dedup store."""
         model = runtime.capacity(**overrides)
-        budget_rows = settings.idem_capacity_budget_rows or model.rows
+        budget_rows = settings.operations.idem_capacity_budget_rows or model.rows
         now = None
         if current:
             async with database_explained(settings):

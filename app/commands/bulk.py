@@ -85,7 +85,7 @@ async def bulk_command(cmd, rt: Runtime, settings: Settings, command: str, job_i
         say({**job, "changed": changed}, _line(job))
         return
     f = selection_filter(selection)
-    cap = settings.bulk_max_rows
+    cap = settings.bulk.max_rows
     if dry_run or expect is None:
         found = await jobs.dry_run(f, cap=cap, sample=SAMPLE)
         say({"action": command, **found}, "\n".join(
@@ -102,7 +102,7 @@ async def bulk_command(cmd, rt: Runtime, settings: Settings, command: str, job_i
             raise SystemExit(1)
         expect = found["count"]
     try:
-        job = await jobs.create(command, f, expected=expect, tolerance_percent=settings.bulk_count_tolerance_percent,
+        job = await jobs.create(command, f, expected=expect, tolerance_percent=settings.bulk.count_tolerance_percent,
                                 cap=cap, actor=actor, note=note)
     except CountMoved as exc:
         raise SystemExit(f"refused: {exc.reason}") from None

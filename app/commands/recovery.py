@@ -23,6 +23,7 @@ import click
 import faust
 from faust.cli import argument, option
 
+from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.watermark import WatermarkTopic
 from app.bootstrap import Runtime
 from app.commands import database_explained
@@ -32,7 +33,7 @@ from app.settings import Settings
 
 async def kafka_remembers(settings: Settings) -> int | str:
     """The highest watermark of this deployment on its watermark topic, or why it cannot be read."""
-    topic = WatermarkTopic(settings.kafka, settings.store_watermark_topic, settings.app_id, timeout_seconds=5)
+    topic = WatermarkTopic(KafkaConnection.from_settings(settings.kafka), settings.kafka.store_watermark_topic, settings.app_id, timeout_seconds=5)
     try:
         await asyncio.wait_for(topic.start(), 15)
         return await asyncio.wait_for(topic.read(), 15)

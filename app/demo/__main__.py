@@ -14,6 +14,7 @@ import random
 import uuid
 from datetime import datetime, timezone
 
+from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka import ops as kafka_ops
 from app.settings import get_settings_or_exit
 
@@ -44,7 +45,7 @@ async def produce(orders: int) -> int:
             records.append((order_no.encode(), json.dumps(doc).encode()))
     records += random.sample(records, k=max(1, len(records) // 20))       # duplicates
     records += [(b"ORD-BROKEN", b"\xff not utf-8"), (b"ORD-BROKEN", b'{"type": "ORDER_PAID"}')]
-    await kafka_ops.produce(settings.kafka, settings.order_event_topic, records)
+    await kafka_ops.produce(KafkaConnection.from_settings(settings.kafka), settings.kafka.topic, records)
     return len(records)
 
 
@@ -53,7 +54,7 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=100)
     args = parser.parse_args()
     sent = asyncio.run(produce(args.orders))
-    print(f"demo: sent {sent} records for {args.orders} orders to {get_settings_or_exit().order_event_topic}")
+    print(f"demo: sent {sent} records for {args.orders} orders to {get_settings_or_exit().kafka.topic}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,6 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
                 return
             except (Fatal, Exception) as exc:
                 log.warning("a bulk job's chunk could not be worked: %r", exc, exc_info=not isinstance(exc, Fatal))
-            await asyncio.sleep(settings.bulk_timer_seconds if wait is None else wait)
+            await asyncio.sleep(settings.bulk.timer_seconds if wait is None else wait)
 
     return run_bulk_jobs

@@ -35,7 +35,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
                 # A worker that is stopping starts no new round, and closes nothing under the
                 # round in flight (Runtime.stop waits for it).
                 async with rt.working():
-                    ran = await rt.compensator.drain(rt.guard(), seconds=settings.compensation_timer_seconds,
+                    ran = await rt.compensator.drain(rt.guard(), seconds=settings.compensation.timer_seconds,
                                                      batch_size=settings.drain_batch_size)
             except RuntimeStopping:
                 return
@@ -46,6 +46,6 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
                 metrics.COMPENSATIONS.labels("due_run").inc(ran)
                 log.info("ran %d due dead letters", ran)
             else:
-                await rt.compensator.sleep_until_due(rt.guard(), settings.compensation_timer_seconds)
+                await rt.compensator.sleep_until_due(rt.guard(), settings.compensation.timer_seconds)
 
     return drain_due_compensations

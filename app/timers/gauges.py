@@ -26,14 +26,14 @@ log = logging.getLogger(__name__)
 
 async def refresh(rt: Runtime, settings: Settings, *, today: date | None = None) -> None:
     """Read and set every gauge; the database's and the broker's parts fail independently."""
-    metrics.STUCK_THRESHOLD.set(settings.stuck_pending_seconds)
-    metrics.COMPENSATION_SLA.set(settings.compensation_sla_seconds)
+    metrics.STUCK_THRESHOLD.set(settings.operations.stuck_pending_seconds)
+    metrics.COMPENSATION_SLA.set(settings.compensation.sla_seconds)
     budget = rt.budget_rows()
     metrics.IDEM_BUDGET.set(budget)
     try:
         await rt.clock.sync(rt.store)
-        g = await rt.watch.gauges(group=settings.app_id, stuck_after_seconds=settings.stuck_pending_seconds,
-                                  attempt_cap=settings.idem_max_attempts)
+        g = await rt.watch.gauges(group=settings.app_id, stuck_after_seconds=settings.operations.stuck_pending_seconds,
+                                  attempt_cap=settings.operations.idem_max_attempts)
         parts = await rt.partitions.list()
         recovering = await rt.recovery.open_age()
     except Exception as exc:
@@ -61,15 +61,15 @@ async def refresh(rt: Runtime, settings: Settings, *, today: date | None = None)
         log.warning("the consumer group's lag could not be read: %r", exc)
     else:
         for partition, value in lag.items():
-            metrics.CONSUMER_LAG.labels(settings.order_event_topic, str(partition)).set(value)
+            metrics.CONSUMER_LAG.labels(settings.kafka.topic, str(partition)).set(value)
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings):
     # The thresholds the alert rules compare with are known before the first refresh.
-    metrics.STUCK_THRESHOLD.set(settings.stuck_pending_seconds)
-    metrics.COMPENSATION_SLA.set(settings.compensation_sla_seconds)
+    metrics.STUCK_THRESHOLD.set(settings.operations.stuck_pending_seconds)
+    metrics.COMPENSATION_SLA.set(settings.compensation.sla_seconds)
 
-    @app.timer(interval=settings.metrics_refresh_seconds, name="refresh_gauges")
+    @app.timer(interval=settings.operations.metrics_refresh_seconds, name="refresh_gauges")
     async def refresh_gauges() -> None:
         if runtime.stopping:                # the worker is stopping: nothing to refresh for
             return

@@ -77,9 +77,9 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
             return
         try:
             rt = runtime.started()
-            if not await rt.leases.acquire(LEASE, rt.owner, 2 * settings.partition_timer_seconds):
+            if not await rt.leases.acquire(LEASE, rt.owner, 2 * settings.operations.partition_timer_seconds):
                 return
-            await maintain(rt.partitions, retention=rt.retention, ahead=settings.partitions_ahead)
+            await maintain(rt.partitions, retention=rt.retention, ahead=settings.operations.partitions_ahead)
         except Exception:
             log.exception("t_idem partition maintenance could not run this tick")
 
@@ -89,7 +89,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
         await asyncio.sleep(STARTUP_DELAY_SECONDS)
         await tick()
 
-    @app.timer(interval=settings.partition_timer_seconds, name="partition_maintenance")
+    @app.timer(interval=settings.operations.partition_timer_seconds, name="partition_maintenance")
     async def maintain_partitions() -> None:
         await tick()
 

@@ -138,26 +138,26 @@ class Sweep:
 
 def build(rt: Runtime, settings: Settings) -> Sweep:
     webhook = None
-    if settings.alert_webhook_url:
-        webhook = AlertWebhook(rt.alert_http, settings.alert_webhook_url, receiver=settings.app_id,
-                               external_url=settings.public_url, timeout_seconds=settings.alert_webhook_timeout_seconds,
-                               resend_seconds=settings.stuck_sweep_seconds)
-    return Sweep(rt.watch, group=settings.app_id, stuck_after=settings.stuck_pending_seconds,
-                 attempt_cap=settings.idem_max_attempts, sla=settings.compensation_sla_seconds,
-                 limit=settings.stuck_sweep_limit, console_url=settings.public_url, webhook=webhook,
-                 sweeper=settings.worker_id, letter_limit=settings.compensation_sweep_limit)
+    if settings.operations.alert_webhook_url:
+        webhook = AlertWebhook(rt.alert_http, settings.operations.alert_webhook_url, receiver=settings.app_id,
+                               external_url=settings.web.base_url, timeout_seconds=settings.operations.alert_webhook_timeout_seconds,
+                               resend_seconds=settings.operations.stuck_sweep_seconds)
+    return Sweep(rt.watch, group=settings.app_id, stuck_after=settings.operations.stuck_pending_seconds,
+                 attempt_cap=settings.operations.idem_max_attempts, sla=settings.compensation.sla_seconds,
+                 limit=settings.operations.stuck_sweep_limit, console_url=settings.web.base_url, webhook=webhook,
+                 sweeper=settings.worker_id, letter_limit=settings.operations.compensation_sweep_limit)
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings):
     sweeps: list[Sweep] = []        # built once, at the first tick, on the started runtime
 
-    @app.timer(interval=settings.stuck_sweep_seconds, name="stuck_sweep")
+    @app.timer(interval=settings.operations.stuck_sweep_seconds, name="stuck_sweep")
     async def sweep_stuck() -> None:
         if runtime.stopping:
             return
         try:
             rt = runtime.started()
-            if not await rt.leases.acquire(lease_name(LEASE, settings.app_id), rt.owner, 2 * settings.stuck_sweep_seconds):
+            if not await rt.leases.acquire(lease_name(LEASE, settings.app_id), rt.owner, 2 * settings.operations.stuck_sweep_seconds):
                 return
             if not sweeps:
                 sweeps.append(build(rt, settings))

@@ -51,14 +51,14 @@ def _batch_in_flight() -> bool:
 
 def register(app: faust.App, settings: Settings):
     """The watchdog's timer on ``app`` (none with ``WATCHDOG_ENABLED=false``)."""
-    if not settings.watchdog_enabled:
+    if not settings.kafka.watchdog_enabled:
         return None
-    bounds = Bounds(settings.watchdog_stall, settings.watchdog_rejoin_grace, settings.broker_rebalance_timeout_seconds)
+    bounds = Bounds(settings.kafka.watchdog_stall, settings.kafka.watchdog_rejoin_grace, settings.kafka.rebalance_timeout_seconds)
     probe = ConsumerProbe(app)
     state: dict[str, Watch] = {}
     metrics.WORKER_HEALTHY.set(1)
 
-    @app.timer(interval=settings.watchdog_interval_seconds, name="watchdog")
+    @app.timer(interval=settings.kafka.watchdog_interval_seconds, name="watchdog")
     async def watchdog() -> None:
         now = time.monotonic()
         observation = probe.read(_batch_in_flight())
@@ -67,7 +67,7 @@ def register(app: faust.App, settings: Settings):
         watch = state.setdefault("watch", Watch(bounds, now))
         before = watch.verdict
         if not before.healthy:
-            observation = replace(observation, bootstrap_answers=await bootstrap_answers(settings.kafka_bootstrap))
+            observation = replace(observation, bootstrap_answers=await bootstrap_answers(settings.kafka.bootstrap))
         verdict = watch.observe(observation, now)
         liveness.report(verdict)
         metrics.WORKER_HEALTHY.set(1 if verdict.healthy else 0)

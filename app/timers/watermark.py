@@ -12,7 +12,7 @@ from app.settings import Settings
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings):
-    @app.timer(interval=settings.store_watermark_seconds)
+    @app.timer(interval=settings.database.store_watermark_seconds)
     async def advance_store_watermark() -> None:
         rt = runtime.started()
         try:

@@ -65,7 +65,7 @@ def action_of(doc: dict) -> str:
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
-    cap, percent = settings.bulk_max_rows, settings.bulk_count_tolerance_percent
+    cap, percent = settings.bulk.max_rows, settings.bulk.count_tolerance_percent
 
     @app.page("/bulk/dry-run")
     class DryRun(View):

@@ -171,7 +171,7 @@ async def _detail(rt: Runtime, row: dict, key: bytes | None, value: bytes | None
     event and its order."""
     keys = [row["biz_key"]] if row.get("biz_key") else []
     try:
-        keys = step_keys(decode(key, value, max_bytes=rt.settings.max_event_bytes))
+        keys = step_keys(decode(key, value, max_bytes=rt.settings.batches.max_event_bytes))
     except MalformedEvent:
         pass
     row["idem"] = await rt.queries.idem(keys)

@@ -58,7 +58,7 @@ def json_response(data: Any, status: int = 200) -> web.Response:
 
 def access(settings: Settings):
     """The aiohttp middleware that guards every path (see the module docstring)."""
-    allowed = settings.allowed_hosts
+    allowed = settings.web.host_names
 
     @web.middleware
     async def guard(request: web.Request, handler):
@@ -95,7 +95,7 @@ def _hostname(host: str | None) -> str | None:
 def _token(request: web.Request, settings: Settings, *, read: bool) -> str:
     """The role of the request's token (:data:`OPERATOR` for ``WEB_TOKEN``, :data:`VIEWER` for
     ``WEB_READ_TOKEN`` when ``read``), or :class:`Refused`."""
-    tokens = [(OPERATOR, settings.web_token), (VIEWER, settings.web_read_token if read else None)]
+    tokens = [(OPERATOR, settings.web.token), (VIEWER, settings.web.read_token if read else None)]
     tokens = [(role, t) for role, t in tokens if t is not None]
     if not tokens:
         raise Refused(403, "reading the data views needs a token: set WEB_READ_TOKEN (or WEB_TOKEN) in the worker's "
@@ -165,7 +165,7 @@ def authorize(request: web.Request, settings: Settings) -> None:
 
 async def body(request: web.Request, settings: Settings) -> dict[str, Any]:
     """The JSON object of a POST (empty allowed), at most ``WEB_MAX_BODY_BYTES``."""
-    limit = settings.web_max_body_bytes
+    limit = settings.web.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise Refused(413, f"the body is over {limit} bytes")
     raw = await request.content.read(limit + 1)

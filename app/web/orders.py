@@ -64,8 +64,8 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             except Refused as exc:
                 return refused(exc)
             rt = runtime.started()
-            rows = await rt.queries.stuck(settings.stuck_pending_seconds, limit)
-            answer = {"older_than_seconds": settings.stuck_pending_seconds, "rows": rows}
+            rows = await rt.queries.stuck(settings.operations.stuck_pending_seconds, limit)
+            answer = {"older_than_seconds": settings.operations.stuck_pending_seconds, "rows": rows}
             return json_response(await as_seen(who, answer, rt.queries))
 
     @app.page("/idem/{biz_key}")

@@ -123,7 +123,7 @@ async def operations(url: str, settings, *, group: str, today: date, ledger_rows
     for name, (sql, params) in zip(("Queries.counts: by status", "Queries.counts: unsettled by reason"), counts_sql):
         plans.append(explain(url, name, sql, params))
     # A claim read as T1 sends it: the step keys of one 500-record batch of the workload.
-    events = [decode(k, v, max_bytes=1 << 20) for k, v in claim_records[:settings.batch_size]]
+    events = [decode(k, v, max_bytes=1 << 20) for k, v in claim_records[:settings.batches.size]]
     keys = sorted({key for event in events for key in step_keys(event)})
     dates = sorted({event.part_date for event in events})
     recorded: list = []
@@ -133,7 +133,7 @@ async def operations(url: str, settings, *, group: str, today: date, ledger_rows
     doc["findings"] = [{"name": p.name, "finding": p.finding, "sql": p.sql} for p in plans if p.finding]
 
     # -- the partition drop: the oldest whole months of the pre-fill, one at a time --
-    partitions = Partitions(store, hold_seconds=settings.partition_lock_wait_seconds)
+    partitions = Partitions(store, hold_seconds=settings.operations.partition_lock_wait_seconds)
     by_day = rows_by_day(prefill_rows, today)
     first_day = min(by_day) if by_day else today
     listed = await partitions.list()

@@ -80,7 +80,7 @@ async def stream(settings, topic: str, prefix: str, run: Run, stop: asyncio.Even
     """Fresh orders, CREATED then PAID, ``CHUNK`` events every ``CHUNK / RATE`` seconds on
     one idempotent acks=all producer (kafka_ops.produce's settings; one producer for the
     whole stream, since starting one per tick would cost more than a tick)."""
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True,
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap, acks="all", enable_idempotence=True,
                                 linger_ms=5, max_request_size=EVENT_MAX_MESSAGE_BYTES)
     await producer.start()
     pending = []
@@ -106,9 +106,9 @@ async def stream_then_stop(settings, pair, worker, kind: str, prefix: str) -> Ru
     interval after a commit; read the offsets; end the stream."""
     run, stop = Run(), asyncio.Event()
     producing = asyncio.create_task(stream(settings, pair.events, prefix, run, stop))
-    interval = settings.broker_commit_interval_seconds
+    interval = settings.kafka.commit_interval_seconds
     try:
-        async with kafka_ops.admin(settings.kafka_bootstrap) as client:
+        async with kafka_ops.admin(settings.kafka.bootstrap) as client:
             offsets = kafka_ops.CommittedOffsets(client, pair.group, pair.events)
             started, last = time.monotonic(), 0
             deadline = started + STEADY_SECONDS + 4 * interval
@@ -137,7 +137,7 @@ async def stream_then_stop(settings, pair, worker, kind: str, prefix: str) -> Ru
             # past these end offsets (read after its exit, so they can only be larger).
             run.committed = await offsets.read()
             run.committed = {p: run.committed.get(p, 0) for p in range(pair.partitions)}
-        run.end = await kafka_ops.end_offsets(settings.kafka_bootstrap, pair.events, pair.partitions)
+        run.end = await kafka_ops.end_offsets(settings.kafka.bootstrap, pair.events, pair.partitions)
     finally:
         stop.set()
         await producing
@@ -164,13 +164,13 @@ def done(db, keys: list[str]) -> set[str]:
 def model(settings, rate: float, partitions: int):
     """The capacity model with the worker's own settings, one worker at the measured rate."""
     inputs = Inputs(rate=rate, peak_rate=rate, worker_max_rate=rate, partitions=partitions, workers=1,
-                    retention_days=settings.idem_retention_days,
-                    commit_interval=settings.broker_commit_interval_seconds,
-                    commit_every=settings.broker_commit_every, max_poll_records=settings.broker_max_poll_records,
-                    batch_size=settings.batch_size, batch_within=settings.batch_within_seconds,
-                    keys_per_event=keys_per_event(), row_bytes=settings.capacity_row_bytes,
-                    offsets_retention_days=settings.kafka_offsets_retention_days,
-                    outage_sla_days=settings.capacity_outage_sla_days, dead_letter_days=0)
+                    retention_days=settings.operations.idem_retention_days,
+                    commit_interval=settings.kafka.commit_interval_seconds,
+                    commit_every=settings.kafka.commit_every, max_poll_records=settings.kafka.max_poll_records,
+                    batch_size=settings.batches.size, batch_within=settings.batches.within_seconds,
+                    keys_per_event=keys_per_event(), row_bytes=settings.operations.capacity_row_bytes,
+                    offsets_retention_days=settings.operations.kafka_offsets_retention_days,
+                    outage_sla_days=settings.operations.capacity_outage_sla_days, dead_letter_days=0)
     return budget(inputs).w_kill, window(inputs, rate)
 
 
@@ -199,7 +199,7 @@ def test_replay_window_after_a_stop_mid_stream(kind, settings, topics, spawn_wor
                              *orders) == len(orders)
     second.stop()
 
-    rate, recent = run.rate(), run.rate(since=run.stopped_at - settings.broker_commit_interval_seconds)
+    rate, recent = run.rate(), run.rate(since=run.stopped_at - settings.kafka.commit_interval_seconds)
     bound, (acked, in_flight) = model(settings, rate, pair.partitions)
     uncommitted = sum(run.end.values()) - sum(run.committed.values())
     figures = {"kill": kind, "rate": round(rate, 1), "rate_last_interval": round(recent, 1), "W": w,

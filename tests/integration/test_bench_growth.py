@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture()
 def growth_db(settings):
-    db = ScratchDatabase(settings.mysql_url).create()
+    db = ScratchDatabase(settings.database.url).create()
     yield db
     db.drop()
 

@@ -136,7 +136,7 @@ def run(settings: Settings, scratch_db: ScratchDatabase, tmp_path_factory):
     try:
         started_at = time.time()
         shape, records = plan()
-        placed = asyncio.run(kafka_ops.produce(settings.kafka_bootstrap, events, [r for _, r in records]))
+        placed = asyncio.run(kafka_ops.produce(settings.kafka.bootstrap, events, [r for _, r in records]))
         env = worker_env(MYSQL_URL=scratch_db.url, WORKER_ID=f"chk-{suffix}", ORDER_EVENT_TOPIC=events, DLQ_TOPIC=dlq,
                          APP_ID=group, ORDER_EVENT_PARTITIONS=str(PARTITIONS), DLQ_PARTITIONS="1",
                          **fakes.env(), **FAST)
@@ -160,7 +160,7 @@ def run(settings: Settings, scratch_db: ScratchDatabase, tmp_path_factory):
         parts = urlsplit(scratch_db.url)
         manifest = {
             "seed": 0, "mode": "short", "started_at": started_at, "storm_ended_at": drained_at,
-            "drained_at": drained_at, "bootstrap": settings.kafka_bootstrap,
+            "drained_at": drained_at, "bootstrap": settings.kafka.bootstrap,
             "mysql": {"host": parts.hostname, "port": parts.port or 3306, "user": parts.username,
                       "password": parts.password or "", "database": parts.path.lstrip("/")},
             "events_topic": events, "dlq_topic": dlq, "group": group, "partitions": PARTITIONS,
@@ -376,7 +376,7 @@ def test_effects_the_pipeline_never_made_and_a_record_nobody_read(run: Run):
 
     post("/v1/waybills", {"order_no": confirmed, "address": "1 Test Road"}, {"Idempotency-Key": "another-token"})
     post("/v1/sms", {"phone": "+8613800000000", "text": f"Order {cancelled} was cancelled: again"}, {})
-    asyncio.run(kafka_ops.produce(run.settings.kafka_bootstrap, run.manifest["events_topic"],
+    asyncio.run(kafka_ops.produce(run.settings.kafka.bootstrap, run.manifest["events_topic"],
                                   [(confirmed.encode(), json.dumps(event(confirmed, "ORDER_CANCEL")).encode())]))
     report = run.check()
     assert not report.ok

@@ -153,7 +153,7 @@ async def test_a_replay_or_two_workers_writing_the_same_letters_count_each_once(
 
 
 def test_the_migration_gives_the_rows_written_before_it_their_groups_and_counts(settings):
-    db = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create(migrated=False)
+    db = ScratchDatabase(settings.database.url, sql_mode=settings.database.sql_mode).create(migrated=False)
     try:
         db.migrate("0009")
         for i, (reason, message) in enumerate([("effect_unavailable", "logistics for ORD-20261201-A1: answered 503"),

@@ -126,7 +126,7 @@ def test_an_order_in_two_partitions_is_never_in_two_batches_in_flight_at_once(se
 async def produce_to(settings, topic: str, records) -> None:
     """``(partition, (key, value))``: each record to the partition given, not the key's."""
     producer = AIOKafkaProducer(acks="all", enable_idempotence=True,
-                                **kafka_ops.connection_of(settings.kafka_bootstrap).client_options())
+                                **kafka_ops.connection_of(settings.kafka.bootstrap).client_options())
     await producer.start()
     try:
         sent = [await producer.send(topic, value=value, key=key, partition=partition)

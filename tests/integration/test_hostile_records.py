@@ -134,7 +134,7 @@ def test_a_header_key_that_is_not_utf8_is_dead_lettered_with_its_raw_headers(set
     run = Run(settings, topics, spawn_worker, scratch_db, "RAWHDR")
     doc = event(order_no(prefix="RAWHDR"), "ORDER_CREATED")
     key, value = record(doc)
-    subprocess.run([kcat, "-P", "-b", settings.kafka_bootstrap, "-t", run.pair.events, "-p", "0", "-k", key,
+    subprocess.run([kcat, "-P", "-b", settings.kafka.bootstrap, "-t", run.pair.events, "-p", "0", "-k", key,
                     b"-H", b"\xff\xfebad=1", b"-H", b"trace=t-9"], input=value, check=True, timeout=60)
     run.finish()
     [letter] = run.letters(1)
@@ -180,7 +180,7 @@ def test_megabytes_of_raw_header_keys_fit_the_dead_letter_topic(settings, topics
     run = Run(settings, topics, spawn_worker, scratch_db, "HDR5M")
     doc = event(order_no(prefix="HDR5M"), "ORDER_CREATED")
     key, value = record(doc)
-    args = [kcat, "-P", "-b", settings.kafka_bootstrap, "-t", run.pair.events, "-p", "0", "-k", key,
+    args = [kcat, "-P", "-b", settings.kafka.bootstrap, "-t", run.pair.events, "-p", "0", "-k", key,
             "-X", "message.max.bytes=9000000"]
     for i in range(50):
         args += [b"-H", b"\xff\xfek%d=" % i + b"v" * 100_000]

@@ -49,7 +49,7 @@ def closer():
 
 
 def test_a_first_broker_that_drops_every_connection_is_skipped_for_the_next(closer):
-    shared = Settings().kafka_bootstrap
+    shared = Settings().kafka.bootstrap
     conn = KafkaConnection(bootstrap=f"127.0.0.1:{closer.port},{shared}")
     asyncio.run(preflight(conn, wait_seconds=0))
     assert closer.accepted >= 1
@@ -64,7 +64,7 @@ def test_brokers_that_all_drop_the_connection_are_waited_for_not_refused(closer)
 
 
 def test_tls_against_a_plaintext_listener_is_named_at_once():
-    conn = KafkaConnection(bootstrap=Settings().kafka_bootstrap, security_protocol="SSL")
+    conn = KafkaConnection(bootstrap=Settings().kafka.bootstrap, security_protocol="SSL")
     with pytest.raises(KafkaStartupError) as raised:
         asyncio.run(preflight(conn, wait_seconds=60))
     assert not raised.value.retriable

@@ -26,7 +26,7 @@ GROUP, ORDER = "g-read-bounds", "ORD-20261201-LOOPTEST"
 @pytest.fixture(scope="module")
 def flooded(settings):
     """A database of its own: ``FLOOD`` manual rows (``ONE_ORDER`` of one order), 300 open, 20 retrying."""
-    db = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create()
+    db = ScratchDatabase(settings.database.url, sql_mode=settings.database.sql_mode).create()
     with db.connect() as conn, conn.cursor() as cur:
         cur.execute("SET SESSION time_zone = '+00:00'")
         cur.execute(flood_statement(1, FLOOD, ONE_ORDER, group=GROUP, order=ORDER))

@@ -43,7 +43,7 @@ def _keys_sorted(create: str) -> str:
 def test_each_revision_downgrades_to_exactly_the_schema_before_it(settings):
     script = ScriptDirectory.from_config(Config(str(ROOT / "alembic.ini")))
     revisions = [r.revision for r in reversed(list(script.walk_revisions()))]
-    db = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create(migrated=False)
+    db = ScratchDatabase(settings.database.url, sql_mode=settings.database.sql_mode).create(migrated=False)
     try:
         previous = "base"
         for revision in revisions:
@@ -58,7 +58,7 @@ def test_each_revision_downgrades_to_exactly_the_schema_before_it(settings):
 
 
 def test_upgrade_downgrade_upgrade_and_schema_matches_metadata(settings):
-    db = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create(migrated=False)
+    db = ScratchDatabase(settings.database.url, sql_mode=settings.database.sql_mode).create(migrated=False)
     try:
         db.migrate()
         db.migrate("base", down=True)
@@ -81,7 +81,7 @@ def test_the_walking_skeletons_rows_get_the_date_in_their_key_or_1970(settings):
              "ORD-20250229-4": "1970-01-01", "ORD-20260230-5": "1970-01-01", "ORD-20261100-6": "1970-01-01",
              "ORD-20261301-7": "1970-01-01", "ORD-00000000-8": "1970-01-01", "ORD-09991231-9": "1970-01-01",
              "ORD-2026XX29-a": "1970-01-01", "ORD-2026113": "1970-01-01", "x": "1970-01-01"}
-    db = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create(migrated=False)
+    db = ScratchDatabase(settings.database.url, sql_mode=settings.database.sql_mode).create(migrated=False)
     try:
         db.migrate("0001")
         for key in dates:

@@ -101,7 +101,7 @@ def plant_stuck_row(db: ScratchDatabase) -> None:
 @pytest.fixture(scope="module")
 def scraped(settings):
     """A worker with traffic behind it, and a Prometheus that has scraped it."""
-    db = ScratchDatabase(settings.mysql_url).create()
+    db = ScratchDatabase(settings.database.url).create()
     pair = Topics(settings, partitions=2)
     specs = topic_specs(settings.model_copy(update={"order_event_partitions": 2, "dlq_partitions": 1}),
                         events=pair.events, dlq=pair.dlq)

@@ -41,7 +41,7 @@ RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 @pytest.fixture(scope="module")
 def ops_db(settings):
     """A database of its own: the sweep reads every pending row, and others' tests leave some."""
-    db = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create()
+    db = ScratchDatabase(settings.database.url, sql_mode=settings.database.sql_mode).create()
     yield db
     db.drop()
 

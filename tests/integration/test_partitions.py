@@ -50,7 +50,7 @@ def fresh_db(settings):
     made: list[ScratchDatabase] = []
 
     def make(*, migrated: bool = True) -> ScratchDatabase:
-        db = ScratchDatabase(settings.mysql_url, sql_mode=settings.db_sql_mode).create(migrated=migrated)
+        db = ScratchDatabase(settings.database.url, sql_mode=settings.database.sql_mode).create(migrated=migrated)
         made.append(db)
         return db
 

@@ -313,7 +313,7 @@ async def produce_each(settings, topic: str, stream: list[Produced]) -> None:
     base = int(time.time() * 1000)
     for i, item in enumerate(stream):
         item.timestamp_ms = base + i
-    placed = await kafka_ops.produce(settings.kafka_bootstrap, topic,
+    placed = await kafka_ops.produce(settings.kafka.bootstrap, topic,
                                      [(item.key, item.value, list(item.headers) or None) for item in stream],
                                      timestamps=[item.timestamp_ms for item in stream])
     for item, (partition, offset) in zip(stream, placed):

@@ -26,7 +26,7 @@ FAUST = Path(sys.executable).parent / "faust"
 
 @pytest.fixture
 def db(settings):
-    scratch = ScratchDatabase(settings.mysql_url).create()
+    scratch = ScratchDatabase(settings.database.url).create()
     yield scratch
     scratch.drop()
 
@@ -73,7 +73,7 @@ async def test_a_connection_to_another_server_opens_a_window_and_records_the_new
     assert window["opened_by"] == f"worker:{settings.worker_id}" and window["ended_at"] is None
     assert "old-primary:3306#1" in window["reason"] and here in window["reason"]
     hours = (window["ends_at"] - window["opened_at"]).total_seconds() / 3600
-    assert abs(hours - settings.recovery_auto_hours) < 0.01
+    assert abs(hours - settings.database.recovery_auto_hours) < 0.01
     assert db.scalar("SELECT server FROM t_store_server WHERE id = 1") == here
     assert metrics.STORE_SERVER_CHANGES._value.get() == before + 1
     [line] = [r.getMessage() for r in caplog.records if "database server changed" in r.getMessage()]

@@ -43,7 +43,7 @@ def client_args(url: str) -> list[str]:
 
 @pytest.fixture
 def db(settings):
-    scratch = ScratchDatabase(settings.mysql_url).create()
+    scratch = ScratchDatabase(settings.database.url).create()
     yield scratch
     scratch.drop()
 

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def behind(settings):
-    db = ScratchDatabase(settings.mysql_url).create(migrated=False)
+    db = ScratchDatabase(settings.database.url).create(migrated=False)
     db.migrate("0007")
     yield db
     db.drop()

@@ -43,7 +43,7 @@ async def session_mode(settings, db) -> str:
 
 
 async def test_the_engine_and_the_tests_own_sessions_have_the_mode(settings, scratch_db):
-    expected = set((settings.db_sql_mode or scratch_db.scalar("SELECT @@GLOBAL.sql_mode")).split(","))
+    expected = set((settings.database.sql_mode or scratch_db.scalar("SELECT @@GLOBAL.sql_mode")).split(","))
     assert set((await session_mode(settings, scratch_db)).split(",")) == expected      # the server sorts them
     assert set(scratch_db.scalar("SELECT @@SESSION.sql_mode").split(",")) == expected
 
@@ -70,7 +70,7 @@ def test_a_server_mode_with_no_backslash_escapes_loses_that_mode_alone(settings,
 @sql_modes.server_only
 def test_the_migrations_session_takes_the_mode(settings):
     """A mode the server refuses stops the migration: it reached the migration's session."""
-    db = ScratchDatabase(settings.mysql_url, sql_mode="NO_SUCH_MODE").create(migrated=False)
+    db = ScratchDatabase(settings.database.url, sql_mode="NO_SUCH_MODE").create(migrated=False)
     try:
         with pytest.raises(CommandError, match="refused our session .*1231.*NO_SUCH_MODE"):   # ER_WRONG_VALUE_FOR_VAR
             db.migrate()
@@ -137,7 +137,7 @@ async def test_a_lease_taken_over_is_live_however_the_server_orders_the_assignme
     """MariaDB's SIMULTANEOUS_ASSIGNMENT evaluates every assignment of an ``ON DUPLICATE KEY
     UPDATE`` from the row as it was: a lease whose expiry moved only if the *new* owner was us
     was taken over already expired, and the next worker took it at once."""
-    mode = ",".join(filter(None, [settings.db_sql_mode or scratch_db.scalar("SELECT @@GLOBAL.sql_mode"),
+    mode = ",".join(filter(None, [settings.database.sql_mode or scratch_db.scalar("SELECT @@GLOBAL.sql_mode"),
                                   assignment]))
     engine = create_engine(settings.model_copy(update={"db_sql_mode": mode}), url=scratch_db.url)
     try:

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.topics import topic_specs
 from app.adapters.kafka.watermark import TopicMissing, WatermarkTopic
@@ -20,13 +21,13 @@ async def topic(settings):
     name = f"test-store-watermark-{uuid.uuid4().hex[:8]}"
     [spec] = [s for s in topic_specs(settings.model_copy(update={"store_watermark_topic": name}))
               if s.name == name]
-    await kafka_ops.create_topics(settings.kafka, [spec])
+    await kafka_ops.create_topics(KafkaConnection.from_settings(settings.kafka), [spec])
     yield name
-    await kafka_ops.delete_topics(settings.kafka, [name])
+    await kafka_ops.delete_topics(KafkaConnection.from_settings(settings.kafka), [name])
 
 
 async def opened(settings, name: str, key: str) -> WatermarkTopic:
-    reader = WatermarkTopic(settings.kafka, name, key)
+    reader = WatermarkTopic(KafkaConnection.from_settings(settings.kafka), name, key)
     await reader.start()
     return reader
 
@@ -50,7 +51,7 @@ async def test_a_reader_finds_the_highest_of_its_deployment_whatever_the_order(s
 
 
 async def test_a_missing_topic_is_said_with_what_to_run(settings):
-    reader = WatermarkTopic(settings.kafka, f"test-no-such-topic-{uuid.uuid4().hex[:8]}", "group-a")
+    reader = WatermarkTopic(KafkaConnection.from_settings(settings.kafka), f"test-no-such-topic-{uuid.uuid4().hex[:8]}", "group-a")
     try:
         with pytest.raises(TopicMissing, match="create-topics"):
             await reader.start()

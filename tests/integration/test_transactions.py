@@ -35,7 +35,7 @@ class Upstream:
 
     def __init__(self, settings, topic: str, compression: str | None) -> None:
         self.settings, self.topic = settings, topic
-        self.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, compression_type=compression,
+        self.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap, compression_type=compression,
                                          transactional_id=f"test-upstream-{uuid.uuid4().hex[:8]}",
                                          enable_idempotence=True, linger_ms=5)
 
@@ -53,7 +53,7 @@ class Upstream:
                 await self.producer.send(self.topic, value=value, key=key)
 
     async def plain(self, docs: list[dict]) -> None:
-        await kafka_ops.produce(self.settings.kafka_bootstrap, self.topic, [record(d) for d in docs])
+        await kafka_ops.produce(self.settings.kafka.bootstrap, self.topic, [record(d) for d in docs])
 
 
 class _aborting:

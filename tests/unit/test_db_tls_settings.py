@@ -89,15 +89,15 @@ def test_the_environment_is_read_like_every_other_setting(pems, monkeypatch):
     monkeypatch.setenv("MYSQL_SSL_KEY", str(pems / "client.key"))
     monkeypatch.setenv("MYSQL_SSL_CA", "")              # empty: unset
     monkeypatch.setenv("MYSQL_SSL_VERIFY_IDENTITY", "false")
-    assert Settings().mysql_tls == MySqlTls(mode="verify", cert=str(pems / "client.pem"),
+    assert MySqlTls.from_settings(Settings().database) == MySqlTls(mode="verify", cert=str(pems / "client.pem"),
                                             key=str(pems / "client.key"), verify_identity=False)
 
 
 # -- what the drivers get --------------------------------------------------------------------------
 
 def test_without_settings_there_is_no_tls():
-    assert Settings().mysql_tls.mode == "disabled" and ssl_context(Settings()) is None
-    assert Settings(mysql_ssl_ca="", mysql_ssl_cert="", mysql_ssl_key="").mysql_tls.enabled is False
+    assert MySqlTls.from_settings(Settings().database).mode == "disabled" and ssl_context(Settings()) is None
+    assert MySqlTls.from_settings(Settings(mysql_ssl_ca="", mysql_ssl_cert="", mysql_ssl_key="").database).enabled is False
 
 
 def test_a_ca_means_the_certificate_and_the_host_name_are_checked(pems):
@@ -111,12 +111,12 @@ def test_a_ca_means_the_certificate_and_the_host_name_are_checked(pems):
 def test_required_encrypts_without_checking_and_verify_alone_uses_the_system_cas(pems):
     required = Settings(mysql_ssl_mode="REQUIRED", mysql_ssl_cert=str(pems / "client.pem"),
                         mysql_ssl_key=str(pems / "client.key"))
-    assert required.mysql_tls.mode == "required"
+    assert MySqlTls.from_settings(required.database).mode == "required"
     context = ssl_context(required)
     assert context.verify_mode == ssl.CERT_NONE and context.check_hostname is False
     system = ssl_context(Settings(mysql_ssl_mode="verify"))
     assert system.verify_mode == ssl.CERT_REQUIRED and system.check_hostname is True
-    assert "the system CAs" in Settings(mysql_ssl_mode="verify").mysql_tls.describe()
+    assert "the system CAs" in MySqlTls.from_settings(Settings(mysql_ssl_mode="verify").database).describe()
 
 
 # -- refusals explained ----------------------------------------------------------------------------

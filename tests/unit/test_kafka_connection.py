@@ -20,13 +20,13 @@ def secure(**overrides) -> Settings:
 
 
 def test_plaintext_is_the_default_and_needs_nothing():
-    options = Settings().kafka.client_options()
+    options = KafkaConnection.from_settings(Settings().kafka).client_options()
     assert options == {"bootstrap_servers": "127.0.0.1:9092", "security_protocol": "PLAINTEXT"}
-    assert Settings().kafka.faust_credentials() is None
+    assert KafkaConnection.from_settings(Settings().kafka).faust_credentials() is None
 
 
 def test_sasl_ssl_gives_every_client_the_mechanism_the_user_the_password_and_a_tls_context():
-    options = secure().kafka.client_options()
+    options = KafkaConnection.from_settings(secure().kafka).client_options()
     assert options["bootstrap_servers"] == "10.0.0.1:9093,10.0.0.2:9093"
     assert options["security_protocol"] == "SASL_SSL"
     assert options["sasl_mechanism"] == "SCRAM-SHA-512"
@@ -35,7 +35,7 @@ def test_sasl_ssl_gives_every_client_the_mechanism_the_user_the_password_and_a_t
 
 
 def test_faust_gets_the_same_credentials():
-    credentials = secure().kafka.faust_credentials()
+    credentials = KafkaConnection.from_settings(secure().kafka).faust_credentials()
     assert (credentials.username, credentials.password, credentials.mechanism.value) == ("orders", PASSWORD,
                                                                                           "SCRAM-SHA-512")
     assert credentials.protocol.value == "SASL_SSL"
@@ -43,7 +43,7 @@ def test_faust_gets_the_same_credentials():
 
 
 def test_the_password_is_in_no_repr_and_no_description():
-    conn = secure().kafka
+    conn = KafkaConnection.from_settings(secure().kafka)
     for text in (repr(conn), str(conn), conn.describe(), repr(secure())):
         assert PASSWORD not in text
     assert "SCRAM-SHA-512 as 'orders'" in conn.describe()
@@ -97,5 +97,5 @@ def test_a_file_that_is_no_certificate_is_refused_by_name(tmp_path):
 
 def test_a_bare_broker_list_is_a_plaintext_connection():
     assert connection_of("127.0.0.1:9092").security_protocol == "PLAINTEXT"
-    assert Settings(kafka_broker="kafka://a:1;kafka://b:2,kafka://c:3").kafka_faust_broker == \
+    assert Settings(kafka_broker="kafka://a:1;kafka://b:2,kafka://c:3").kafka.faust_broker == \
         "kafka://a:1;kafka://b:2;kafka://c:3"

@@ -68,9 +68,9 @@ def test_a_row_keeps_the_token_it_was_claimed_with():
 
 def test_settings_without_a_secret_say_how_to_make_one_and_show_no_value():
     with pytest.raises(SettingsError, match="IDEM_TOKEN_SECRET is not set"):
-        Settings(idem_token_secret=None).step_tokens()
+        StepTokens(Settings(idem_token_secret=None).effects.token_key())
     with pytest.raises(SettingsError):
-        Settings(idem_token_secret="   ").step_tokens()      # spaces are no secret
+        StepTokens(Settings(idem_token_secret="   ").effects.token_key())      # spaces are no secret
 
 
 def test_a_worker_without_a_secret_does_not_start():

@@ -1,8 +1,8 @@
 """How every Kafka client of the project connects: brokers, security protocol, credentials, certificates.
 
-One :class:`KafkaConnection` is built from the settings (``Settings.kafka``); every client (Faust's
-consumer and producer, the dead-letter producer, the admin client, the lag reader, the demo
-producer, the benchmark, the chaos suite) takes its options from :meth:`KafkaConnection.client_options`
+One :class:`KafkaConnection` is built from the settings (``KafkaConnection.from_settings(settings.kafka)``);
+every client (Faust's consumer and producer, the dead-letter producer, the admin client, the lag reader,
+the demo producer, the benchmark, the chaos suite) takes its options from :meth:`KafkaConnection.client_options`
 or :meth:`KafkaConnection.faust_credentials`, and nothing else reads the ``KAFKA_SASL_*`` and
 ``KAFKA_SSL_*`` settings.
 
@@ -20,20 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import ssl
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from pydantic import SecretStr
+
+from app.settings.kafka import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaSettings, brokers, check_security
 
 log = logging.getLogger(__name__)
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
-SECURITY_PROTOCOLS: tuple[str, ...] = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+__all__ = ["SASL_MECHANISMS", "SECURITY_PROTOCOLS", "KafkaConfigError", "KafkaConnection", "KafkaStartupError",
+           "connection_of", "preflight"]
 
 
 class KafkaConfigError(ValueError):
@@ -62,6 +63,15 @@ class KafkaConnection:
     ssl_keyfile: str | None = None
     ssl_check_hostname: bool = True
 
+    @classmethod
+    def from_settings(cls, kafka: KafkaSettings) -> "KafkaConnection":
+        """How every Kafka client connects (the only reader of the KAFKA_SASL_*/KAFKA_SSL_* settings)."""
+        return cls(bootstrap=kafka.bootstrap, security_protocol=kafka.security_protocol,
+                   sasl_mechanism=kafka.sasl_mechanism, sasl_username=kafka.sasl_username,
+                   sasl_password=kafka.sasl_password, ssl_cafile=kafka.ssl_cafile,
+                   ssl_certfile=kafka.ssl_certfile, ssl_keyfile=kafka.ssl_keyfile,
+                   ssl_check_hostname=kafka.ssl_check_hostname)
+
     def __post_init__(self) -> None:
         if isinstance(self.sasl_password, str):
             object.__setattr__(self, "sasl_password", SecretStr(self.sasl_password))
@@ -78,38 +88,18 @@ class KafkaConnection:
 
     @property
     def brokers(self) -> list[tuple[str, int]]:
-        found = []
-        for item in self.bootstrap.split(","):
-            host, _, port = item.strip().rpartition(":")
-            found.append((host.strip("[]") or "127.0.0.1", int(port or 9092)))
-        return found
+        return brokers(self.bootstrap)
 
     def check(self) -> None:
-        """Refuse settings that cannot work, naming the settings to change."""
-        if self.security_protocol not in SECURITY_PROTOCOLS:
-            raise KafkaConfigError(f"KAFKA_SECURITY_PROTOCOL={self.security_protocol!r}: expected one of "
-                                   f"{', '.join(SECURITY_PROTOCOLS)}")
-        if self.uses_sasl:
-            if self.sasl_mechanism not in SASL_MECHANISMS:
-                raise KafkaConfigError(f"KAFKA_SASL_MECHANISM={self.sasl_mechanism!r}: expected one of "
-                                       f"{', '.join(SASL_MECHANISMS)}")
-            if not self.sasl_username or self.sasl_password is None or not self.sasl_password.get_secret_value():
-                raise KafkaConfigError(f"KAFKA_SECURITY_PROTOCOL={self.security_protocol} needs "
-                                       "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD")
-        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
-            raise KafkaConfigError("KAFKA_SSL_CERTFILE and KAFKA_SSL_KEYFILE go together (a client certificate "
-                                   "and its private key, for mTLS): set both or neither")
-        if not self.uses_tls and (self.ssl_cafile or self.ssl_certfile):
-            raise KafkaConfigError(f"KAFKA_SSL_* is set but KAFKA_SECURITY_PROTOCOL={self.security_protocol} does "
-                                   "not use TLS: set it to SSL or SASL_SSL, or unset the certificate settings")
-        for name, path in (("KAFKA_SSL_CAFILE", self.ssl_cafile), ("KAFKA_SSL_CERTFILE", self.ssl_certfile),
-                           ("KAFKA_SSL_KEYFILE", self.ssl_keyfile)):
-            if path and not os.path.isfile(path):
-                raise KafkaConfigError(f"{name}={path}: no such file")
+        """Refuse settings that cannot work, naming the settings to change (the rules are the settings':
+        :func:`app.settings.kafka.check_security`)."""
         try:
-            self.brokers
-        except ValueError:
-            raise KafkaConfigError(f"KAFKA_BROKER must list host:port pairs, got {self.bootstrap!r}") from None
+            check_security(bootstrap=self.bootstrap, security_protocol=self.security_protocol,
+                           sasl_mechanism=self.sasl_mechanism, sasl_username=self.sasl_username,
+                           sasl_password=self.sasl_password, ssl_cafile=self.ssl_cafile,
+                           ssl_certfile=self.ssl_certfile, ssl_keyfile=self.ssl_keyfile)
+        except ValueError as exc:
+            raise KafkaConfigError(str(exc)) from None
 
     def describe(self) -> str:
         """For log lines and the start-up banner: everything but the password."""
@@ -123,9 +113,6 @@ class KafkaConnection:
             if not self.ssl_check_hostname:
                 parts.append("host names NOT checked")
         return ", ".join(parts)
-
-    def with_bootstrap(self, bootstrap: str) -> "KafkaConnection":
-        return replace(self, bootstrap=bootstrap)
 
     # -- what clients get --------------------------------------------------------------------
     def ssl_context(self) -> ssl.SSLContext | None:

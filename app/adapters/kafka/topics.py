@@ -39,11 +39,11 @@ WATERMARK_CONFIG = {"cleanup.policy": "compact", "segment.ms": str(3600 * 1000),
 def topic_specs(settings: Settings, *, events: str | None = None, dlq: str | None = None) -> list[TopicSpec]:
     """``order-event``, ``order-event-dlq`` and the watermark topic as the settings want them
     (other names for tests)."""
-    extra = durability(settings.topic_replication)
+    extra = durability(settings.kafka.replication)
     return [
-        TopicSpec(events or settings.order_event_topic, settings.order_event_partitions, settings.topic_replication,
+        TopicSpec(events or settings.kafka.topic, settings.kafka.partitions, settings.kafka.replication,
                   {"max.message.bytes": str(EVENT_MAX_MESSAGE_BYTES), **extra}),
-        TopicSpec(dlq or settings.dlq_topic, settings.dlq_partitions, settings.topic_replication,
+        TopicSpec(dlq or settings.kafka.dlq_topic, settings.kafka.dlq_partitions, settings.kafka.replication,
                   {"retention.ms": str(DLQ_RETENTION_MS), "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES), **extra}),
-        TopicSpec(settings.store_watermark_topic, 1, settings.topic_replication, {**WATERMARK_CONFIG, **extra}),
+        TopicSpec(settings.kafka.store_watermark_topic, 1, settings.kafka.replication, {**WATERMARK_CONFIG, **extra}),
     ]

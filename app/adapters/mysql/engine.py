@@ -11,6 +11,7 @@ import ssl
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from app.adapters.mysql.tls import MySqlTls
 from app.adapters.mysql import recovery
 from app.settings import Settings
 
@@ -30,7 +31,7 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
     CLI, Alembic, the benchmarks, the tests' own PyMySQL connections), from ``MYSQL_SSL_*``; None
     without TLS. A driver given one refuses a server that offers no TLS instead of falling back
     to plaintext (``app.adapters.mysql.tls``)."""
-    return settings.mysql_tls.ssl_context()
+    return MySqlTls.from_settings(settings.database).ssl_context()
 
 
 def create_engine(settings: Settings, *, url: str | None = None, pool_size: int | None = None,
@@ -55,26 +56,26 @@ def create_engine(settings: Settings, *, url: str | None = None, pool_size: int 
     Each new connection also checks that the store is still the one this process knows
     (``DB_SERVER_CHECK``): the same server, and not back in time below ``remembered``.
     """
-    size = settings.db_pool_size if pool_size is None else pool_size
-    server_idle = max(60, math.ceil(2 * settings.db_transaction_timeout_seconds))
+    size = settings.database.pool_size if pool_size is None else pool_size
+    server_idle = max(60, math.ceil(2 * settings.database.transaction_timeout_seconds))
     tls = ssl_context(settings)
-    sql_mode = session_sql_mode(settings.db_sql_mode)
+    sql_mode = session_sql_mode(settings.database.sql_mode)
     engine = create_async_engine(
-        url or settings.mysql_url,
+        url or settings.database.url,
         pool_size=size,
         max_overflow=size if max_overflow is None else max_overflow,
-        pool_timeout=settings.db_pool_timeout_seconds,
+        pool_timeout=settings.database.pool_timeout_seconds,
         pool_recycle=server_idle // 2,
         isolation_level="READ COMMITTED",
         connect_args={"charset": CHARSET,
-                      "connect_timeout": settings.db_connect_timeout_seconds,
+                      "connect_timeout": settings.database.connect_timeout_seconds,
                       "init_command": "SET SESSION time_zone = '+00:00', "
-                                      f"innodb_lock_wait_timeout = {int(settings.db_lock_wait_timeout_seconds)}, "
+                                      f"innodb_lock_wait_timeout = {int(settings.database.lock_wait_timeout_seconds)}, "
                                       f"lock_wait_timeout = 30, wait_timeout = {server_idle}, {sql_mode}",
                       **({"ssl": tls} if tls is not None else {})},
     )
-    keepalive = settings.db_keepalive_seconds
-    server_check = settings.db_server_check
+    keepalive = settings.database.keepalive_seconds
+    server_check = settings.database.server_check
 
     @event.listens_for(engine.sync_engine, "connect")
     def on_connect(dbapi_connection, connection_record) -> None:
@@ -90,7 +91,7 @@ def check_store_server(dbapi_connection, settings: Settings, remembered: recover
     """Open a recovery window when this connection reached another server than the store last
     recorded, or a store whose watermark is below the one this process knows it reached
     (``app.adapters.mysql.recovery``); say so in the log and the metrics."""
-    change = recovery.check_server(dbapi_connection, worker_id=settings.worker_id, hours=settings.recovery_auto_hours,
+    change = recovery.check_server(dbapi_connection, worker_id=settings.worker_id, hours=settings.database.recovery_auto_hours,
                                    remembered=remembered.value if remembered is not None else 0)
     if change is not None:
         recovery.report(change)

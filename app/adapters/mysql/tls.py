@@ -1,7 +1,7 @@
 """How every database connection of the project is secured: TLS, server verification, client certificates.
 
-One :class:`MySqlTls` is built from the settings (``Settings.mysql_tls``, the only reader of the
-``MYSQL_SSL_*`` settings); :func:`app.adapters.mysql.engine.ssl_context` turns it into the ``ssl.SSLContext`` that the
+One :class:`MySqlTls` is built from the settings (``MySqlTls.from_settings(settings.database)``, the only
+reader of the ``MYSQL_SSL_*`` settings; the rules are the settings', :mod:`app.settings.database`); :func:`app.adapters.mysql.engine.ssl_context` turns it into the ``ssl.SSLContext`` that the
 worker's engine, the CLI, Alembic, the benchmarks and the tests' own connections hand their driver.
 
 Both drivers (aiomysql and PyMySQL) quietly carry on *without* TLS when given a context and a
@@ -13,24 +13,20 @@ anything; every context this module hands out installs it.
 
 from __future__ import annotations
 
-import os
 import ssl
 from dataclasses import dataclass
 from typing import Callable, Literal
 
+from app.settings.database import TLS_MODES, DatabaseSettings, check_tls, tls_context
+
 Mode = Literal["disabled", "required", "verify"]
-MODES: tuple[str, ...] = ("disabled", "required", "verify")
+MODES = TLS_MODES
 CLIENT_SSL = 0x0800                 # capability flag of the server's greeting: it offers TLS
 CR_SSL_CONNECTION_ERROR = 2026      # the MySQL client's own code for "SSL is required but ..."
 
 
 class DatabaseConfigError(ValueError):
     """The MYSQL_SSL_* settings contradict each other or name files that cannot be used."""
-
-
-def _no_passphrase() -> str:
-    raise DatabaseConfigError("MYSQL_SSL_KEY is an encrypted private key: give it unencrypted "
-                              "(openssl pkey -in KEY -out KEY.plain)")
 
 
 @dataclass(frozen=True)
@@ -52,28 +48,22 @@ class MySqlTls:
         tls.check()
         return tls
 
+    @classmethod
+    def from_settings(cls, database: DatabaseSettings) -> "MySqlTls":
+        """How every database connection is secured (the only reader of the MYSQL_SSL_* settings)."""
+        return cls.of(database.ssl_mode, ca=database.ssl_ca, cert=database.ssl_cert, key=database.ssl_key,
+                      verify_identity=database.ssl_verify_identity)
+
     @property
     def enabled(self) -> bool:
         return self.mode != "disabled"
 
     def check(self) -> None:
         """Refuse settings that cannot work, naming the settings (never their values)."""
-        if self.mode not in MODES:
-            raise DatabaseConfigError(f"MYSQL_SSL_MODE must be one of {', '.join(MODES)}")
-        if (self.cert is None) != (self.key is None):
-            raise DatabaseConfigError("MYSQL_SSL_CERT and MYSQL_SSL_KEY go together (a client certificate and "
-                                      "its private key, for mTLS): set both or neither")
-        if self.mode == "disabled" and (self.ca or self.cert):
-            raise DatabaseConfigError("MYSQL_SSL_MODE=disabled, but MYSQL_SSL_CA, MYSQL_SSL_CERT or MYSQL_SSL_KEY "
-                                      "is set: unset them, or set MYSQL_SSL_MODE to verify (or leave it unset)")
-        if self.mode == "required" and self.ca:
-            raise DatabaseConfigError("MYSQL_SSL_MODE=required encrypts without checking the server's certificate, "
-                                      "so MYSQL_SSL_CA would be ignored: set MYSQL_SSL_MODE=verify (or leave it unset)")
-        for name, path in (("MYSQL_SSL_CA", self.ca), ("MYSQL_SSL_CERT", self.cert), ("MYSQL_SSL_KEY", self.key)):
-            if path and not (os.path.isfile(path) and os.access(path, os.R_OK)):
-                raise DatabaseConfigError(f"{name} names no readable file")
-        if self.enabled:
-            self._context()         # PEM files that do not load are refused with the settings
+        try:
+            check_tls(self.mode, self.ca, self.cert, self.key, self.verify_identity)
+        except ValueError as exc:
+            raise DatabaseConfigError(str(exc)) from None
 
     def describe(self) -> str:
         """For the start-up log line (paths, never a key's contents)."""
@@ -89,25 +79,10 @@ class MySqlTls:
         return ", ".join(parts)
 
     def _context(self) -> ssl.SSLContext:
-        if self.mode == "required":
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        else:
-            try:
-                context = ssl.create_default_context(cafile=self.ca)
-            except ssl.SSLError as exc:
-                raise DatabaseConfigError(f"MYSQL_SSL_CA could not be loaded ({exc.reason or exc}): it must be a "
-                                          "PEM file of CA certificates") from None
-            context.check_hostname = self.verify_identity
-        if self.cert:
-            try:
-                context.load_cert_chain(self.cert, self.key, password=_no_passphrase)
-            except ssl.SSLError as exc:
-                raise DatabaseConfigError(f"MYSQL_SSL_CERT and MYSQL_SSL_KEY could not be loaded ({exc.reason or exc}):"
-                                          " they must be PEM files, the key unencrypted and matching the certificate") \
-                    from None
-        return context
+        try:
+            return tls_context(self.mode, self.ca, self.cert, self.key, self.verify_identity)
+        except ValueError as exc:
+            raise DatabaseConfigError(str(exc)) from None
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The context every driver gets (None without TLS); installs the refusal of plaintext."""

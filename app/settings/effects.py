@@ -1,0 +1,113 @@
+"""External effects: the services the pipeline calls (logistics, SMS), how long a call may take and
+how many run at once, the claims (leases) and heartbeats that keep two workers from calling
+for the same step, and the secret every step's idempotency token is derived from.
+"""
+
+from __future__ import annotations
+
+from pydantic import SecretStr, model_validator
+
+from app.settings._base import Group, SettingsError, setting
+
+
+class EffectsSettings(Group):
+    TITLE = "External effects"
+
+    logistics_url: str = setting("LOGISTICS_URL", "http://127.0.0.1:8900",
+        description='Logistics API base URL.')
+
+    sms_url: str = setting("SMS_URL", "http://127.0.0.1:8900",
+        description='SMS gateway base URL.')
+
+    sms_lookup: bool = setting("SMS_LOOKUP", True,
+        description='The gateway answers `GET /v1/sms/{client_ref}`: an SMS whose outcome is unknown is verified '
+                    'instead of failed for a person.')
+
+    sms_lookup_settle_seconds: float = setting("SMS_LOOKUP_SETTLE_SECONDS", 30.0, ge=0,
+        description='How long after such a call the gateway is asked (a request still on its way must have landed); '
+                    "counted from the call's recorded end, or, when its worker died before recording it, from the end"
+                    " of its claim's lease (a claim may call until its lease is nearly over).")
+
+    timeout_seconds: float = setting("EFFECT_TIMEOUT_SECONDS", 3.0, gt=0,
+        description='The longest one external call may take, its connection included.')
+
+    connect_timeout_seconds: float = setting("EFFECT_CONNECT_TIMEOUT_SECONDS", 1.0, gt=0,
+        description='The longest a call waits for its connection (a free one of its pool, or a new one: TCP and TLS),'
+                    ' within `EFFECT_TIMEOUT_SECONDS` (at most half of it is used). A call that got none sent '
+                    'nothing: it is retried as not delivered, never looked up or left to a person as "maybe sent" '
+                    '([An SMS whose outcome is unknown](#an-sms-whose-outcome-is-unknown)).')
+
+    concurrency: int = setting("EFFECT_CONCURRENCY", 128, ge=1,
+        description="External calls in flight per worker for the order agent's batches, all batches in flight "
+                    'together; the compensator (its drain, its agent, bulk jobs) has as many of its own, on a pool of'
+                    ' its own (64 before this release: the lease check now counts both batches in flight, and 64 '
+                    'would need `LEASE_SECONDS` 98).')
+
+    lease_seconds: float = setting("LEASE_SECONDS", 60.0, gt=0,
+        description='How long a claim on a pending effect is exclusive; must cover the calls in flight, checked at '
+                    'start-up: at least `ceil(BATCHES_IN_FLIGHT x BATCH_SIZE / EFFECT_CONCURRENCY) x '
+                    'EFFECT_TIMEOUT_SECONDS + LEASE_MARGIN_SECONDS` (the batches in flight share one limit of calls, '
+                    "so the later batch's last call may wait for all the others), twice the calls with `SMS_LOOKUP` "
+                    "on (a lookup, then a send: 50 s with the defaults); and the same for the compensator's drain "
+                    'round, dead-letter batch and bulk chunk together (`COMPENSATION_DRAIN_BATCH_SIZE` + '
+                    '`COMPENSATOR_BATCH_SIZE` + `BULK_CHUNK_SIZE`: 14 s with the defaults).')
+
+    lease_margin_seconds: float = setting("LEASE_MARGIN_SECONDS", 2.0, ge=0,
+        description='A call starts only if its claim has `EFFECT_TIMEOUT_SECONDS` plus this much lease left (checked '
+                    'before the lookup and again before the send); otherwise the key is claimed again.')
+
+    worker_heartbeat_seconds: float = setting("WORKER_HEARTBEAT_SECONDS", 2.0, gt=0,
+        description='How often every worker writes its heartbeat (`t_worker`), on a database connection of its own; a'
+                    ' beat that has not got through within this long is abandoned and the next opens a fresh '
+                    "connection ([A dead worker's claims](#a-dead-workers-claims)).")
+
+    worker_dead_after_seconds: float = setting("WORKER_DEAD_AFTER_SECONDS", 15.0, gt=0,
+        description='A worker whose last heartbeat is older than this is taken for dead: the claims it held (`t_idem`'
+                    " steps, ledger rows) end at once for other workers, not at their lease's end; and a worker "
+                    'starts no call that could outlast it from its own last heartbeat. At least 2 x '
+                    '`WORKER_HEARTBEAT_SECONDS` + `EFFECT_TIMEOUT_SECONDS` + `LEASE_MARGIN_SECONDS` + 1 (checked at '
+                    'start-up: room for a whole call between two heartbeats, one of them slow).')
+
+    token_secret: SecretStr | None = setting("IDEM_TOKEN_SECRET", None, shown='**required**',
+        description="The deployment's secret: every step's idempotency token (the logistics `Idempotency-Key`, the "
+                    "SMS `client_ref`) is an HMAC of the step's key under it ([Idempotency "
+                    'tokens](#idempotency-tokens)). The same value for every process of a deployment, another one for'
+                    ' every other deployment; kept like a password (never logged or shown). Without it no process '
+                    'starts (exit 78, a line that says how to make one); `make run`, `make test` and the benchmarks '
+                    'set their own.')
+
+    @property
+    def connect_timeout(self) -> float:
+        """EFFECT_CONNECT_TIMEOUT_SECONDS, at most half of the call's: the rest is the request's."""
+        return min(self.connect_timeout_seconds, self.timeout_seconds / 2)
+
+    def token_key(self) -> bytes:
+        """The key of every step's idempotency token (``app.pipeline.tokens.StepTokens``): IDEM_TOKEN_SECRET.
+
+        Raises :class:`SettingsError` when it is unset: random tokens, or tokens under a
+        secret everybody knows, would send a second waybill and a second SMS for every step
+        a failover or a restore made the store forget."""
+        if self.token_secret is None:
+            raise SettingsError(
+                "IDEM_TOKEN_SECRET is not set: every step's idempotency token is derived from it, so that a "
+                "replay after the database lost rows (a failover, a restore from backup) asks the services "
+                "the same question. Set it to a long random value (python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))'), the same for every process of this deployment, another "
+                "one for each other deployment, and keep it like a password.")
+        return self.token_secret.get_secret_value().encode("utf-8")
+
+    @model_validator(mode="after")
+    def _check(self) -> "EffectsSettings":
+        # A worker that beats must still be able to call: between two heartbeats (and one that is
+        # slow) there must be room for a whole call before its heartbeat is too old.
+        needed = 2 * self.worker_heartbeat_seconds + self.timeout_seconds + self.lease_margin_seconds + 1
+        if self.worker_dead_after_seconds < needed:
+            raise ValueError(
+                f"WORKER_DEAD_AFTER_SECONDS={self.worker_dead_after_seconds:g} leaves no room for a call: it must be at "
+                f"least 2 x WORKER_HEARTBEAT_SECONDS={self.worker_heartbeat_seconds:g} + EFFECT_TIMEOUT_SECONDS="
+                f"{self.timeout_seconds:g} + LEASE_MARGIN_SECONDS={self.lease_margin_seconds:g} + 1: {needed:g} s")
+        # Surrounding spaces (a copy and paste, a YAML value) are no part of a secret; "" is none.
+        if self.token_secret is not None:
+            value = self.token_secret.get_secret_value().strip()
+            self.token_secret = SecretStr(value) if value else None
+        return self

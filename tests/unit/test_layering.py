@@ -6,6 +6,7 @@
   need handed to them; they import neither ``app.main`` nor each other, and no
   module but ``app.main`` imports an agent or a view.
 * Adapters never reach back into the wiring.
+* ``app.settings`` imports none of what is built from it (adapters, pipeline, wiring).
 * ``harness`` is what the tests and the benchmark both stand on: it imports neither, and
   the benchmark imports nothing of the tests.
 """
@@ -49,6 +50,9 @@ RULES = [
     ("app.web", ("app.main", "agents", "app.timers", "app.commands"), "a view gets what it needs handed over"),
     ("app.timers", ("app.main", "agents", "app.web", "app.commands"), "a timer gets what it needs handed over"),
     ("app.commands", ("app.main", "agents", "app.web", "app.timers"), "a command gets what it needs handed over"),
+    ("app.settings", ("app.adapters", "app.main", "app.bootstrap", "app.web", "app.timers", "app.commands",
+                      "app.pipeline", "agents", "faust", "mode", "aiohttp", "aiokafka", "sqlalchemy", "aiomysql"),
+     "the settings build nothing: the adapters build themselves from them"),
     ("app.adapters", ("app.main", "app.bootstrap", "app.web", "app.timers", "app.commands", "agents"),
      "adapters do not know the wiring"),
     ("app", ("tests", "harness", "bench"), "the product does not stand on its tests, their harness or the benchmark"),

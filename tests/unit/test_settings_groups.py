@@ -1,0 +1,120 @@
+"""The settings by concern: every environment variable keeps its name and reaches its field, flat
+names given in code land in their group or are refused, problems are said with the variable's
+name, and the configuration reference is the one the fields' descriptions render."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import SecretStr, ValidationError
+
+from app.settings import GROUPS, Settings, SettingsError, env_names, explain, get_settings
+from app.settings import _Environment
+from app.settings import reference
+
+# Every variable the flat Settings of before the groups read; none may be renamed or lost.
+VARIABLES = (
+    ['ALERT_WEBHOOK_TIMEOUT_SECONDS', 'ALERT_WEBHOOK_URL', 'APP_ID', 'BATCHES_IN_FLIGHT', 'BATCH_DEADLINE_SECONDS',
+    'BATCH_SIZE', 'BATCH_WITHIN_SECONDS', 'BROKER_COMMIT_EVERY', 'BROKER_COMMIT_INTERVAL_SECONDS',
+    'BROKER_HEARTBEAT_INTERVAL_SECONDS', 'BROKER_MAX_POLL_RECORDS', 'BROKER_REBALANCE_TIMEOUT_SECONDS',
+    'BROKER_SESSION_TIMEOUT_SECONDS', 'BULK_CHUNK_SIZE', 'BULK_COUNT_TOLERANCE_PERCENT', 'BULK_LEASE_SECONDS',
+    'BULK_MAX_ROWS', 'BULK_RATE_PER_SECOND', 'BULK_TIMER_SECONDS', 'CAPACITY_EVENTS_PER_SECOND',
+    'CAPACITY_OUTAGE_SLA_DAYS', 'CAPACITY_PEAK_EVENTS_PER_SECOND', 'CAPACITY_ROW_BYTES', 'CHAOS_KILL_AT',
+    'COMPENSATION_BACKOFF_MAX_SECONDS', 'COMPENSATION_BACKOFF_SECONDS', 'COMPENSATION_DRAIN_BATCH_SIZE',
+    'COMPENSATION_MAX_ATTEMPTS', 'COMPENSATION_SLA_SECONDS', 'COMPENSATION_SWEEP_LIMIT', 'COMPENSATION_TIMER_SECONDS',
+    'COMPENSATOR_BATCH_SIZE', 'COMPENSATOR_ENABLED', 'COMPENSATOR_WITHIN_SECONDS', 'DATA_DIR',
+    'DB_CONNECT_TIMEOUT_SECONDS', 'DB_KEEPALIVE_SECONDS', 'DB_LOCK_RETRIES', 'DB_LOCK_WAIT_TIMEOUT_SECONDS',
+    'DB_POOL_SIZE', 'DB_POOL_TIMEOUT_SECONDS', 'DB_SERVER_CHECK', 'DB_SQL_MODE', 'DB_STATEMENT_TIMEOUT_SECONDS',
+    'DB_TRANSACTION_TIMEOUT_SECONDS', 'DLQ_PARTITIONS', 'DLQ_RETRY_AFTER_SECONDS', 'DLQ_SEND_TIMEOUT_SECONDS',
+    'DLQ_TOPIC', 'DLQ_TRUNCATE_BYTES', 'EFFECT_CONCURRENCY', 'EFFECT_CONNECT_TIMEOUT_SECONDS',
+    'EFFECT_TIMEOUT_SECONDS', 'EVENT_LOOP', 'FETCH_BATCHES', 'IDEM_CAPACITY_BUDGET_ROWS', 'IDEM_MAX_ATTEMPTS',
+    'IDEM_RETENTION_DAYS', 'IDEM_TOKEN_SECRET', 'INFRA_RETRY_BUDGET_SECONDS', 'KAFKA_BROKER', 'KAFKA_ISOLATION_LEVEL',
+    'KAFKA_MAX_PARTITION_FETCH_BYTES', 'KAFKA_OFFSETS_RETENTION_DAYS', 'KAFKA_REQUIRE_REPLICATION',
+    'KAFKA_SASL_MECHANISM', 'KAFKA_SASL_PASSWORD', 'KAFKA_SASL_USERNAME', 'KAFKA_SECURITY_PROTOCOL',
+    'KAFKA_SSL_CAFILE', 'KAFKA_SSL_CERTFILE', 'KAFKA_SSL_CHECK_HOSTNAME', 'KAFKA_SSL_KEYFILE',
+    'KAFKA_STARTUP_WAIT_SECONDS', 'LEASE_MARGIN_SECONDS', 'LEASE_SECONDS', 'LOGISTICS_URL', 'LOG_LEVEL',
+    'MAX_BATCH_BYTES', 'MAX_EVENT_BYTES', 'METRICS_REFRESH_SECONDS', 'MYSQL_SSL_CA', 'MYSQL_SSL_CERT',
+    'MYSQL_SSL_KEY', 'MYSQL_SSL_MODE', 'MYSQL_SSL_VERIFY_IDENTITY', 'MYSQL_URL', 'ORDER_EVENT_PARTITIONS',
+    'ORDER_EVENT_TOPIC', 'PARTITIONS_AHEAD', 'PARTITION_LOCK_WAIT_SECONDS', 'PARTITION_TIMER_SECONDS',
+    'RECOVERY_AUTO_HOURS', 'RETRY_BACKOFF_MS', 'SLOW_BATCH_SECONDS', 'SMS_LOOKUP', 'SMS_LOOKUP_SETTLE_SECONDS',
+    'SMS_URL', 'STOP_TIMEOUT_SECONDS', 'STORE_WATERMARK_SECONDS', 'STORE_WATERMARK_TOPIC', 'STUCK_PENDING_SECONDS',
+    'STUCK_SWEEP_LIMIT', 'STUCK_SWEEP_SECONDS', 'TOPIC_REPLICATION', 'WATCHDOG_ENABLED', 'WATCHDOG_INTERVAL_SECONDS',
+    'WATCHDOG_REJOIN_GRACE_SECONDS', 'WATCHDOG_STALL_SECONDS', 'WEB_ALLOWED_HOSTS', 'WEB_BIND', 'WEB_MAX_BODY_BYTES',
+    'WEB_PORT', 'WEB_PUBLIC_URL', 'WEB_READ_TOKEN', 'WEB_TOKEN', 'WORKER_DEAD_AFTER_SECONDS',
+    'WORKER_HEARTBEAT_SECONDS', 'WORKER_ID'])
+
+
+def test_every_variable_keeps_its_name():
+    assert sorted(env_names().values()) == VARIABLES
+    assert len(set(env_names().values())) == len(env_names())
+
+
+def test_every_variable_reaches_its_field(monkeypatch):
+    for env in VARIABLES:
+        monkeypatch.setenv(env.lower() if env.startswith("B") else env, f"value of {env}")   # any case
+    found = _Environment(Settings)()
+    for (group, name), env in env_names().items():
+        assert (found[name] if group is None else found[group][name]) == f"value of {env}", env
+
+
+def test_the_environment_is_parsed_as_the_fields_say(monkeypatch):
+    monkeypatch.setenv("batch_size", "7")
+    monkeypatch.setenv("SMS_LOOKUP", "false")
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("KAFKA_SASL_USERNAME", "orders")
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD", "s3cr3t")
+    monkeypatch.setenv("WEB_PORT", "7070")
+    monkeypatch.setenv("APP_ID", "orders-a")
+    s = Settings()
+    assert (s.batches.size, s.effects.sms_lookup, s.web.port, s.app_id) == (7, False, 7070, "orders-a")
+    assert s.kafka.security_protocol == "SASL_SSL" and isinstance(s.kafka.sasl_password, SecretStr)
+    assert "s3cr3t" not in repr(s) and "s3cr3t" not in str(s.model_dump())
+
+
+def test_a_bad_value_in_a_group_is_said_with_its_variable(monkeypatch):
+    monkeypatch.setenv("BATCH_SIZE", "many")
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD", "s3cr3t")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(SettingsError) as raised:
+            get_settings()
+    finally:
+        get_settings.cache_clear()
+    assert str(raised.value).startswith("the settings cannot work: BATCH_SIZE: Input should be a valid integer")
+    assert "many" not in str(raised.value) and "batches" not in str(raised.value)
+    with pytest.raises(ValidationError) as info:
+        Settings(worker_heartbeat_seconds=10)           # a group's own rule: its message names the variables
+    assert explain(info.value).startswith("WORKER_DEAD_AFTER_SECONDS=15 leaves no room for a call")
+
+
+def test_flat_names_land_in_their_group_or_are_refused():
+    s = Settings(order_event_partitions=2, mysql_url="mysql+aiomysql://u:p@db/idem")
+    assert (s.kafka.partitions, s.database.url) == (2, "mysql+aiomysql://u:p@db/idem")
+    copy = s.model_copy(update={"order_event_partitions": 3, "db_sql_mode": "ANSI", "app_id": "x"})
+    assert (copy.kafka.partitions, copy.database.sql_mode, copy.app_id) == (3, "ANSI", "x")
+    assert (s.kafka.partitions, s.database.sql_mode, s.app_id) == (2, None, "order-event-processor")
+    copy.batches.size = 9                               # a copy's groups are its own
+    assert s.batches.size == 500
+    with pytest.raises(ValidationError, match="no_such_setting"):
+        Settings(no_such_setting=1)
+    for update in ({"no_such_setting": 1}, {"partitions": 2}):
+        with pytest.raises(ValueError):
+            s.model_copy(update=update)
+    with pytest.raises(ValueError):
+        s.kafka.model_copy(update={"order_event_partitions": 2})
+    with pytest.raises(ValueError):
+        s.order_event_partitions = 2
+
+
+def test_every_group_is_a_field_of_the_root():
+    assert set(GROUPS) == {"kafka", "database", "effects", "batches", "compensation", "bulk", "operations", "web"}
+
+
+def test_every_setting_has_a_description():
+    assert reference.missing_descriptions() == [], "describe these settings (Field description=...)"
+
+
+def test_the_readme_has_the_reference_the_fields_render():
+    written = reference.written(reference.README.read_text())
+    assert written is not None, f"README.md lost the markers {reference.BEGIN!r} ... {reference.END!r}"
+    assert written == reference.render(), \
+        f"README.md's configuration reference is not what the settings say: run `{reference.COMMAND}`"

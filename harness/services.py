@@ -97,7 +97,7 @@ def migrate(url: str, revision: str = "head", *, down: bool = False, sql_mode: s
 class ScratchDatabase:
     """A database of its own for one test session, migrated to head. With ``sql_mode``, the
     migrations and the test's own queries run in sessions of that mode (the app's engines
-    take it from ``Settings.db_sql_mode``)."""
+    take it from ``settings.database.sql_mode``)."""
 
     def __init__(self, base_url: str, label: str | None = None, *, sql_mode: str | None = None) -> None:
         base_name = urlsplit(base_url).path.lstrip("/")

@@ -7,7 +7,7 @@
   (an operator: whole values, downloads) to read, ``WEB_TOKEN`` for any other method;
   compared in constant time; a header that is not UTF-8 text answers 401 and is not
   repeated. Without a configured token, 403 says which to set. A ``Host`` header that is
-  not one of ``Settings.allowed_hosts`` answers 421, so a page on another site cannot reach
+  not one of ``settings.web.host_names`` answers 421, so a page on another site cannot reach
   the views through a name that resolves here (DNS rebinding).
 * Inputs are checked before they reach a query (400 with the reason); every query
   binds its values as parameters.

@@ -20,7 +20,7 @@ from aiokafka.protocol.admin import DeleteGroupsRequest
 from app.adapters.kafka.connection import KafkaConnection, connection_of
 from app.adapters.kafka.topics import EVENT_MAX_MESSAGE_BYTES, TopicSpec
 
-# Where a function takes ``kafka``: a KafkaConnection (``Settings.kafka``), or a bare
+# Where a function takes ``kafka``: a KafkaConnection (``KafkaConnection.from_settings(settings.kafka)``), or a bare
 # "host:port,..." list for a PLAINTEXT broker.
 Kafka = KafkaConnection | str
 

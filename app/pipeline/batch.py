@@ -110,7 +110,7 @@ class BatchHandler:
 
         items: list[_Item] = []
         runs: dict[tuple[str, int, int], list[SourceRecord]] = defaultdict(list)
-        retention = getattr(self.processor, "retention", None)
+        retention = self.processor.retention
         latest = retention.latest() if retention is not None else None
         for index, record in enumerate(records):
             if record.unreadable is not None:
@@ -130,9 +130,10 @@ class BatchHandler:
                 continue
             items.append(_Item(index, record, event))
         for unread in runs.values():
-            report.dead_letters.append(self._run_letter(unread))
+            letter = self._run_letter(unread)
+            report.dead_letters.append(letter)
             if len(unread) > 1:
-                report.covered[unread[0].unreadable.reason] += len(unread) - 1
+                report.covered[letter.reason] += len(unread) - 1      # the run's reason
         run.lap("decode")
         entry, earlier = self._gate.enter({item.event.order_no for item in items})
         try:
@@ -181,6 +182,7 @@ class BatchHandler:
         """One letter for the unreadable records of one record batch in this batch: a record
         batch of 200,000 unreadable records is not 200,000 letters (each with the raw batch)."""
         first, last, problem = unread[0], unread[-1], unread[0].unreadable
+        assert problem is not None          # a run holds only records that came unreadable
         where = (f"This letter stands for offsets {first.offset}..{last.offset} ({len(unread)} records) of that "
                  f"record batch ({problem.first}..{problem.last}, {problem.last - problem.first + 1} records).")
         if first.offset != problem.first:
@@ -253,21 +255,21 @@ class _Run:
         async def run_chain(chain: list[tuple[_Item, PipelineError | None]]) -> None:
             async with slots:
                 for lead, error, same in _pieces_of_work(chain):     # in offset order of their first record
-                    result, error = await self._retry(lead, error)
-                    if result is not None:
-                        self.report.outcomes[result.outcome] += 1
+                    retried = await self._retry(lead, error)
+                    if isinstance(retried, Result):
+                        self.report.outcomes[retried.outcome] += 1
                         if same:
                             self.report.outcomes[Outcome.DUPLICATE] += len(same)
                         continue
-                    self.report.dead_letters.append(self.h._letter_for(lead, error))
+                    self.report.dead_letters.append(self.h._letter_for(lead, retried))
                     for item in same:
                         item.attempts, item.first_failure = lead.attempts, lead.first_failure
-                        self.report.dead_letters.append(self.h._letter_for(item, letters.same_request(error,
+                        self.report.dead_letters.append(self.h._letter_for(item, letters.same_request(retried,
                                                                                                   lead.record)))
 
         await asyncio.gather(*(run_chain(chain) for chain in chains.values()))
 
-    async def _retry(self, item: _Item, error: PipelineError | None) -> tuple[Result | None, PipelineError | None]:
+    async def _retry(self, item: _Item, error: PipelineError | None) -> Result | PipelineError:
         """Retry one record until it succeeds (the result) or must be dead-lettered (the error)."""
         h = self.h
         retries = 0
@@ -282,9 +284,9 @@ class _Run:
                     and retries < len(h.backoff):
                 wait = h.backoff[retries]
             else:
-                return None, error
+                return error
             if h._clock() + wait > self.deadline:
-                return None, letters.past_deadline(error, h.deadline)
+                return letters.past_deadline(error, h.deadline)
             if lease_wait:
                 self.report.lease_waits += 1
                 lease_waited += wait
@@ -295,7 +297,7 @@ class _Run:
                 await h._sleep(wait)
             result = await self._run_one(item)
             if result.ok:
-                return result, None
+                return result
             error = result.error or PipelineError("deferred in a batch of one", reason="deferred")
             item.attempts += 1
             item.first_failure = item.first_failure or letters.now()

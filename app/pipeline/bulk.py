@@ -118,7 +118,8 @@ def tally(outcomes: Sequence[ItemOutcome], seen: dict[int, tuple[int, str | None
     once; but a runner that lost the job while that claim's chunk was in flight may have
     recorded the row first as it found it (settled: ``unchanged``; its own retry failed, the
     other's then succeeded: ``failed``)."""
-    moving, counts = [], Counter()
+    moving: list[ItemOutcome] = []
+    counts: Counter[str | None] = Counter()
     for o in outcomes:
         state, before = seen.get(o.row_id, (None, None))
         if state == PENDING:

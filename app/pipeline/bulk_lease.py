@@ -52,8 +52,10 @@ class Heartbeat:
     async def __aexit__(self, *exc) -> None:
         # The beats end with the chunk, whether it ended, raised or was cancelled (a worker that
         # stops): a lease renewed after the chunk would keep a dead job from the other workers.
-        self._task.cancel()
-        await asyncio.wait([self._task])
+        task = self._task
+        assert task is not None         # __aenter__ started it
+        task.cancel()
+        await asyncio.wait([task])
 
     async def _beat(self) -> None:
         wait = self.interval

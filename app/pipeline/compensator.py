@@ -210,7 +210,7 @@ class Compensator:
         """Run the rows' events through the pipeline at once (in ledger order: an order's letters
         in the order they were written); a row whose event cannot run is decided without."""
         decided: dict[int, Settlement] = {}
-        retention = getattr(self.processor, "retention", None)
+        retention = self.processor.retention
         latest = retention.latest() if retention is not None else None
         runs: dict[tuple[str, str], list[tuple[LedgerRow, OrderEvent]]] = defaultdict(list)
         for row in sorted(rows, key=lambda r: r.id):
@@ -325,6 +325,7 @@ class Compensator:
             if not result.found or result.refused:
                 outcomes.append(ItemOutcome(row_id, FAILED, result.refused))
             else:
+                assert result.status is not None        # a row found has a status
                 outcomes.append(ItemOutcome(row_id, CHANGED if result.changed else UNCHANGED,
                                             None if result.changed else f"already {result.status.name.lower()}"))
         return outcomes

@@ -56,6 +56,7 @@ class LeaseHeld(PipelineError):
 
     retriable = True
     reason = "lease_held"
+    wait_seconds: float                 # always known: the lease's end (set by __init__)
 
     def __init__(self, message: str = "", *, wait_seconds: float = 0.0) -> None:
         super().__init__(message, wait_seconds=wait_seconds)

@@ -121,11 +121,11 @@ def decode(key: bytes | None, value: bytes | None, *, max_bytes: int, latest: da
         raw_data = _field(doc, "data", dict)
     data = {}
     for name, kind, bound in _DATA[type_]:
-        value = raw_data.get(name)
+        field = raw_data.get(name)
         # The usual case in one test; anything else gets _field's precise verdict.
-        if type(value) is kind and (value <= bound and value >= 0 if kind is int else
-                                    value and len(value) <= bound and not value.isspace()):
-            data[name] = value
+        if (type(field) is int and 0 <= field <= bound if kind is int else
+                kind is str and type(field) is str and field and len(field) <= bound and not field.isspace()):
+            data[name] = field
         else:
             data[name] = _field(raw_data, name, kind, bound, prefix="data.")
 
@@ -178,11 +178,13 @@ def _field(doc: Mapping[str, Any], name: str, kind: type, bound: int = 0, *, pre
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise MalformedEvent(f"field {label} must be {kind.__name__}, got {type(value).__name__}",
                              reason=f"bad_field:{label}")
-    if kind is str and not value.strip():
-        raise MalformedEvent(f"field {label} is empty", reason=f"bad_field:{label}")
-    if kind is str and len(value) > bound:
-        raise MalformedEvent(f"field {label} is longer than {bound} characters", reason=f"bad_field:{label}")
-    if kind is int and not 0 <= value <= bound:
+    # A str or an int here is of ``kind`` (the check above let no other type through, and no bool).
+    if isinstance(value, str):
+        if not value.strip():
+            raise MalformedEvent(f"field {label} is empty", reason=f"bad_field:{label}")
+        if len(value) > bound:
+            raise MalformedEvent(f"field {label} is longer than {bound} characters", reason=f"bad_field:{label}")
+    elif isinstance(value, int) and not 0 <= value <= bound:
         raise MalformedEvent(f"field {label} must be between 0 and {bound}", reason=f"bad_field:{label}")
     return value
 

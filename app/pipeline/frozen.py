@@ -2,10 +2,11 @@
 
 The ``__init__`` that ``dataclasses`` writes for a frozen class sets each field with
 ``object.__setattr__(self, "name", value)``: a lookup of the name on every call. On CPython 3.11
-that makes a seven-field frozen class cost about 700 ns to build against 150 ns unfrozen, and a
-batch builds four of them per event (the record, the decoded event, its ``t_idem`` row, the order
-it moves). :func:`quick_init` gives such a class an ``__init__`` that calls each field's slot
-descriptor directly (about 420 ns for seven fields). Nothing else changes: the signature and
+that makes a frozen class several times dearer to build than an unfrozen one, and a batch builds
+four of them per event (the record, the decoded event, its ``t_idem`` row, the order it moves).
+:func:`quick_init` gives such a class an ``__init__`` that calls each field's slot descriptor
+directly, which takes back much of that (the figures: the README's Benchmark section, Measured;
+``python -m bench.hot_path`` measures the plan per event). Nothing else changes: the signature and
 defaults, assignment still raises ``FrozenInstanceError``, equality, hashing and ``repr`` are
 still the ones ``dataclasses`` made.
 """
@@ -13,12 +14,16 @@ still the ones ``dataclasses`` made.
 from __future__ import annotations
 
 import dataclasses
-from typing import TypeVar
+from types import FunctionType
+from typing import TYPE_CHECKING, Any, TypeVar
 
-C = TypeVar("C", bound=type)
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+C = TypeVar("C", bound="DataclassInstance")
 
 
-def quick_init(cls: C) -> C:
+def quick_init(cls: type[C]) -> type[C]:
     """Replace ``cls.__init__`` (a frozen, slotted dataclass with plain fields) with the quicker one."""
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen or "__slots__" not in cls.__dict__:
@@ -37,10 +42,10 @@ def quick_init(cls: C) -> C:
     signature = ", ".join(name if f"_default_{name}" not in scope else f"{name}=_default_{name}" for name in names)
     body = "".join(f"    _set_{name}(self, {name})\n" for name in names) or "    pass\n"
     code = f"def __init__(self, {signature}):\n{body}"
-    made: dict[str, object] = {}
+    made: dict[str, Any] = {}
     exec(code, scope, made)     # noqa: S102 -- the text is built from the class's own field names
-    init = made["__init__"]
+    init: FunctionType = made["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = cls.__init__.__doc__
-    cls.__init__ = init
+    cls.__init__ = init     # type: ignore[method-assign]  # replacing the class's __init__ is the point
     return cls

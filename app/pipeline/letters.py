@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Awaitable, Callable, TypeVar
+from typing import Awaitable, Callable
 
 from app.pipeline.errors import DeadlineExceeded, Fatal, PipelineError, StoreFailure
 from app.pipeline.events import OrderEvent
@@ -20,7 +20,6 @@ from app.pipeline.plan import step_keys
 from app.pipeline.ports import DeadLetter, DeadLetterSink, SourceRecord, Store
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 def now() -> datetime:
@@ -69,7 +68,7 @@ def flag_overtaken(letters: list[DeadLetter], positions: dict[int, int], last_of
 
 
 async def deliver(letters: list[DeadLetter], *, store: Store, sink: DeadLetterSink, group: str, owner: str,
-                  retry_after: int, guard: Callable[[Callable[[], Awaitable[T]]], Awaitable[T]]) -> list[DeadLetter]:
+                  retry_after: int, guard: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]]) -> list[DeadLetter]:
     """The ledger rows, then the records on the topic; returns the letters as sent.
 
     The claims ``owner`` holds on the letters' steps are released with the ledger rows:

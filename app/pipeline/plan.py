@@ -119,7 +119,7 @@ def effect_case(effect: Effect, row: IdemRow | None, *, owner: str, attempt_cap:
     delay = None if effect.idempotent else verifiable.get(effect.name)
     windowed = recovering is not None and delay is not None
     if row is None:
-        if not windowed:
+        if recovering is None or delay is None:     # not windowed
             return EffectCase.CLAIM
         return EffectCase.RECOVERY_WAIT if recovering < delay else EffectCase.CLAIM_LOOKED_UP
     status = row.status
@@ -136,7 +136,7 @@ def effect_case(effect: Effect, row: IdemRow | None, *, owner: str, attempt_cap:
         return EffectCase.RECLAIM
     if delay is None:
         return EffectCase.UNKNOWN_UNASKABLE
-    if windowed and recovering < delay:
+    if recovering is not None and recovering < delay:   # windowed (delay is set here)
         return EffectCase.RECOVERY_WAIT
     return EffectCase.UNKNOWN_WAIT if unknown and row.since_call < delay else EffectCase.RECLAIM_LOOKED_UP
 
@@ -214,7 +214,11 @@ class _Planner:
                 if not _CASE_ACTIONS[case](self, result, index, event, step, key, row):
                     break
         if result.error is None and not result.jobs:
-            result.outcome = _OUTCOME[local_outcome] if fresh else _replayed(self.plan)
+            if fresh:
+                assert local_outcome is not None    # this batch's own move: _local_step always names it
+                result.outcome = _OUTCOME[local_outcome]
+            else:
+                result.outcome = _replayed(self.plan)
 
     # -- an event ---------------------------------------------------------------------------------
 
@@ -240,7 +244,7 @@ class _Planner:
         return True
 
     def _local_step(self, result: EventPlan, event: OrderEvent, step: LocalStep,
-                    key: str) -> tuple[str, bool] | None:
+                    key: str) -> tuple[str | None, bool] | None:
         """(none) -> done, or done already: the local step's outcome and whether it is this
         batch's. None when the order is not ready for it (the order waits behind it)."""
         row = self.rows.get(key)
@@ -289,11 +293,12 @@ class _Planner:
 
     def _recovery_wait(self, result, index, event, step, key, row) -> bool:
         # A request of a claim the store forgot may still be on its way to the service.
-        delay = self.verifiable[step.effect.name]
+        delay, recovering = self.verifiable[step.effect.name], self.recovering
+        assert recovering is not None       # effect_case gives RECOVERY_WAIT only in an open window
         return self._wait(result, event, NotAskableYet(
             f"{key}: a recovery window is open (the store may have forgotten an earlier claim, or hold an older "
             f"state of this one); the service is asked once {delay:g}s have passed since it opened, in "
-            f"{delay - self.recovering:.0f}s", wait_seconds=delay - self.recovering))
+            f"{delay - recovering:.0f}s", wait_seconds=delay - recovering))
 
     def _held(self, result, index, event, step, key, row) -> bool:
         self.plan.claims["held"] += 1
@@ -429,6 +434,7 @@ def _apply_local(event: OrderEvent, step: LocalStep, current: dict[str, Order], 
     order = current.get(event.order_no)
     verdict = judge_move(order.status if order else None, step.moves_order_to)
     if verdict is MoveVerdict.STALE and step.facts:
+        assert order is not None            # judge_move says STALE only of an order at or past the target
         _record_facts(event, step, order, current, plan)
     if verdict is not MoveVerdict.APPLY:
         return verdict

@@ -124,9 +124,10 @@ class Processor:
         (the compensator gives each redrive one): two claims of one key must never both call.
         """
         # The cutoff once per batch; only an event dated before it is asked about.
-        cutoff = self.retention.cutoff() if self.retention is not None else None
-        if cutoff is not None and any(event.part_date < cutoff for event in events):
-            refused = [self.retention.refusal(event.order_no, event.part_date) for event in events]
+        retention = self.retention
+        cutoff = retention.cutoff() if retention is not None else None
+        if retention is not None and cutoff is not None and any(event.part_date < cutoff for event in events):
+            refused = [retention.refusal(event.order_no, event.part_date) for event in events]
             if any(refused):
                 kept = [event for event, error in zip(events, refused) if error is None]
                 results = iter(await self.run(kept, guard, by_person=by_person, owner=owner) if kept else [])

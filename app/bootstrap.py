@@ -57,8 +57,8 @@ from app.adapters.kafka.topics import DLQ_RETENTION_MS
 
 log = logging.getLogger(__name__)
 
-# The most events one worker processes per second (the benchmark's ceiling for Faust alone is
-# about 21,700/s on the reference machine): what a worker working off a backlog may reach.
+# The most events one worker processes per second, near the benchmark's ceiling for Faust alone
+# (row f of ``make bench``; the README's Benchmark section): what a worker working off a backlog may reach.
 WORKER_MAX_RATE = 20_000.0
 
 ClientFactory = Callable[[aiohttp.ClientSession, Settings], Client]

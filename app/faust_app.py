@@ -270,17 +270,17 @@ def freeze_startup_objects() -> None:
     """Move everything alive after startup out of the garbage collector's sight.
 
     Faust, aiokafka and SQLAlchemy keep hundreds of thousands of long-lived
-    objects; every full collection walked them all. Measured on the local-only
-    benchmark: one batch in forty took 150-250 ms (a gen-2 collection landing
-    inside it), p99 260 ms; after ``gc.freeze()`` none did, p99 100 ms, and
-    throughput went up 10%.
+    objects; every full collection walked them all, and a gen-2 collection that landed
+    inside a batch made it one of the slowest. After ``gc.freeze()`` none does: the p99
+    batch and the throughput of the local-only benchmark both improved (the figures: the
+    README's Benchmark section, Measured; ``make bench`` produces them).
 
     Then the youngest generation is collected every ``GC_YOUNG_THRESHOLD`` allocations instead
     of CPython's 700: a batch of 500 events makes about 10,000 short-lived objects that reference
     counting frees on its own, so at 700 the collector ran about fifteen times a batch for almost
-    nothing. Measured on the local-only benchmark, in pairs taken in turns: the worker's CPU per
-    event 29.8-31.3 -> 27.8-28.2 µs, peak RSS unchanged (138-145 MB). 100,000 saved no more and
-    let one collection take a batch to 112 ms.
+    nothing. On the local-only benchmark, in pairs taken in turns, the worker's CPU per event went
+    down and its peak RSS did not move; a far higher threshold saved no more and let one
+    collection make a batch slow (the figures: the README's Benchmark section, Measured).
     """
     gc.freeze()
     _, older, oldest = gc.get_threshold()

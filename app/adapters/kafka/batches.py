@@ -4,8 +4,9 @@ Faust 0.15.3 moves every record one by one from its fetcher to an agent's stream
 (``Consumer._drain_messages``): a ``wait_first`` that makes four futures per record, the
 conductor's ``on_message`` (a lock, flow control, the producer buffer's size, the schema
 registry's decode into an ``Event``), the stream's queue, the stream iterator, the
-``take_events`` buffer, and one ``ack`` per event. An agent that does nothing pays about
-50 µs of CPU per record there; ours hands whole batches to the pipeline anyway.
+``take_events`` buffer, and one ``ack`` per event. An agent that does nothing spends most of
+its CPU per record there (row f of ``make bench``; the README's "The layer in Faust's path");
+ours hands whole batches to the pipeline anyway.
 
 :func:`install` replaces ``Consumer._drain_messages`` with :func:`_drain_messages`, which
 does the same for every topic except the ones an agent asked to take in whole fetches

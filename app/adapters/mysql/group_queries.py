@@ -127,8 +127,8 @@ async def _unsettled(execute, group: str, sinces: Sequence[datetime], *, orders_
     ``sinces``), the oldest one's first failure, and the orders among those since each of
     ``orders_since`` (of the group ``orders_of`` only, if given). Read from the index alone:
     grouped by status first, in the index's order (a GROUP BY fingerprint alone, with a
-    COUNT(DISTINCT), sorted the rows' ids and read every row back: 1.4 s at 29,000 open rows
-    instead of 17 ms), then summed here."""
+    COUNT(DISTINCT), sorted the rows' ids and read every row back, far slower: the README's
+    Error groups, ``python -m bench.error_groups``), then summed here."""
     windows = "".join(", SUM(first_failure_at >= %s)" for _ in sinces)
     result = await execute(
         f"SELECT fingerprint, COUNT(*), MIN(first_failure_at){windows} FROM t_compensation "

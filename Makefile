@@ -1,12 +1,13 @@
 # Two commands matter: `make run` and `make test`. Each sets up everything it
 # needs (virtualenv, Kafka, MariaDB, schema, topics) and is safe to repeat.
+# While editing, `make unit` is the fast loop: no services, no installs.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: run test lint chaos test-tools setup venv services services-down services-status migrate topics bench clean
+.PHONY: run test unit lint checks have-venv chaos test-tools setup venv services services-down services-status migrate topics bench clean
 
 run: setup ## set up everything, then run one worker, the fake services and a demo producer
 	ops/run-demo.sh
@@ -14,11 +15,26 @@ run: setup ## set up everything, then run one worker, the fake services and a de
 test: venv services topics test-tools lint ## set up everything, then run the whole test suite (the tests migrate scratch databases of their own, never the demo's)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-lint: venv ## ruff, with the rules in pyproject.toml
+lint: venv checks ## ruff (the rules in pyproject.toml) and mypy on the pure core ([tool.mypy] there)
+
+# The unit tests and `make lint`'s checks on the virtualenv as it is: it needs no services and installs
+# nothing (a missing virtualenv is made once by `make venv`, or by `make test` or `make run`).
+unit: have-venv checks ## the fast loop while editing (well under a minute): the linters, then tests/unit
+	$(BIN)/pytest tests/unit -q $(PYTEST_ARGS)
+
+checks: have-venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+have-venv:
+	@for tool in pytest ruff mypy; do [ -x $(BIN)/$$tool ] || { \
+	  echo "no $(BIN)/$$tool: run \`make venv\` once (it makes the virtualenv and installs the packages)" >&2; \
+	  exit 1; }; done
+	@[ ! $(VENV)/.installed -ot pyproject.toml ] || \
+	  echo "note: pyproject.toml changed since the virtualenv was made; \`make venv\` brings it up to date" >&2
 
 chaos: setup test-tools ## the long chaos run (minutes): its own Kafka and MariaDB, 3 workers, the storm, the drain, the check; SEED=n repeats a run; MODE=defaults: every worker setting at its default, 5,000 orders, and how long each SMS waited; CLUSTER=1 on three Kafka nodes over SASL_SSL (CUT_FORGETS=1: the connections the broker cut hung stay hung); DB_FAILOVER=semisync|async: MariaDB as a primary and its GTID replica, failed over mid-storm, what it lost counted
-	$(PY) -m tests.chaos.driver --mode $(or $(MODE),long) $(if $(SEED),--seed $(SEED)) $(if $(CLUSTER),--cluster) $(if $(CUT_FORGETS),--cut-forgets) $(if $(DB_FAILOVER),--db-failover $(DB_FAILOVER))
+	$(PY) -m harness.chaos.driver --mode $(or $(MODE),long) $(if $(SEED),--seed $(SEED)) $(if $(CLUSTER),--cluster) $(if $(CUT_FORGETS),--cut-forgets) $(if $(DB_FAILOVER),--db-failover $(DB_FAILOVER))
 
 setup: venv services migrate topics
 

@@ -37,7 +37,7 @@ def run_once(settings: Settings, db: ScratchDatabase, gib: float, max_batch_byte
     asyncio.run(kafka_ops.create_topics(settings.kafka.bootstrap, topic_specs(single, events=events, dlq=dlq)))
     good = [record(event(order_no(prefix="BOMB"), "ORDER_CREATED")) for _ in range(4)]
     asyncio.run(produce(settings, events, good[:2]))
-    java_produce(settings, events, [{"partition": 0, "key": utf8("ORD-20261129-BOMB1"),
+    java_produce(settings.kafka.bootstrap, events, [{"partition": 0, "key": utf8("ORD-20261129-BOMB1"),
                                      "value": zeros(int(gib * (1 << 30)))}], compression="gzip")
     asyncio.run(produce(settings, events, good[2:]))
     worker = Worker(worker_env(MYSQL_URL=db.url, ORDER_EVENT_TOPIC=events, DLQ_TOPIC=dlq, APP_ID=group,

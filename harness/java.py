@@ -13,7 +13,6 @@ import os
 import subprocess
 from pathlib import Path
 
-from app.settings import Settings
 from harness.services import ROOT
 
 SOURCE = Path(__file__).with_name("java") / "RawProducer.java"
@@ -39,14 +38,14 @@ def zeros(count: int) -> dict:
     return {"zeros": count}
 
 
-def java_produce(settings: Settings, topic: str, records: list[dict], *, compression: str = "none",
+def java_produce(bootstrap: str, topic: str, records: list[dict], *, compression: str = "none",
                  transactional_id: str | None = None, config: dict[str, str] | None = None,
                  timeout: float = 180.0) -> list[tuple[int, int]]:
-    """Produce ``records`` (see RawProducer.java for their form); return (partition, offset) of each
+    """Produce ``records`` to the brokers at ``bootstrap`` (host:port,...) (see RawProducer.java for their form); return (partition, offset) of each
     record (``{"txn": ...}`` lines, with a ``transactional_id``, are transaction steps, not records).
     ``config``: more producer settings (``{"batch.size": "104857600", "linger.ms": "2000"}``)."""
     lines = "".join(json.dumps(record) + "\n" for record in records)
-    args = [settings.kafka.bootstrap, topic, compression]
+    args = [bootstrap, topic, compression]
     if transactional_id or config:
         args.append(transactional_id or "-")
     if config:

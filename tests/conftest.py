@@ -1,10 +1,17 @@
 """Fixtures for real services: a scratch database per session, fresh topics
-and consumer groups per test, and worker processes that are always reaped."""
+and consumer groups per test, and worker processes that are always reaped.
+
+Each test is marked by its folder: ``unit`` (no services), ``integration`` and ``chaos`` (the real
+Kafka and MariaDB), so ``pytest -m integration`` or ``-m "not integration and not chaos"`` selects.
+The fixtures below are the only ones that reach a service, and each starts when a test asks for it
+(never at collection or at the session's start): a unit test that asked for one would need the
+services, so that is refused at collection."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +23,30 @@ from harness.services import (TEST_TOKEN_SECRET, ScratchDatabase, ScratchDatabas
                               delete_topics, worker_env)
 
 os.environ.setdefault("IDEM_TOKEN_SECRET", TEST_TOKEN_SECRET)
+
+TESTS = Path(__file__).resolve().parent
+FOLDER_MARKS = {"unit": "unit", "integration": "integration", "chaos": "chaos"}
+# The fixtures of this module that reach Kafka, MariaDB or worker processes.
+SERVICE_FIXTURES = {"scratch_dbs", "scratch_db", "topics", "spawn_worker", "harness"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by its folder, and refuse a unit test that needs a service."""
+    needs_services = []
+    for item in items:
+        try:
+            folder = item.path.resolve().relative_to(TESTS).parts[0]
+        except ValueError:
+            continue
+        mark = FOLDER_MARKS.get(folder)
+        if mark:
+            item.add_marker(getattr(pytest.mark, mark))
+        if folder == "unit" and SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            needs_services.append(item.nodeid)
+    if needs_services:
+        raise pytest.UsageError(f"unit tests run without services; these ask for a fixture that needs them "
+                                f"({', '.join(sorted(SERVICE_FIXTURES))}), move them to tests/integration: "
+                                f"{needs_services}")
 
 
 @pytest.fixture(scope="session")

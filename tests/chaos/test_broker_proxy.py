@@ -1,4 +1,4 @@
-"""The proxies (tests/chaos/brokers.py for the cluster, harness/proxy.py for the rest): a broker that dies behind one looks dead to
+"""The proxies (harness/chaos/brokers.py for the cluster, harness/proxy.py for the rest): a broker that dies behind one looks dead to
 its clients, closed at once, as it would without the proxy; a cut connection hangs, and goes
 on once the cut heals; a retarget (a database failover's move) ends every open connection."""
 
@@ -12,7 +12,7 @@ from contextlib import closing
 import pytest
 
 from harness.proxy import BlackholeProxy
-from tests.chaos.brokers import PassingProxy
+from harness.chaos.brokers import PassingProxy
 
 pytestmark = pytest.mark.chaos
 

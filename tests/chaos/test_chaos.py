@@ -7,7 +7,7 @@ re-publications, events out of order and malformed records; a worker SIGKILLed e
 again, the database cut for 8 s, the APIs answering 503 for 8 s. The same on three Kafka
 nodes over SASL_SSL with the cluster's faults instead of the database's: the busiest
 partition's leader and the active controller SIGKILLed, the workers cut from the brokers
-for 8 s. ``make chaos`` runs the long version (tests/chaos/driver.py). The seed is random
+for 8 s. ``make chaos`` runs the long version (harness/chaos/driver.py). The seed is random
 unless ``CHAOS_SEED`` names one; it is in every failure message, with where the run's
 manifest, report and logs are.
 """
@@ -21,7 +21,7 @@ import secrets
 import pytest
 
 from harness.services import ROOT
-from tests.chaos.driver import run
+from harness.chaos.driver import run
 
 pytestmark = pytest.mark.chaos
 
@@ -31,7 +31,7 @@ def _passed(outcome, seed: int):
     assert outcome.drain_error is None, f"{outcome.drain_error} ({where})"
     assert not outcome.unexpected_exits, \
         f"workers exited without the test's doing: {json.dumps(outcome.unexpected_exits)} ({where})"
-    assert outcome.report is not None, f"the checker (tests/chaos/checker.py) gave no report ({where})"
+    assert outcome.report is not None, f"the checker (harness/chaos/checker.py) gave no report ({where})"
     report = outcome.report
     assert report.ok, "the checker found problems ({}):\n{}".format(where, "\n".join(map(str, report.problems)))
     assert report.lost == report.acked_not_consumed == report.duplicate_effects == report.regressions == 0

@@ -1,4 +1,4 @@
-"""The chaos checker (tests/chaos/checker.py) without the chaos driver: a small run of one
+"""The chaos checker (harness/chaos/checker.py) without the chaos driver: a small run of one
 real worker that it must pass, then the run's evidence tampered with, one way at a time,
 each of which it must report as the violation it is.
 
@@ -29,9 +29,9 @@ import pytest
 from app.adapters.kafka import ops as kafka_ops
 from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
-from tests.chaos.checker import check
-from tests.chaos.driver import declared_effect_steps
-from tests.chaos.report import render, write_json
+from harness.chaos.checker import check
+from harness.chaos.driver import declared_effect_steps
+from harness.chaos.report import render, write_json
 from harness.events import event, order_no
 from harness.fakes import FakesProcess
 from harness.services import (ROOT, ScratchDatabase, Worker, caught_up, create_topics, delete_topics,
@@ -186,7 +186,7 @@ def run(settings: Settings, scratch_db: ScratchDatabase, tmp_path_factory):
 
 
 def test_the_checker_imports_nothing_of_the_pipeline():
-    code = ("import sys, tests.chaos.checker, tests.chaos.report; "
+    code = ("import sys, harness.chaos.checker, harness.chaos.report; "
             "print(sorted(m for m in sys.modules if m == 'app' or m.startswith('app.')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

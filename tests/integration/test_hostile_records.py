@@ -71,7 +71,7 @@ class Run:
 def test_a_record_with_neither_key_nor_value_is_dead_lettered_with_a_placeholder(settings, topics, spawn_worker,
                                                                                     scratch_db):
     run = Run(settings, topics, spawn_worker, scratch_db, "NULLNULL")
-    [(_, offset)] = java_produce(settings, run.pair.events, [{"partition": 0, "key": None, "value": None,
+    [(_, offset)] = java_produce(settings.kafka.bootstrap, run.pair.events, [{"partition": 0, "key": None, "value": None,
                                                               "headers": [["trace", utf8("t-1")], ["n", None]]}])
     run.finish()
     [letter] = run.letters(1)
@@ -87,7 +87,7 @@ def test_a_record_with_neither_key_nor_value_is_dead_lettered_with_a_placeholder
 def test_a_gzip_record_of_10_mib_is_dead_lettered_truncated(settings, topics, spawn_worker, scratch_db):
     run = Run(settings, topics, spawn_worker, scratch_db, "GZ10M")
     key = b"ORD-20261129-GZ10M"
-    [(_, offset)] = java_produce(settings, run.pair.events, [{"partition": 0, "key": raw(key),
+    [(_, offset)] = java_produce(settings.kafka.bootstrap, run.pair.events, [{"partition": 0, "key": raw(key),
                                                               "value": zeros(10 << 20)}], compression="gzip")
     run.finish(DLQ_TRUNCATE_BYTES="4096")
     [letter] = run.letters(1)
@@ -103,7 +103,7 @@ def test_a_decompression_bomb_is_never_inflated(settings, topics, spawn_worker, 
     """1 GiB of zeros, gzipped by the Java client to about 1 MiB: the broker takes it (its
     limit counts compressed bytes); the worker must neither die nor hold a gigabyte."""
     run = Run(settings, topics, spawn_worker, scratch_db, "BOMB")
-    [(_, offset)] = java_produce(settings, run.pair.events, [{"partition": 0, "key": utf8("ORD-20261129-BOMB"),
+    [(_, offset)] = java_produce(settings.kafka.bootstrap, run.pair.events, [{"partition": 0, "key": utf8("ORD-20261129-BOMB"),
                                                               "value": zeros(1 << 30)}], compression="gzip")
     run.finish(MAX_BATCH_BYTES=str(32 << 20))
     [letter] = run.letters(1)
@@ -119,7 +119,7 @@ def test_a_decompression_bomb_is_never_inflated(settings, topics, spawn_worker, 
 def test_records_in_every_codec_the_java_client_writes_are_read(settings, topics, spawn_worker, scratch_db, codec):
     run = Run(settings, topics, spawn_worker, scratch_db, f"CODEC{codec.upper()}")
     docs = [event(order_no(prefix="CODEC"), "ORDER_CREATED") for _ in range(3)]
-    java_produce(settings, run.pair.events, [{"partition": 0, "key": raw(k), "value": raw(v)}
+    java_produce(settings.kafka.bootstrap, run.pair.events, [{"partition": 0, "key": raw(k), "value": raw(v)}
                                              for k, v in map(record, docs)], compression=codec)
     run.finish()
     keys = [step_keys(decode(*record(d), max_bytes=1 << 20))[0] for d in docs]
@@ -153,7 +153,7 @@ def test_a_key_of_megabytes_and_megabytes_of_values_fit_the_ledger(settings, top
     (the worker exited 70 on every retry). The ledger keeps 64 KiB of a part it cannot run again,
     with its size and SHA-256, and writes a batch's letters in statements of about 1 MiB."""
     run = Run(settings, topics, spawn_worker, scratch_db, "BIGKEY")
-    placed = java_produce(settings, run.pair.events,
+    placed = java_produce(settings.kafka.bootstrap, run.pair.events,
                           [{"partition": 0, "key": zeros(8 << 20), "value": utf8("{}")}]
                           + [{"partition": 0, "key": utf8("k"), "value": zeros(1 << 20)} for _ in range(17)],
                           compression="gzip")
@@ -203,7 +203,7 @@ def test_a_batch_of_thousands_of_unreadable_records_is_a_letter_per_batch(settin
     came to 2,000 letters in one INSERT (StoreFailure) and 128 MB of copies. Now the raw batch
     is kept once and one letter per batch stands for the rest."""
     run = Run(settings, topics, spawn_worker, scratch_db, "RUN2K")
-    placed = java_produce(settings, run.pair.events,
+    placed = java_produce(settings.kafka.bootstrap, run.pair.events,
                           [{"partition": 0, "key": utf8(f"k{i}"), "value": zeros(40_000)} for i in range(2000)],
                           compression="gzip", config={"batch.size": str(128 << 20), "buffer.memory": str(256 << 20),
                                                       "linger.ms": "5000"})

@@ -29,10 +29,9 @@ import pytest
 import yaml
 
 from app.adapters.kafka.topics import topic_specs
-from tests.conftest import Topics
 from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
-from harness.services import (LOGS, ROOT, ScratchDatabase, Worker, create_topics, delete_topics, free_port,
+from harness.services import (LOGS, ROOT, ScratchDatabase, Topics, Worker, create_topics, delete_topics, free_port,
                                     produce, wait_for, worker_env)
 
 pytestmark = pytest.mark.integration

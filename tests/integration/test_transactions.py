@@ -102,7 +102,7 @@ def test_only_committed_transactions_are_acted_on_and_commits_reach_the_end(sett
             await gz.transaction([event(o, "ORDER_CREATED") for o in ghosts[5:]]
                                  + [event(o, "ORDER_PAID") for o in ghosts], commit=False)
         # Kafka's Java client, as Kafka Streams or Spring writes: zstd, one committed, one aborted.
-        java_produce(settings, pair.events,
+        java_produce(settings.kafka.bootstrap, pair.events,
                      [{"txn": "begin"}, *java_lines([event(o, "ORDER_CONFIRM") for o in confirmed]), {"txn": "commit"},
                       {"txn": "begin"}, *java_lines([event(o, "ORDER_CANCEL") for o in kept]), {"txn": "abort"},
                       {"txn": "begin"}, *java_lines([event(o, "ORDER_CANCEL") for o in cancelled]), {"txn": "commit"}],

@@ -19,6 +19,7 @@ class ScriptedProcessor:
     A batch run answers for every event; unknown orders succeed."""
 
     owner = "scripted/main/1"
+    retention = None            # as Processor has it without IDEM_RETENTION_DAYS: no order refused for its date
 
     def __init__(self, script=None, batch_error=None):
         self.script = {k: list(v) for k, v in (script or {}).items()}

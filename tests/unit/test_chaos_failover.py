@@ -1,10 +1,10 @@
-"""What the chaos run's database failover counts as lost (tests/chaos/failover.py), and the
-dead letters whose ledger row it lost, which the checker lets go (tests/chaos/accounting.py)."""
+"""What the chaos run's database failover counts as lost (harness/chaos/failover.py), and the
+dead letters whose ledger row it lost, which the checker lets go (harness/chaos/accounting.py)."""
 
 from __future__ import annotations
 
-from tests.chaos.accounting import lost_ledger_rows
-from tests.chaos.failover import compare
+from harness.chaos.accounting import lost_ledger_rows
+from harness.chaos.failover import compare
 
 KEY = ("ORD-20261201-X1:ORDER_CONFIRM:issue_waybill", "2026-12-01")
 OTHER = ("ORD-20261201-X2:ORDER_CREATED:create_order", "2026-12-01")

@@ -1,4 +1,4 @@
-"""The chaos checker's own copy of the rules (tests/chaos/rules.py), against the pipeline's:
+"""The chaos checker's own copy of the rules (harness/chaos/rules.py), against the pipeline's:
 the two are written apart on purpose, so this is where they must agree."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from app.pipeline.events import EventType
 from app.pipeline.states import LedgerStatus, OrderStatus, judge_move as pipeline_judge
 from app.pipeline.steps import PIPELINES, Effect, EffectStep
-from tests.chaos import checker, rules
-from tests.chaos.accounting import Findings
-from tests.chaos.driver import declared_effect_steps
+from harness.chaos import checker, rules
+from harness.chaos.accounting import Findings
+from harness.chaos.driver import declared_effect_steps
 
 ORDER_STATES = [None, *OrderStatus]
 
@@ -122,7 +122,7 @@ def test_the_checker_names_every_ledger_status_as_the_pipeline_does():
 
 
 def test_the_sms_latency_percentiles_are_nearest_rank_and_count_the_tail():
-    from tests.chaos.latency import distribution
+    from harness.chaos.latency import distribution
 
     waits = [1.0] * 998 + [61.0, 200.0]
     d = distribution(waits)

@@ -19,7 +19,8 @@ def secure(**overrides) -> Settings:
     return Settings(**values)
 
 
-def test_plaintext_is_the_default_and_needs_nothing():
+def test_plaintext_is_the_default_and_needs_nothing(monkeypatch):
+    monkeypatch.delenv("KAFKA_BROKER", raising=False)      # the default, whatever the shell points at
     options = KafkaConnection.from_settings(Settings().kafka).client_options()
     assert options == {"bootstrap_servers": "127.0.0.1:9092", "security_protocol": "PLAINTEXT"}
     assert KafkaConnection.from_settings(Settings().kafka).faust_credentials() is None

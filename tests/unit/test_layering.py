@@ -9,6 +9,8 @@
 * ``app.settings`` imports none of what is built from it (adapters, pipeline, wiring).
 * ``harness`` is what the tests and the benchmark both stand on: it imports neither, and
   the benchmark imports nothing of the tests.
+* ``tests`` holds tests: test modules, ``conftest.py`` and packages' ``__init__.py``; the
+  machinery they run on (the chaos run's driver and checker among it) lives in ``harness``.
 """
 
 from __future__ import annotations
@@ -111,3 +113,32 @@ def test_the_tests_and_the_benchmark_share_the_harness_not_each_other():
             if hits:
                 bad[str(path.relative_to(ROOT))] = hits
     assert not bad, f"the harness imports neither the tests nor the benchmark, the benchmark not the tests: {bad}"
+
+
+# What ``tests/`` may hold beside test modules, conftest.py and __init__.py: data files a test reads
+# (none today), by their path from the root.
+TEST_DATA: set[str] = set()
+
+
+def strays(paths: list[str]) -> list[str]:
+    """The files of ``paths`` (under ``tests/``) that are neither a test module, a conftest, an
+    ``__init__.py`` nor a data file of ``TEST_DATA``: machinery that belongs in ``harness/``."""
+    def kept(path: str) -> bool:
+        name = path.rsplit("/", 1)[-1]
+        return (name in ("conftest.py", "__init__.py") or (name.startswith("test_") and name.endswith(".py"))
+                or path in TEST_DATA)
+    return sorted(path for path in paths if "/__pycache__/" not in path and not kept(path))
+
+
+def test_the_tests_folder_holds_only_tests():
+    on_disk = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("*.py")]
+    listed = subprocess.run(["git", "ls-files", "-z", "tests"], cwd=ROOT, capture_output=True, check=True)
+    tracked = [name for name in listed.stdout.decode().split("\0") if name]
+    bad = strays(sorted(set(on_disk) | set(tracked)))
+    assert not bad, f"tests/ holds tests; move machinery to harness/ (or list a data file in TEST_DATA): {bad}"
+
+
+def test_a_helper_module_in_tests_is_a_stray():
+    paths = ["tests/conftest.py", "tests/chaos/__init__.py", "tests/chaos/test_chaos.py",
+             "tests/chaos/driver.py", "tests/chaos/CONTRACT.md", "tests/unit/__pycache__/x.cpython-311.pyc"]
+    assert strays(paths) == ["tests/chaos/CONTRACT.md", "tests/chaos/driver.py"]

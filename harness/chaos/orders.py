@@ -19,8 +19,8 @@ services did, not what the pipeline believes:
 
 from __future__ import annotations
 
-from tests.chaos import rules
-from tests.chaos.accounting import Accountant, describe_row
+from harness.chaos import rules
+from harness.chaos.accounting import Accountant, describe_row
 
 
 class OrderCheck:

@@ -7,7 +7,7 @@ the failover between them, and the count of what it lost.
     replica   a second mariadbd with its own data directory, port and socket, server_id 2,
               read_only, following the primary with MASTER_USE_GTID=slave_pos
 
-The failover (``tests.chaos.storm.Storm.fail_over_database`` drives it):
+The failover (``harness.chaos.storm.Storm.fail_over_database`` drives it):
 
     behind    async only: the replica's IO thread stops, as a loaded replica's falls behind;
               what the primary commits from then on, and acknowledges, never reaches it

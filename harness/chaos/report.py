@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.chaos.checker import FAILOVER_VIOLATIONS, VIOLATIONS, CheckReport
+from harness.chaos.checker import FAILOVER_VIOLATIONS, VIOLATIONS, CheckReport
 
 
 def render(report: CheckReport) -> str:

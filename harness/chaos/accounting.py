@@ -39,7 +39,7 @@ instead of failed: a copy without its row, the row the compensator then filed fo
 (``no_ledger_row``), and such a row taken over by the replay's own dead letter, which keeps the
 name-less columns of the compensator's row. The record itself is accounted for like any other.
 
-Orders and their effects are checked in ``tests.chaos.orders``.
+Orders and their effects are checked in ``harness.chaos.orders``.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from tests.chaos import rules
-from tests.chaos.evidence import Tables, TopicRead
+from harness.chaos import rules
+from harness.chaos.evidence import Tables, TopicRead
 
 PROBLEM_LINES = 50
 VALID = ("original", "exact_duplicate", "republished")

@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from types import SimpleNamespace
 
 from aiokafka import AIOKafkaProducer
 
 from app.adapters.kafka.topics import EVENT_MAX_MESSAGE_BYTES
 from harness.java import java_produce
-from tests.chaos.evidence import record_digest
-from tests.chaos.workload import Planned
+from harness.chaos.evidence import record_digest
+from harness.chaos.workload import Planned
 
 TICK = 0.05
 DELIVERY_TIMEOUT_MS = 180_000      # a broker restart takes seconds; a lost record would void the run
@@ -100,7 +99,7 @@ class SteadyProducer:
     async def _java(self, record: Planned) -> tuple[int, int]:
         spec = {"partition": record.partition, "key": None, "value": None}
         bootstrap, config = self.java
-        [where] = await asyncio.to_thread(java_produce, SimpleNamespace(kafka_bootstrap=bootstrap), self.topic,
+        [where] = await asyncio.to_thread(java_produce, bootstrap, self.topic,
                                           [spec], config=config or None)
         return where
 

@@ -21,7 +21,7 @@ On the three-node cluster (``--cluster``) the single broker's restart gives way 
                    partition heals what was held goes through); the run's producer, on a
                    listener of its own, goes on
 
-With ``--db-failover semisync|async`` (``tests.chaos.failover``: the database is a primary and
+With ``--db-failover semisync|async`` (``harness.chaos.failover``: the database is a primary and
 its GTID replica) one more, in the middle slot, a seeded few seconds into it:
 
     once           the primary SIGKILLed while it commits (with ``async``, its replica stopped
@@ -54,9 +54,9 @@ from app.adapters.kafka import ops as kafka_ops
 from harness.fakes import FakesProcess
 from harness.own_servers import MariaDB
 from harness.proxy import BlackholeProxy
-from tests.chaos.failover import rewind_group
-from tests.chaos.fleet import Fleet
-from tests.chaos.producer import SteadyProducer
+from harness.chaos.failover import rewind_group
+from harness.chaos.fleet import Fleet
+from harness.chaos.producer import SteadyProducer
 
 SLOTS = ("w1", "w2", "w3")
 EXTRA = "w4"
@@ -120,7 +120,7 @@ PROFILES = {
 # over three workers, about twelve SIGKILLs, MariaDB and the broker SIGKILLed once each, the SMS
 # gateway losing 2 % of its replies and hanging past the client's 3 s timeout on 1 % of its calls,
 # both services answering in 100 ms; the report gives how long each cancelled order waited for its
-# SMS (``tests.chaos.latency``).
+# SMS (``harness.chaos.latency``).
 PROFILES["defaults"] = Profile("defaults", min_events=0, min_orders=5_000, rate=50, kill_every=(18, 26),
                                cut_seconds=0, api_503_seconds=0, drain_timeout=1_800, duplicate_within=600,
                                big=("restart_mariadb", "restart_kafka"),
@@ -140,8 +140,8 @@ class Storm:
     def __init__(self, profile: Profile, seed: int, *, fleet: Fleet, mariadb: MariaDB, brokers,
                  proxy: BlackholeProxy, fakes: FakesProcess, producer: SteadyProducer, events_topic: str,
                  say=print, failover: bool = False, group: str | None = None, partitions: int | None = None) -> None:
-        """``brokers``: a ``tests.chaos.brokers`` SingleBroker or SecureCluster. ``failover``:
-        ``mariadb`` is a ``tests.chaos.failover.ReplicatedMariaDB`` to fail over once (the
+        """``brokers``: a ``harness.chaos.brokers`` SingleBroker or SecureCluster. ``failover``:
+        ``mariadb`` is a ``harness.chaos.failover.ReplicatedMariaDB`` to fail over once (the
         rewind then needs the workers' ``group`` and the events topic's ``partitions``)."""
         self.profile, self.fleet, self.mariadb, self.brokers = profile, fleet, mariadb, brokers
         self.events_topic = events_topic

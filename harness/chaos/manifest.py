@@ -1,4 +1,4 @@
-"""What the driver hands the checker (tests/chaos/CONTRACT.md): every record it produced and
+"""What the driver hands the checker (harness/chaos/CONTRACT.md): every record it produced and
 where it landed, every order's lifecycle, every worker process and how it ended, every
 fault and when, what the workers counted, and how the drain ended. Beside the contract's
 keys: the profile, the workers' settings and the run's timings, for the report."""

@@ -1,6 +1,6 @@
 """The chaos run's checker: ``check(manifest_path) -> CheckReport``.
 
-It reads the manifest the driver wrote (tests/chaos/CONTRACT.md), then the sources
+It reads the manifest the driver wrote (harness/chaos/CONTRACT.md), then the sources
 themselves: the events and dead-letter topics and the group's committed offsets
 (aiokafka), the tables (PyMySQL), the fake services' ledger (urllib). It shares no code
 with the pipeline: nothing from ``app/`` is imported, here or in the modules it uses
@@ -59,11 +59,11 @@ from pathlib import Path
 
 import pymysql
 
-from tests.chaos import evidence
-from tests.chaos.accounting import Accountant, Findings
-from tests.chaos.acked import check_acked
-from tests.chaos.orders import OrderCheck
-from tests.chaos.rules import LOCAL_STEP, SERVICES, step_keys, unchecked_effects
+from harness.chaos import evidence
+from harness.chaos.accounting import Accountant, Findings
+from harness.chaos.acked import check_acked
+from harness.chaos.orders import OrderCheck
+from harness.chaos.rules import LOCAL_STEP, SERVICES, step_keys, unchecked_effects
 
 VIOLATIONS = ("lost", "acked_not_consumed", "double_accounted", "misaccounted", "duplicate_effects", "missing_effects",
               "unchecked_effects", "regressions",

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.chaos.accounting import Findings
-from tests.chaos.evidence import TopicRead, record_digest
+from harness.chaos.accounting import Findings
+from harness.chaos.evidence import TopicRead, record_digest
 
 # A broker fault's window: from the first kind to the second (or the end of the storm).
 BROKER_WINDOWS = {"leader_kill": "leader_start", "controller_kill": "controller_start", "kafka_kill": "kafka_start",

@@ -2,18 +2,18 @@
 real workers, a storm of faults while the records are produced, the drain, the manifest,
 and the checker's verdict.
 
-    .venv/bin/python -m tests.chaos.driver --mode long --seed 7      # make chaos
-    .venv/bin/python -m tests.chaos.driver --mode short              # what make test runs
-    .venv/bin/python -m tests.chaos.driver --mode long --cluster     # make chaos CLUSTER=1
-    .venv/bin/python -m tests.chaos.driver --mode long --db-failover async   # make chaos DB_FAILOVER=async
-    .venv/bin/python -m tests.chaos.driver --mode defaults           # make chaos MODE=defaults
+    .venv/bin/python -m harness.chaos.driver --mode long --seed 7      # make chaos
+    .venv/bin/python -m harness.chaos.driver --mode short              # what make test runs
+    .venv/bin/python -m harness.chaos.driver --mode long --cluster     # make chaos CLUSTER=1
+    .venv/bin/python -m harness.chaos.driver --mode long --db-failover async   # make chaos DB_FAILOVER=async
+    .venv/bin/python -m harness.chaos.driver --mode defaults           # make chaos MODE=defaults
 
 ``--cluster`` runs the storm on three KRaft nodes over SASL_SSL, each behind a proxy of the
-test (``tests.chaos.brokers``), with the cluster's faults on top: the busiest partition's
+test (``harness.chaos.brokers``), with the cluster's faults on top: the busiest partition's
 leader SIGKILLed twice, the active controller once, the workers cut from the brokers.
 
 ``--db-failover semisync|async`` runs the database as a primary and its GTID replica
-(``tests.chaos.failover``), semi-synchronous (AFTER_SYNC) or asynchronous, and fails over once
+(``harness.chaos.failover``), semi-synchronous (AFTER_SYNC) or asynchronous, and fails over once
 in the middle of the storm; after the drain the dead primary's data directory is started again
 to count what the failover lost (``failover`` in the manifest and the report).
 
@@ -25,7 +25,7 @@ and the database go with it, and only the newest ``KEEP_RUNS`` run folders are k
 
 ``--mode defaults`` runs the workers with every setting at its default, as a user does, through
 a storm of what a user meets (``storm.PROFILES["defaults"]``), and the report gives how long each
-cancelled order waited for its SMS (``tests.chaos.latency``; every run's report has it).
+cancelled order waited for its SMS (``harness.chaos.latency``; every run's report has it).
 
 ``--sabotage crash`` (a worker dies behind the test's back) and ``--sabotage no-drain``
 (every worker stops before the drain) show that the run can fail.
@@ -57,15 +57,15 @@ from harness.fakes import FakesProcess
 from harness.own_servers import CHAOS, MariaDB
 from harness.proxy import BlackholeProxy
 from harness.services import ROOT, worker_env
-from tests.chaos import evidence, latency
-from tests.chaos import manifest as manifests
-from tests.chaos.brokers import SecureCluster, SingleBroker
-from tests.chaos.drain import DrainTimeout, read_backlog, wait_settled
-from tests.chaos.failover import MODES as FAILOVER_MODES, ReplicatedMariaDB
-from tests.chaos.fleet import Fleet
-from tests.chaos.producer import SteadyProducer
-from tests.chaos.storm import CLUSTER_PROFILES, PROFILES, SLOTS, Storm
-from tests.chaos.workload import Shares, plan
+from harness.chaos import evidence, latency
+from harness.chaos import manifest as manifests
+from harness.chaos.brokers import SecureCluster, SingleBroker
+from harness.chaos.drain import DrainTimeout, read_backlog, wait_settled
+from harness.chaos.failover import MODES as FAILOVER_MODES, ReplicatedMariaDB
+from harness.chaos.fleet import Fleet
+from harness.chaos.producer import SteadyProducer
+from harness.chaos.storm import CLUSTER_PROFILES, PROFILES, SLOTS, Storm
+from harness.chaos.workload import Shares, plan
 
 GROUP = "order-event-processor"
 EVENTS, DLQ = "order-event", "order-event-dlq"
@@ -314,7 +314,7 @@ class ChaosRun:
         return Outcome(path, report_path, report, [i.entry() for i in self.fleet.unexpected], drain_error)
 
     def sms_latency(self, content: dict) -> dict | None:
-        """How long the cancelled orders waited for their SMS (``tests.chaos.latency``): a figure, no verdict."""
+        """How long the cancelled orders waited for their SMS (``harness.chaos.latency``): a figure, no verdict."""
         try:
             found = latency.sms_latency(self.mysql, evidence.read_fakes_ledger(self.fakes.url), content["produced"],
                                         content["faults"])
@@ -327,13 +327,13 @@ class ChaosRun:
     def check(self, path: Path):
         """The checker's verdict, or None while there is no checker."""
         try:
-            from tests.chaos.checker import check
+            from harness.chaos.checker import check
             report = check(path)
         except (ImportError, NotImplementedError) as exc:
             self.say(f"no checker yet ({exc!r}): the manifest is at {self.rel(path)}")
             return None
         try:
-            from tests.chaos.report import render
+            from harness.chaos.report import render
             self.say("the checker's summary:\n" + render(report))
         except ImportError:
             self.say(json.dumps(report.as_dict(), indent=1, default=str))
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     # SIGTERM ends the run the way Ctrl-C does: through its teardown.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    parser = argparse.ArgumentParser(prog="python -m tests.chaos.driver", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.chaos.driver", description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=sorted(PROFILES), default="long")
     parser.add_argument("--seed", type=int, default=None, help="default: a random one (printed)")
     parser.add_argument("--sabotage", choices=["crash", "no-drain"], default=None,

@@ -19,7 +19,7 @@ STATUS_NAME = {None: "none", CREATED: "CREATED", PAID: "PAID", CONFIRMED: "CONFI
 TARGET = {"ORDER_CREATED": CREATED, "ORDER_PAID": PAID, "ORDER_CONFIRM": CONFIRMED, "ORDER_CANCEL": CANCELLED}
 LOCAL_STEP = {"ORDER_CREATED": "create_order", "ORDER_PAID": "mark_paid", "ORDER_CONFIRM": "mark_confirmed",
               "ORDER_CANCEL": "mark_cancelled"}
-# The effects the checker can hold to exactly once (``tests.chaos.orders``: one check each), by the
+# The effects the checker can hold to exactly once (``harness.chaos.orders``: one check each), by the
 # name the pipeline declares them under (the service the fakes' ledger records their calls as), with
 # the step and the event type that call them. An effect the pipeline declares and this does not name
 # is a violation of the run (``unchecked_effects``): a new effect must come with its check, or a
@@ -83,8 +83,8 @@ def unchecked_effects(declared: Iterable[dict]) -> list[str]:
         known = CHECKED_EFFECTS.get(d["effect"])
         if known is None:
             unknown.append(f"effect {d['effect']!r} (step {d['step']} of {d['event_type']}): the checker has no "
-                           "exactly-once check for it; add one to tests/chaos/orders.py and name it in "
-                           "tests/chaos/rules.py CHECKED_EFFECTS")
+                           "exactly-once check for it; add one to harness/chaos/orders.py and name it in "
+                           "harness/chaos/rules.py CHECKED_EFFECTS")
         elif known != (d["step"], d["event_type"]):
             unknown.append(f"effect {d['effect']!r} at step {d['step']} of {d['event_type']}: the checker checks it "
                            f"at step {known[0]} of {known[1]} only")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 
-from tests.chaos import evidence
+from harness.chaos import evidence
 
 SLOW_SECONDS = 60.0
 LIMIT_SECONDS = 180.0

@@ -64,10 +64,6 @@ def _raw(name: str) -> bytes:
     return name.encode("utf-8", "surrogateescape")
 
 
-def _size(data: bytes | None) -> int:
-    return 0 if data is None else len(data)
-
-
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

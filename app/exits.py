@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Callable
 
 
 log = logging.getLogger(__name__)
@@ -62,9 +63,31 @@ def bound_the_stop(seconds: float) -> None:
     The timer is a thread, so it runs even when the event loop is blocked. It is armed from the
     Python-level SIGTERM handler, which wraps the one the event loop installed (asyncio and
     uvloop both call it besides reading their wake-up descriptor); the wrap is put in place right
-    after the worker installs its signal handlers (``Worker.install_signal_handlers``), before
-    anything starts.
+    after the worker installs its signal handlers (``Worker.install_signal_handlers``, replaced by
+    :func:`arming_the_stop_bound` through ``app.adapters.kafka.upstream``), before anything starts.
+    This call only sets the bound, before the worker starts.
     """
+    _stop_bound.clear()
+    _stop_bound.append(seconds)
+
+
+_stop_bound: list[float] = []     # the bound :func:`bound_the_stop` set, if any
+
+
+def arming_the_stop_bound(install: Callable) -> Callable:
+    """``Worker.install_signal_handlers`` (mode's, ``install``) followed by the wrap of the SIGTERM
+    handler that arms the bound, when :func:`bound_the_stop` set one (put in place by
+    ``app.adapters.kafka.upstream``)."""
+    @functools.wraps(install)
+    def install_signal_handlers(worker) -> None:
+        install(worker)
+        if _stop_bound:
+            signal.signal(signal.SIGTERM, _arming(signal.getsignal(signal.SIGTERM), _stop_bound[0]))
+    return install_signal_handlers
+
+
+def _arming(previous, seconds: float):
+    """A SIGTERM handler that starts the bound's timer, then calls ``previous``."""
     def leave_after_the_bound() -> None:
         time.sleep(seconds)
         log.critical("the worker did not stop within %.0f s of SIGTERM (STOP_TIMEOUT_SECONDS): leaving without "
@@ -73,24 +96,12 @@ def bound_the_stop(seconds: float) -> None:
             handler.flush()
         os._exit(EXIT_NOT_ACKED)
 
-    def arm(previous):
-        armed = []
+    armed: list[threading.Thread] = []
 
-        def on_sigterm(signum, frame) -> None:
-            if not armed:
-                armed.append(threading.Thread(target=leave_after_the_bound, name="stop-bound", daemon=True))
-                armed[0].start()
-            if callable(previous):
-                previous(signum, frame)
-        return on_sigterm
-
-    import faust      # here, not at the top: the settings read the exit codes without Faust
-
-    install = getattr(faust.Worker.install_signal_handlers, "__wrapped__", faust.Worker.install_signal_handlers)
-
-    @functools.wraps(install)
-    def install_signal_handlers(worker) -> None:
-        install(worker)
-        signal.signal(signal.SIGTERM, arm(signal.getsignal(signal.SIGTERM)))
-
-    faust.Worker.install_signal_handlers = install_signal_handlers
+    def on_sigterm(signum, frame) -> None:
+        if not armed:
+            armed.append(threading.Thread(target=leave_after_the_bound, name="stop-bound", daemon=True))
+            armed[0].start()
+        if callable(previous):
+            previous(signum, frame)
+    return on_sigterm

@@ -16,10 +16,10 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app import exits
 from app.adapters.mysql.tls import MySqlTls
-from app.adapters.kafka import batches as kafka_batches
 from app.adapters.kafka import consumer as kafka_consumer
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka import records as kafka_records
+from app.adapters.kafka import upstream
 from app.adapters.kafka.connection import KafkaConfigError, KafkaStartupError, preflight, KafkaConnection
 from app.adapters.mysql import preflight as mysql_preflight
 from app.adapters.mysql import schema
@@ -189,16 +189,13 @@ def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> "Proces
 
         mode.loop.use("uvloop")
     Path(settings.operations.data_dir).mkdir(parents=True, exist_ok=True)
-    # Batches aiokafka cannot read safely (raw header keys, decompression bombs) must
-    # not stop the fetcher: see app.adapters.kafka.records.
-    kafka_records.install(settings.batches.max_batch_bytes)
-    # Records of aborted transactions are never read; commits go past transaction markers
-    # (see app.adapters.kafka.consumer).
-    kafka_consumer.install(settings.kafka.isolation_level)
-    # Topics an agent takes in whole fetches skip Faust's per-record path (see
-    # app.adapters.kafka.batches); an app that registers no feed runs Faust's own loop.
-    kafka_batches.install()
-    _make_faust_producer_idempotent()
+    # The bound on a decompressed record batch (app.adapters.kafka.records) and the consumer's
+    # isolation level (app.adapters.kafka.consumer), read by the replacements installed next.
+    kafka_records.configure(settings.batches.max_batch_bytes)
+    kafka_consumer.configure(settings.kafka.isolation_level)
+    # Every replacement of Faust's, mode's and aiokafka's internals, in one place, checked against
+    # the installed versions (exit 78 on others): app.adapters.kafka.upstream.
+    upstream.install()
     app = ProcessorApp(
         settings.app_id,
         broker=settings.kafka.faust_broker,
@@ -231,23 +228,6 @@ def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> "Proces
     )
     app.startup_checks.append(functools.partial(check_kafka, settings=settings))
     return app
-
-
-def _make_faust_producer_idempotent() -> None:
-    """Every producer of the project is idempotent with acks=all; Faust's is so only in its own
-    exactly-once mode (``Producer._settings_extra``). It sends nothing of ours today (no tables,
-    no topic written through it), but a retry through a leader change must never write twice."""
-    from faust.transport.drivers import aiokafka as driver
-
-    original = driver.Producer._settings_extra
-    if getattr(original, "idempotent", False):
-        return
-
-    def settings_extra(self):
-        return {**original(self), "acks": "all", "enable_idempotence": True}
-
-    settings_extra.idempotent = True
-    driver.Producer._settings_extra = settings_extra
 
 
 def order_event_topic(app: faust.App, settings: Settings) -> faust.TopicT:

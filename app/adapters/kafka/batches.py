@@ -8,7 +8,7 @@ registry's decode into an ``Event``), the stream's queue, the stream iterator, t
 its CPU per record there (row f of ``make bench``; the README's "The layer in Faust's path");
 ours hands whole batches to the pipeline anyway.
 
-:func:`install` replaces ``Consumer._drain_messages`` with :func:`_drain_messages`, which
+``Consumer._drain_messages`` is replaced (by ``app.adapters.kafka.upstream``) with :func:`_drain_messages`, which
 does the same for every topic except the ones an agent asked to take in whole fetches
 (:class:`Feed`): their records, as Faust's own ``ConsumerMessage`` objects, go into the
 feed's buffer a fetch at a time, and the agent takes them in batches of up to
@@ -73,24 +73,12 @@ from faust.transport import consumer as faust_consumer
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
+from app.adapters.kafka import upstream
+
 log = logging.getLogger(__name__)
 
-_ORIGINAL: dict[str, object] = {}
 _FAUST_ACK = faust_consumer.Consumer.ack
-
-
-def install() -> None:
-    """Let feeds take the records of their topics from Faust's fetcher (idempotent; an app with
-    no :class:`Feed` keeps Faust's own loop)."""
-    consumer = faust_consumer.Consumer
-    if "drain" in _ORIGINAL:
-        return
-    for name in ("_drain_messages", "_wait_next_records", "perform_seek", "_to_message", "ack", "_add_gap"):
-        if not callable(getattr(consumer, name, None)):
-            raise RuntimeError(f"faust-streaming changed: Consumer.{name} is gone; "
-                               "app.adapters.kafka.batches must be revised for this version")
-    _ORIGINAL["drain"] = consumer._drain_messages
-    consumer._drain_messages = _drain_messages
+_FAUST_DRAIN = "faust.transport.consumer.Consumer._drain_messages"     # its entry in upstream.REPLACEMENTS
 
 
 def feeds_of(app) -> dict[str, "Feed"]:
@@ -361,7 +349,7 @@ async def _drain_messages(self, fetcher) -> None:
     the original."""
     feeds = feeds_of(self.app)
     if not feeds:
-        return await _ORIGINAL["drain"](self, fetcher)
+        return await upstream.original(_FAUST_DRAIN)(self, fetcher)
     callback = self.callback
     consumer_should_stop = self._stopped.is_set
     fetcher_should_stop = fetcher._stopped.is_set
@@ -468,4 +456,4 @@ async def _deliver_one_by_one(self, tp, tp_records: Sequence, r_offset, generati
     return True
 
 
-__all__ = ["Batch", "Feed", "ack_all", "feeds_of", "install"]
+__all__ = ["Batch", "Feed", "ack_all", "feeds_of"]

@@ -3,8 +3,8 @@
 **The isolation level.** Faust's worker consumer reads ``read_uncommitted`` unless
 Faust's own exactly-once mode is on (``AIOKafkaConsumerThread._create_worker_consumer``):
 records of transactions an upstream producer aborted, or has not committed yet, reach
-the agents and are acted on. :func:`install` sets the consumer's isolation level to
-``KAFKA_ISOLATION_LEVEL`` (``read_committed`` by default) before it starts; aiokafka's
+the agents and are acted on. :func:`_with_isolation` sets the consumer's isolation level to
+``KAFKA_ISOLATION_LEVEL`` (``read_committed`` by default, :func:`configure`) before it starts; aiokafka's
 fetcher then drops aborted batches and stops at the last stable offset.
 
 **Commits past offsets that hold no record.** A transaction's commit or abort marker
@@ -47,9 +47,7 @@ import threading
 from bisect import bisect_left
 from typing import Iterable, Sequence
 
-from aiokafka.consumer import fetcher as aiokafka_fetcher
-from faust.transport import consumer as faust_consumer
-from faust.transport.drivers import aiokafka as faust_aiokafka
+from app.adapters.kafka import upstream
 
 log = logging.getLogger(__name__)
 
@@ -144,30 +142,20 @@ class Holes:
 
 
 HOLES = Holes()
-_installed: dict[str, object] = {}
+_isolation_level = "read_committed"
 
 
-def install(isolation_level: str) -> None:
-    """Correct every Faust worker consumer of this process (idempotent)."""
+def configure(isolation_level: str) -> None:
+    """The isolation level of every Faust worker consumer of this process (``settings.kafka.isolation_level``).
+
+    The corrections themselves are put in place by ``app.adapters.kafka.upstream``: this module only
+    holds them (:func:`_with_isolation`, :func:`_watching_holes`, :func:`_new_offset`,
+    :func:`_forgetting_holes`)."""
+    global _isolation_level
     if isolation_level not in ISOLATION_LEVELS:
         raise ValueError(f"KAFKA_ISOLATION_LEVEL must be one of {', '.join(ISOLATION_LEVELS)}, "
                          f"not {isolation_level!r}")
-    _installed["isolation_level"] = isolation_level
-    if _installed.get("patched"):
-        return
-    thread = faust_aiokafka.AIOKafkaConsumerThread
-    consumer = faust_consumer.Consumer
-    result = aiokafka_fetcher.FetchResult
-    for owner, name in ((thread, "_create_worker_consumer"), (result, "getall"), (consumer, "_new_offset"),
-                        (consumer, "on_partitions_revoked")):
-        if not callable(getattr(owner, name, None)):
-            raise RuntimeError(f"faust-streaming or aiokafka changed: {owner.__name__}.{name} is gone; "
-                               "app.adapters.kafka.consumer must be revised for this version")
-    thread._create_worker_consumer = _with_isolation(thread._create_worker_consumer)
-    result.getall = _watching_holes(result.getall)
-    consumer._new_offset = _new_offset
-    consumer.on_partitions_revoked = _forgetting_holes(consumer.on_partitions_revoked)
-    _installed["patched"] = True
+    _isolation_level = isolation_level
 
 
 def _with_isolation(create):
@@ -175,7 +163,7 @@ def _with_isolation(create):
     def create_worker_consumer(self, transport):
         made = create(self, transport)
         # Read by aiokafka when the consumer starts and builds its fetcher (just after this).
-        made._isolation_level = _installed["isolation_level"]
+        upstream.replace_on_instance(made, "_isolation_level", _isolation_level)
         return made
     return create_worker_consumer
 

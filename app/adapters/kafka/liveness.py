@@ -7,8 +7,9 @@ consumer to the consumer's loop with ``call_soon_threadsafe``.
 
 aiokafka 0.14 keeps the time of the last successful heartbeat in a local variable of
 ``GroupCoordinator._heartbeat_routine``; :meth:`ConsumerProbe.read` therefore wraps the
-coordinator's ``_do_heartbeat`` and ``_do_rejoin_group`` (on that one instance) to note when
-one succeeded, and since when a join has been in flight.
+coordinator's ``_do_heartbeat`` and ``_do_rejoin_group`` (on that one instance, through
+``app.adapters.kafka.upstream.replace_on_instance``) to note when one succeeded, and since when a
+join has been in flight.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from aiokafka.conn import CloseReason
 
+from app.adapters.kafka import upstream
 from app.pipeline.liveness import Observation
 
 log = logging.getLogger(__name__)
@@ -81,8 +83,8 @@ class ConsumerProbe:
                 self.heartbeat_ok_at = time.monotonic()
             return ok
 
-        coordinator._do_heartbeat = _do_heartbeat
-        coordinator._do_rejoin_group = _do_rejoin_group
+        upstream.replace_on_instance(coordinator, "_do_heartbeat", _do_heartbeat)
+        upstream.replace_on_instance(coordinator, "_do_rejoin_group", _do_rejoin_group)
         self._coordinator = coordinator
 
     def force_rejoin(self) -> None:

@@ -12,7 +12,7 @@ fetches the same record again, for ever.
 * A batch that is corrupt in a way its CRC does not catch, or compressed with
   a codec whose library is missing.
 
-:func:`install` replaces the fetcher's ``MemoryRecords`` with
+The fetcher's ``MemoryRecords`` is replaced (by ``app.adapters.kafka.upstream``) with
 :class:`GuardedRecords`, which hands aiokafka the same batches wrapped so
 that iterating one never raises:
 
@@ -51,7 +51,6 @@ import struct
 from typing import Iterator
 
 import cramjam
-from aiokafka.consumer import fetcher
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords as _CMemoryRecords
 from aiokafka.record.util import decode_varint
@@ -105,10 +104,10 @@ class TooLarge(Exception):
     """A batch decompresses to more than the bound."""
 
 
-def install(max_batch_bytes: int) -> None:
-    """Make every aiokafka consumer of this process read batches through :class:`GuardedRecords`."""
+def configure(max_batch_bytes: int) -> None:
+    """The bound on a decompressed batch (``settings.batches.max_batch_bytes``) for every
+    :class:`GuardedRecords` of this process."""
     GuardedRecords.max_batch_bytes = max_batch_bytes
-    fetcher.MemoryRecords = GuardedRecords
 
 
 class GuardedRecords:

@@ -14,7 +14,12 @@ from typing import AsyncIterator, Iterable, Sequence
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import (
+    GroupCoordinatorNotAvailableError,
+    GroupLoadInProgressError,
+    NotCoordinatorForGroupError,
+    TopicAlreadyExistsError,
+)
 from aiokafka.protocol.admin import DeleteGroupsRequest
 
 from app.adapters.kafka.connection import KafkaConnection, connection_of
@@ -133,11 +138,27 @@ class CommittedOffsets:
         self.client, self.group, self.topic = client, group, topic
         self._coordinator: int | None = None
 
+    # The answers of a coordinator that is not there yet (a new cluster creates its offsets topic
+    # on the first FindCoordinator), still loading, or moved: asked again, the coordinator found anew.
+    COORDINATOR_MOVING = (GroupCoordinatorNotAvailableError, GroupLoadInProgressError, NotCoordinatorForGroupError)
+    ATTEMPTS = 40
+    PAUSE_SECONDS = 0.25
+
     async def read(self) -> dict[int, int]:
-        if self._coordinator is None:
-            self._coordinator = await self.client.find_coordinator(self.group)
-        offsets = await self.client.list_consumer_group_offsets(self.group, self._coordinator)
-        return {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == self.topic and meta.offset >= 0}
+        for attempt in range(1, self.ATTEMPTS + 1):
+            try:
+                if self._coordinator is None:
+                    self._coordinator = await self.client.find_coordinator(self.group)
+                offsets = await self.client.list_consumer_group_offsets(self.group, self._coordinator)
+            except self.COORDINATOR_MOVING:
+                self._coordinator = None
+                if attempt == self.ATTEMPTS:
+                    raise
+                await asyncio.sleep(self.PAUSE_SECONDS)
+                continue
+            return {tp.partition: meta.offset for tp, meta in offsets.items()
+                    if tp.topic == self.topic and meta.offset >= 0}
+        raise AssertionError("unreachable")
 
 
 async def committed_offsets(kafka: Kafka, group: str, topic: str, partitions: int) -> dict[int, int]:

@@ -33,9 +33,10 @@ from app.adapters.mysql.partitions import Partitions
 from app.adapters.mysql.group_queries import GroupQueries
 from app.adapters.mysql.queries import Queries
 from app.adapters.mysql.views import ViewAudit
-from app.adapters.mysql.workers import Heartbeat
+from app.adapters.mysql.heartbeat import Heartbeat
 from app.adapters.kafka.watermark import WatermarkTopic
-from app.adapters.mysql.recovery import RecoveryWindows, Remembered
+from app.adapters.mysql.recovery import Remembered
+from app.adapters.mysql.recovery_windows import RecoveryWindows
 from app.adapters.watermark import StoreWatermark
 from app.adapters.mysql.watch import Watch
 from app.chaos import cut_hook

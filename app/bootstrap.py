@@ -42,9 +42,9 @@ from app.adapters.mysql.watch import Watch
 from app.chaos import cut_hook
 from app.adapters.mysql.engine import create_engine
 from app.pipeline.batch import BatchHandler
-from app.pipeline.bulk import BulkRunner
-from app.pipeline.compensation import Backoff
-from app.pipeline.compensator import Compensator
+from app.compensation.bulk import BulkRunner
+from app.compensation.rules import Backoff
+from app.compensation.compensator import Compensator
 from app.pipeline.outage import OutageGuard
 from app.observability.metrics import PipelineMetrics
 from app.pipeline.capacity import Budget, Inputs, budget
@@ -216,7 +216,7 @@ class Runtime:
                          observer=PipelineMetrics(), fence=self.fence)
 
     async def _bulk_chunk(self, job, row_ids, guard, held):
-        """A bulk job's action on a chunk of its rows, as the job's creator (``app.pipeline.bulk``)."""
+        """A bulk job's action on a chunk of its rows, as the job's creator (``app.compensation.bulk``)."""
         return await self.compensator.bulk(job.action, row_ids, guard, actor=job.actor, note=job.note, job_id=job.id,
                                            held=held)
 

@@ -30,7 +30,7 @@ from app.adapters.mysql.group_queries import WINDOWS, GroupQueries
 from app.adapters.mysql.queries import Queries, QueueFilter
 from app.adapters.mysql.store import MySqlStore
 from app.adapters.mysql.engine import create_engine
-from app.pipeline.fingerprints import fingerprint
+from app.compensation.fingerprints import fingerprint
 from app.pipeline.ports import DeadLetter, SourceRecord
 from app.settings import get_settings
 from harness.services import ScratchDatabase

@@ -239,7 +239,7 @@ t_view_audit = Table(
     **TABLE_ARGS,
 )
 
-# Error groups (app.pipeline.fingerprints): what each group of dead letters is, and how many
+# Error groups (app.compensation.fingerprints): what each group of dead letters is, and how many
 # letters it holds per hour of their first failure, kept in the same transaction as every
 # ledger write that sets or changes a row's fingerprint (app.adapters.mysql.groups).
 t_error_group = Table(

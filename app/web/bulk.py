@@ -1,4 +1,4 @@
-"""Bulk actions on the dead-letter queue, over JSON (``app.pipeline.bulk``).
+"""Bulk actions on the dead-letter queue, over JSON (``app.compensation.bulk``).
 
     POST /bulk/dry-run          {"action", "filter"}: the exact count and a sample
     POST /bulk/                 {"action", "filter", "expected_count", "note", "actor"}: start a job
@@ -22,7 +22,7 @@ from faust.web import View
 from app.adapters.mysql.bulk import CountMoved
 from app.adapters.mysql.queries import QueueFilter
 from app.bootstrap import Runtime
-from app.pipeline.bulk import ACTIONS, TRANSITIONS, TransitionRefused, tolerance
+from app.compensation.bulk import ACTIONS, TRANSITIONS, TransitionRefused, tolerance
 from app.pipeline.states import LedgerStatus
 from app.pipeline.events import ORDER_NO
 from app.settings import Settings

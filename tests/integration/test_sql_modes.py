@@ -160,7 +160,7 @@ async def test_a_bulk_job_runs_its_statements_under_the_mode(harness):
     """The bulk job's statements (``app.adapters.mysql.bulk``): dry run, the job and its items,
     its lease, a chunk recorded, done; a pause and an abort."""
     from app.adapters.mysql.bulk import MySqlBulkJobs
-    from app.pipeline.bulk import BulkRunner
+    from app.compensation.bulk import BulkRunner
 
     d = await desk(harness)
     orders = await paid_orders(d.main, 3, "MODESBULK")

@@ -26,8 +26,8 @@ import time
 from contextlib import closing
 from datetime import datetime, timezone
 
-from app.adapters.mysql.group_queries import WINDOWS, GroupQueries
-from app.adapters.mysql.queries import Queries, QueueFilter
+from app.adapters.mysql.reads.error_groups import WINDOWS, GroupQueries
+from app.adapters.mysql.reads.console import Queries, QueueFilter
 from app.adapters.mysql.store import MySqlStore
 from app.adapters.mysql.engine import create_engine
 from app.compensation.fingerprints import fingerprint

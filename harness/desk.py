@@ -7,7 +7,7 @@ import asyncio
 import uuid
 
 from app.adapters.kafka.dlq import outgoing
-from app.adapters.mysql.compensations import MySqlLedger
+from app.adapters.mysql.ledger.port import MySqlLedger
 from app.compensation.rules import Backoff
 from app.compensation.compensator import Compensator
 from app.pipeline.outage import OutageGuard

@@ -19,8 +19,8 @@ import click
 import faust
 from faust.cli import argument, option
 
-from app.adapters.mysql.queries import QueueFilter
-from app.adapters.mysql.views import Seen
+from app.adapters.mysql.reads.console import QueueFilter
+from app.adapters.mysql.reads.view_audit import Seen
 from app.bootstrap import Runtime
 from app.commands import database_explained
 from app.commands.bulk import BULK_COMMANDS, bulk_command, moment

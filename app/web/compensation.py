@@ -21,8 +21,8 @@ import faust
 from aiohttp import web
 from faust.web import View
 
-from app.adapters.mysql.queries import QueueFilter
-from app.adapters.mysql.views import Seen
+from app.adapters.mysql.reads.console import QueueFilter
+from app.adapters.mysql.reads.view_audit import Seen
 from app.bootstrap import Runtime
 from app.masking import mask_letter, order_numbers
 from app.pipeline.states import PERSON_ACTIONS, LedgerStatus

@@ -17,7 +17,7 @@ import faust
 from aiohttp import web
 from faust.web import View
 
-from app.adapters.mysql.group_queries import WINDOWS
+from app.adapters.mysql.reads.error_groups import WINDOWS
 from app.bootstrap import Runtime
 from app.settings import Settings
 from app.web.compensation import FINGERPRINT

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from app.adapters.mysql.queries import Queries
+from app.adapters.mysql.reads.console import Queries
 from app.masking import mask_answer, order_numbers
 from app.render import ACTOR, json_default, readable
 from app.settings import Settings

@@ -17,8 +17,8 @@ import faust
 from aiohttp import web
 from faust.web import View
 
-from app.adapters.mysql.queries import COUNT_CAP, ORDER_LETTERS
-from app.adapters.mysql.views import Seen
+from app.adapters.mysql.reads.console import COUNT_CAP, ORDER_LETTERS
+from app.adapters.mysql.reads.view_audit import Seen
 from app.bootstrap import Runtime
 from app.pipeline.events import ORDER_NO
 from app.settings import Settings

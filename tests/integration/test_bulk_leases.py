@@ -1,4 +1,4 @@
-"""A bulk job's lease on real MariaDB (``app.adapters.mysql.bulk``): only the runner that holds
+"""A bulk job's lease on real MariaDB (``app.adapters.mysql.ledger.bulk_jobs``): only the runner that holds
 the job may finish it; one that lost it (a pause, a takeover) is told so; and a chunk slower
 than the lease, with a second runner waiting for the job, is worked once, by its holder (two
 runners in this process, the fake logistics API slowed down over real HTTP)."""
@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
-from app.adapters.mysql.bulk import MySqlBulkJobs
-from app.adapters.mysql.compensations import MySqlLedger
-from app.adapters.mysql.queries import QueueFilter
+from app.adapters.mysql.ledger.bulk_jobs import MySqlBulkJobs
+from app.adapters.mysql.ledger.port import MySqlLedger
+from app.adapters.mysql.reads.console import QueueFilter
 from app.compensation.bulk import CHANGED, UNCHANGED, BulkRunner, Finish, ItemOutcome
 from app.compensation.rules import Backoff
 from app.compensation.compensator import Compensator

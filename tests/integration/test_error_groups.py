@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from app.adapters.mysql.compensations import MySqlLedger
-from app.adapters.mysql.group_queries import WINDOWS, GroupQueries
+from app.adapters.mysql.ledger.port import MySqlLedger
+from app.adapters.mysql.reads.error_groups import WINDOWS, GroupQueries
 from app.compensation.rules import Backoff
 from app.pipeline.model import SourceKey
 from app.pipeline.states import LedgerStatus as Status

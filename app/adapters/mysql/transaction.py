@@ -9,7 +9,7 @@ from typing import Awaitable, Protocol, Sequence, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 import app.adapters.mysql.idem as idem
-import app.adapters.mysql.ledger as ledger
+import app.adapters.mysql.ledger.statements as ledger
 import app.adapters.mysql.orders as orders
 import app.adapters.mysql.recovery as recovery
 import app.adapters.mysql.workers as workers

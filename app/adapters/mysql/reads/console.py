@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Sequence
 
-from app.adapters.mysql.ledger import parse_headers
+from app.adapters.mysql.ledger.statements import parse_headers
 from app.adapters.mysql.sql import marks
 from app.adapters.mysql.store import MySqlStore
 from app.pipeline.states import IdemStatus, LedgerStatus, OrderStatus

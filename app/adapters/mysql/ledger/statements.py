@@ -7,7 +7,7 @@ import hashlib
 import json
 from typing import Sequence
 
-import app.adapters.mysql.groups as groups
+import app.adapters.mysql.ledger.grouping as groups
 import app.adapters.mysql.orders as orders
 from app.adapters.mysql.sql import Execute, Sql, marks
 from app.pipeline.model import LedgerRow, SourceKey

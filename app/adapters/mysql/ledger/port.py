@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable, Sequence, TypeVar
 
-import app.adapters.mysql.groups as groups
+import app.adapters.mysql.ledger.grouping as groups
 import app.adapters.mysql.idem as idem
-import app.adapters.mysql.ledger as ledger
+import app.adapters.mysql.ledger.statements as ledger
 import app.adapters.mysql.workers as workers
 from app.adapters.mysql.sql import Execute
 from app.adapters.mysql.store import MySqlStore

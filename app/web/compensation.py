@@ -6,7 +6,7 @@
     POST /compensation/{id}/retry | /resolve | /discard      (bearer token; JSON {"note", "actor"})
 
 Any worker serves the whole queue: it lives in MySQL. A viewer (``WEB_READ_TOKEN``) gets every
-answer masked (``app.masking``); an operator's look at a dead letter, and every download, is
+answer masked (``app.personal.masking``); an operator's look at a dead letter, and every download, is
 written to ``t_view_audit`` first.
 """
 
@@ -24,7 +24,7 @@ from faust.web import View
 from app.adapters.mysql.reads.console import QueueFilter
 from app.adapters.mysql.reads.view_audit import Seen
 from app.bootstrap import Runtime
-from app.masking import mask_letter, order_numbers
+from app.personal.masking import mask_letter, order_numbers
 from app.pipeline.states import PERSON_ACTIONS, LedgerStatus
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import ORDER_NO, decode

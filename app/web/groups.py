@@ -8,7 +8,7 @@ open (open, retrying or manual) and their share, the orders among those, reason,
 status or error class and a sample message; the queue's depth and its oldest open letter's
 age beside them. A group's page gives its inflow over 24 hours (hourly) and 7 days
 (6-hourly). The queue of one group is ``GET /compensation/?fingerprint=<fingerprint>``. A viewer
-(``WEB_READ_TOKEN``) gets the sample messages masked (``app.masking``), like every data view.
+(``WEB_READ_TOKEN``) gets the sample messages masked (``app.personal.masking``), like every data view.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from contextlib import closing
 from datetime import datetime, timezone
 
 from app.adapters.mysql.reads.error_groups import WINDOWS, GroupQueries
-from app.adapters.mysql.reads.console import Queries, QueueFilter
+from app.adapters.mysql.ledger.selection import QueueFilter
+from app.adapters.mysql.reads.console import Queries
 from app.adapters.mysql.store import MySqlStore
 from app.adapters.mysql.engine import create_engine
 from app.compensation.fingerprints import fingerprint

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 import click
 
 from app.adapters.mysql.ledger.bulk_jobs import CountMoved
-from app.adapters.mysql.reads.console import QueueFilter
+from app.adapters.mysql.ledger.selection import QueueFilter
 from app.bootstrap import Runtime
 from app.compensation.bulk import ACTIONS, FINISHED, TRANSITIONS, JobStatus, TransitionRefused
 from app.pipeline.states import LedgerStatus

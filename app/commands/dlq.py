@@ -19,7 +19,7 @@ import click
 import faust
 from faust.cli import argument, option
 
-from app.adapters.mysql.reads.console import QueueFilter
+from app.adapters.mysql.ledger.selection import QueueFilter
 from app.adapters.mysql.reads.view_audit import Seen
 from app.bootstrap import Runtime
 from app.commands import database_explained

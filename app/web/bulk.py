@@ -20,7 +20,7 @@ from aiohttp import web
 from faust.web import View
 
 from app.adapters.mysql.ledger.bulk_jobs import CountMoved
-from app.adapters.mysql.reads.console import QueueFilter
+from app.adapters.mysql.ledger.selection import QueueFilter
 from app.bootstrap import Runtime
 from app.compensation.bulk import ACTIONS, TRANSITIONS, TransitionRefused, tolerance
 from app.pipeline.states import LedgerStatus

@@ -21,7 +21,7 @@ import faust
 from aiohttp import web
 from faust.web import View
 
-from app.adapters.mysql.reads.console import QueueFilter
+from app.adapters.mysql.ledger.selection import QueueFilter
 from app.adapters.mysql.reads.view_audit import Seen
 from app.bootstrap import Runtime
 from app.personal.masking import mask_letter, order_numbers

@@ -13,7 +13,7 @@ import pytest
 
 from app.adapters.mysql.ledger.bulk_jobs import MySqlBulkJobs
 from app.adapters.mysql.ledger.port import MySqlLedger
-from app.adapters.mysql.reads.console import QueueFilter
+from app.adapters.mysql.ledger.selection import QueueFilter
 from app.compensation.bulk import CHANGED, UNCHANGED, BulkRunner, Finish, ItemOutcome
 from app.compensation.rules import Backoff
 from app.compensation.compensator import Compensator

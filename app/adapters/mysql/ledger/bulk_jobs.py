@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
-from app.adapters.mysql.reads.console import QueueFilter
+from app.adapters.mysql.ledger.selection import QueueFilter
 from app.adapters.mysql.sql import Execute, marks
 from app.adapters.mysql.store import MySqlStore
 from app.compensation.bulk import (CHANGED, FAILED, Finish, ItemOutcome, Job, JobStatus, Progress, tally, tolerated,

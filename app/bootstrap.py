@@ -25,25 +25,26 @@ from app.adapters.effects.sms import SmsClient
 from app.adapters.kafka.dlq import KafkaDeadLetterSink
 from app.adapters.kafka.ops import GroupLag
 from app.adapters.mysql import MySqlStore
-from app.adapters.mysql.bulk import MySqlBulkJobs
+from app.adapters.mysql.ledger.bulk_jobs import MySqlBulkJobs
 from app.adapters.mysql.clock import DatabaseClock
-from app.adapters.mysql.compensations import MySqlLedger
+from app.adapters.mysql.ledger.port import MySqlLedger
 from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.partitions import Partitions
-from app.adapters.mysql.group_queries import GroupQueries
-from app.adapters.mysql.queries import Queries
-from app.adapters.mysql.views import ViewAudit
-from app.adapters.mysql.workers import Heartbeat
+from app.adapters.mysql.reads.error_groups import GroupQueries
+from app.adapters.mysql.reads.console import Queries
+from app.adapters.mysql.reads.view_audit import ViewAudit
+from app.adapters.mysql.heartbeat import Heartbeat
 from app.adapters.kafka.watermark import WatermarkTopic
-from app.adapters.mysql.recovery import RecoveryWindows, Remembered
+from app.adapters.mysql.recovery import Remembered
+from app.adapters.mysql.recovery_windows import RecoveryWindows
 from app.adapters.watermark import StoreWatermark
-from app.adapters.mysql.watch import Watch
+from app.adapters.mysql.reads.backlog import Watch
 from app.chaos import cut_hook
 from app.adapters.mysql.engine import create_engine
 from app.pipeline.batch import BatchHandler
-from app.pipeline.bulk import BulkRunner
-from app.pipeline.compensation import Backoff
-from app.pipeline.compensator import Compensator
+from app.compensation.bulk import BulkRunner
+from app.compensation.rules import Backoff
+from app.compensation.compensator import Compensator
 from app.pipeline.outage import OutageGuard
 from app.observability.metrics import PipelineMetrics
 from app.pipeline.capacity import Budget, Inputs, budget
@@ -215,7 +216,7 @@ class Runtime:
                          observer=PipelineMetrics(), fence=self.fence)
 
     async def _bulk_chunk(self, job, row_ids, guard, held):
-        """A bulk job's action on a chunk of its rows, as the job's creator (``app.pipeline.bulk``)."""
+        """A bulk job's action on a chunk of its rows, as the job's creator (``app.compensation.bulk``)."""
         return await self.compensator.bulk(job.action, row_ids, guard, actor=job.actor, note=job.note, job_id=job.id,
                                            held=held)
 

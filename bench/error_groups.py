@@ -26,11 +26,12 @@ import time
 from contextlib import closing
 from datetime import datetime, timezone
 
-from app.adapters.mysql.group_queries import WINDOWS, GroupQueries
-from app.adapters.mysql.queries import Queries, QueueFilter
+from app.adapters.mysql.reads.error_groups import WINDOWS, GroupQueries
+from app.adapters.mysql.ledger.selection import QueueFilter
+from app.adapters.mysql.reads.console import Queries
 from app.adapters.mysql.store import MySqlStore
 from app.adapters.mysql.engine import create_engine
-from app.pipeline.fingerprints import fingerprint
+from app.compensation.fingerprints import fingerprint
 from app.pipeline.ports import DeadLetter, SourceRecord
 from app.settings import get_settings
 from harness.services import ScratchDatabase

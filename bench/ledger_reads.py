@@ -78,8 +78,8 @@ async def timed(repeat: int, call) -> dict:
 async def measure(url: str, settings, repeat: int) -> dict:
     from app.adapters.mysql import MySqlStore
     from app.adapters.mysql.engine import create_engine
-    from app.adapters.mysql.queries import Queries
-    from app.adapters.mysql.watch import Watch
+    from app.adapters.mysql.reads.console import Queries
+    from app.adapters.mysql.reads.backlog import Watch
 
     engine = create_engine(settings, url=url, pool_size=2, max_overflow=0)
     store = MySqlStore(engine)

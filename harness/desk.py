@@ -7,9 +7,9 @@ import asyncio
 import uuid
 
 from app.adapters.kafka.dlq import outgoing
-from app.adapters.mysql.compensations import MySqlLedger
-from app.pipeline.compensation import Backoff
-from app.pipeline.compensator import Compensator
+from app.adapters.mysql.ledger.port import MySqlLedger
+from app.compensation.rules import Backoff
+from app.compensation.compensator import Compensator
 from app.pipeline.outage import OutageGuard
 from app.pipeline.ports import SourceRecord
 from harness.events import order_no

@@ -129,7 +129,7 @@ t_compensation = Table(
     Index("idx_group_first_failure", "consumer_group", "first_failure_at"),
     # the gauges: each unsettled status's count up to its cap, and its oldest row (the first entry)
     Index("idx_group_status_first_failure", "consumer_group", "status", "first_failure_at"),
-    # the unsettled part of every error group, read from the index alone (app.adapters.mysql.groups)
+    # the unsettled part of every error group, read from the index alone (app.adapters.mysql.ledger.grouping)
     Index("idx_group_status_fingerprint", "consumer_group", "status", "fingerprint", "order_no", "first_failure_at"),
     **TABLE_ARGS,
 )
@@ -239,9 +239,9 @@ t_view_audit = Table(
     **TABLE_ARGS,
 )
 
-# Error groups (app.pipeline.fingerprints): what each group of dead letters is, and how many
+# Error groups (app.compensation.fingerprints): what each group of dead letters is, and how many
 # letters it holds per hour of their first failure, kept in the same transaction as every
-# ledger write that sets or changes a row's fingerprint (app.adapters.mysql.groups).
+# ledger write that sets or changes a row's fingerprint (app.adapters.mysql.ledger.grouping).
 t_error_group = Table(
     "t_error_group",
     metadata,

@@ -21,7 +21,8 @@ import asyncio
 import logging
 
 from app.adapters.kafka.watermark import WatermarkTopic
-from app.adapters.mysql.recovery import Advanced, Remembered, RecoveryWindows, report
+from app.adapters.mysql.recovery import Advanced, Remembered, report
+from app.adapters.mysql.recovery_windows import RecoveryWindows
 
 log = logging.getLogger(__name__)
 

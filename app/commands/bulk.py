@@ -1,5 +1,5 @@
 """``faust -A app dlq bulk ...``: bulk actions on the dead-letter queue from a shell, with the
-same rules as the console (``app.pipeline.bulk``): a dry run, a start that carries the count
+same rules as the console (``app.compensation.bulk``): a dry run, a start that carries the count
 seen, a job the workers run in the background.
 
     faust -A app dlq bulk retry --reason effect_unavailable --dry-run
@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 
 import click
 
-from app.adapters.mysql.bulk import CountMoved
-from app.adapters.mysql.queries import QueueFilter
+from app.adapters.mysql.ledger.bulk_jobs import CountMoved
+from app.adapters.mysql.ledger.selection import QueueFilter
 from app.bootstrap import Runtime
-from app.pipeline.bulk import ACTIONS, FINISHED, TRANSITIONS, JobStatus, TransitionRefused
+from app.compensation.bulk import ACTIONS, FINISHED, TRANSITIONS, JobStatus, TransitionRefused
 from app.pipeline.states import LedgerStatus
 from app.render import json_default
 from app.settings import Settings

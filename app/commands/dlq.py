@@ -19,14 +19,14 @@ import click
 import faust
 from faust.cli import argument, option
 
-from app.adapters.mysql.queries import QueueFilter
-from app.adapters.mysql.views import Seen
+from app.adapters.mysql.ledger.selection import QueueFilter
+from app.adapters.mysql.reads.view_audit import Seen
 from app.bootstrap import Runtime
 from app.commands import database_explained
 from app.commands.bulk import BULK_COMMANDS, bulk_command, moment
 from app.pipeline.states import PERSON_ACTIONS, LedgerStatus
 from app.settings import Settings
-from app.masking import mask_letter, order_numbers
+from app.personal.masking import mask_letter, order_numbers
 from app.render import ACTOR, json_default, with_record
 
 STATUSES = {status.name.lower(): status for status in LedgerStatus}

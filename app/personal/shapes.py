@@ -8,7 +8,7 @@ the first that fits at each place winning:
   ids), IPv4 addresses with their port, other hex words of 16 or more digits with a letter in
   them (hashes, fingerprints), so no digits in them pass for a phone number;
 * an e-mail address (``@``, ``＠`` or ``(at)``);
-* a street address (the choice is ``app.masking``'s docstring);
+* a street address (the choice is ``app.personal.masking``'s docstring);
 * a phone number or a long number: 7 or more digits with spaces, dots, dashes, brackets or
   slashes between them (a trailing ``X`` too: an ID number), not glued to letters or digits;
   and, glued to anything, ``+`` with 8 or more digits, or a mainland mobile number (11 digits

@@ -1,6 +1,6 @@
 """Bytes from elsewhere (a service's answer, a record's key) as text for a stored message.
 
-A message is read by people and masked for viewers (``app.masking``), which look for phone
+A message is read by people and masked for viewers (``app.personal.masking``), which look for phone
 numbers and addresses in it. ``repr`` of bytes hides exactly those: ``b'\\xe5\\x8c\\x97...'``
 is an address nobody can read and no rule can find. So an excerpt is the text itself:
 

@@ -1,7 +1,7 @@
 """The records the pipeline reads and writes: ``t_idem`` rows, what the first
 transaction (T1) decides for a batch, and the compensation ledger's rows. Plain data;
 the rules live in ``states`` (what may move where), ``steps`` (what each event does),
-``plan`` (T1's decision) and ``compensation`` (a redrive's)."""
+``plan`` (T1's decision) and ``app.compensation.rules`` (a redrive's)."""
 
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ PERSON_ACTIONS: dict[str, tuple[LedgerStatus, frozenset[LedgerStatus]]] = {
 }
 
 # (from, to) pairs a ledger row may take; None is "no row yet". Each write of
-# ``app.adapters.mysql.ledger`` repeats its part as a SQL condition.
+# ``app.adapters.mysql.ledger.statements`` repeats its part as a SQL condition.
 #   None     -> OPEN | MANUAL           a dead letter written: retriable or not (record, add_manual)
 #   OPEN | MANUAL -> OPEN | MANUAL      the same record dead-lettered again for another reason (record)
 #   OPEN     -> RETRYING                claimed by the compensator or a person (claim, claim_due)

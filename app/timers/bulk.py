@@ -1,7 +1,7 @@
-"""Runs the bulk jobs of the dead-letter queue (``app.pipeline.bulk``), in every worker.
+"""Runs the bulk jobs of the dead-letter queue (``app.compensation.bulk``), in every worker.
 
 Each round takes a running job whose lease is free or this worker's, works one chunk of it
-(renewing the lease while the chunk runs, ``app.pipeline.bulk_lease``) and renews the lease
+(renewing the lease while the chunk runs, ``app.compensation.bulk_lease``) and renews the lease
 with its results; between chunks it waits as the job's rate allows (``BULK_RATE_PER_SECOND``).
 With no job to run it looks again every ``BULK_TIMER_SECONDS``. A worker that stops (SIGTERM)
 finishes the chunk in flight (``Runtime.stop`` waits for it, then gives the lease up) and gives its job's lease up, so

@@ -34,7 +34,7 @@ import faust
 from app.observability import metrics
 from app.adapters.alerts import Alert, AlertWebhook
 from app.adapters.mysql.leases import lease_name
-from app.adapters.mysql.watch import Watch
+from app.adapters.mysql.reads.backlog import Watch
 from app.bootstrap import Runtime
 from app.pipeline.states import LedgerStatus
 from app.settings import Settings

@@ -1,4 +1,4 @@
-"""Bulk actions on the dead-letter queue, over JSON (``app.pipeline.bulk``).
+"""Bulk actions on the dead-letter queue, over JSON (``app.compensation.bulk``).
 
     POST /bulk/dry-run          {"action", "filter"}: the exact count and a sample
     POST /bulk/                 {"action", "filter", "expected_count", "note", "actor"}: start a job
@@ -19,10 +19,10 @@ import faust
 from aiohttp import web
 from faust.web import View
 
-from app.adapters.mysql.bulk import CountMoved
-from app.adapters.mysql.queries import QueueFilter
+from app.adapters.mysql.ledger.bulk_jobs import CountMoved
+from app.adapters.mysql.ledger.selection import QueueFilter
 from app.bootstrap import Runtime
-from app.pipeline.bulk import ACTIONS, TRANSITIONS, TransitionRefused, tolerance
+from app.compensation.bulk import ACTIONS, TRANSITIONS, TransitionRefused, tolerance
 from app.pipeline.states import LedgerStatus
 from app.pipeline.events import ORDER_NO
 from app.settings import Settings

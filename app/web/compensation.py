@@ -6,7 +6,7 @@
     POST /compensation/{id}/retry | /resolve | /discard      (bearer token; JSON {"note", "actor"})
 
 Any worker serves the whole queue: it lives in MySQL. A viewer (``WEB_READ_TOKEN``) gets every
-answer masked (``app.masking``); an operator's look at a dead letter, and every download, is
+answer masked (``app.personal.masking``); an operator's look at a dead letter, and every download, is
 written to ``t_view_audit`` first.
 """
 
@@ -21,10 +21,10 @@ import faust
 from aiohttp import web
 from faust.web import View
 
-from app.adapters.mysql.queries import QueueFilter
-from app.adapters.mysql.views import Seen
+from app.adapters.mysql.ledger.selection import QueueFilter
+from app.adapters.mysql.reads.view_audit import Seen
 from app.bootstrap import Runtime
-from app.masking import mask_letter, order_numbers
+from app.personal.masking import mask_letter, order_numbers
 from app.pipeline.states import PERSON_ACTIONS, LedgerStatus
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import ORDER_NO, decode

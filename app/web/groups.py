@@ -8,7 +8,7 @@ open (open, retrying or manual) and their share, the orders among those, reason,
 status or error class and a sample message; the queue's depth and its oldest open letter's
 age beside them. A group's page gives its inflow over 24 hours (hourly) and 7 days
 (6-hourly). The queue of one group is ``GET /compensation/?fingerprint=<fingerprint>``. A viewer
-(``WEB_READ_TOKEN``) gets the sample messages masked (``app.masking``), like every data view.
+(``WEB_READ_TOKEN``) gets the sample messages masked (``app.personal.masking``), like every data view.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import faust
 from aiohttp import web
 from faust.web import View
 
-from app.adapters.mysql.group_queries import WINDOWS
+from app.adapters.mysql.reads.error_groups import WINDOWS
 from app.bootstrap import Runtime
 from app.settings import Settings
 from app.web.compensation import FINGERPRINT

@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from app.adapters.mysql.queries import Queries
-from app.masking import mask_answer, order_numbers
+from app.adapters.mysql.reads.console import Queries
+from app.personal.masking import mask_answer, order_numbers
 from app.render import ACTOR, json_default, readable
 from app.settings import Settings
 
@@ -126,7 +126,7 @@ def _utf8(value: str) -> bool:
 
 def role(request: web.Request, settings: Settings) -> str:
     """Who asks a ``GET``: :data:`OPERATOR` (``WEB_TOKEN``: whole values, downloads, actions) or
-    :data:`VIEWER` (``WEB_READ_TOKEN``: personal fields masked, see ``app.masking``)."""
+    :data:`VIEWER` (``WEB_READ_TOKEN``: personal fields masked, see ``app.personal.masking``)."""
     return _token(request, settings, read=True)
 
 

@@ -5,7 +5,7 @@
     GET /idem/{biz_key}      one t_idem row
     GET /idem/stuck/         pending rows older than STUCK_PENDING_SECONDS (at most 200, oldest first)
 
-A viewer (``WEB_READ_TOKEN``) gets every answer masked (``app.masking``); an operator's look at
+A viewer (``WEB_READ_TOKEN``) gets every answer masked (``app.personal.masking``); an operator's look at
 an order's timeline is written to ``t_view_audit`` first.
 """
 
@@ -17,8 +17,8 @@ import faust
 from aiohttp import web
 from faust.web import View
 
-from app.adapters.mysql.queries import COUNT_CAP, ORDER_LETTERS
-from app.adapters.mysql.views import Seen
+from app.adapters.mysql.reads.console import COUNT_CAP, ORDER_LETTERS
+from app.adapters.mysql.reads.view_audit import Seen
 from app.bootstrap import Runtime
 from app.pipeline.events import ORDER_NO
 from app.settings import Settings

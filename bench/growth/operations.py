@@ -34,8 +34,9 @@ async def operations(url: str, settings, *, group: str, today: date, ledger_rows
     compensation list and a claim read, and drop the oldest months. See the module docstring."""
     from app.adapters.mysql import MySqlStore, idem
     from app.adapters.mysql.partitions import Partitions, month_start
-    from app.adapters.mysql.queries import Queries, QueueFilter
-    from app.adapters.mysql.watch import Watch
+    from app.adapters.mysql.ledger.selection import QueueFilter
+    from app.adapters.mysql.reads.console import Queries
+    from app.adapters.mysql.reads.backlog import Watch
     from app.adapters.mysql.engine import create_engine
     from app.pipeline.states import LedgerStatus as Status
     from app.pipeline.events import decode

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.mysql import DATETIME
 
-from app.pipeline.fingerprints import shape
+from app.compensation.fingerprints import shape
 
 revision = "0011"
 down_revision = "0010"

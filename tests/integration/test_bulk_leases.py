@@ -1,4 +1,4 @@
-"""A bulk job's lease on real MariaDB (``app.adapters.mysql.bulk``): only the runner that holds
+"""A bulk job's lease on real MariaDB (``app.adapters.mysql.ledger.bulk_jobs``): only the runner that holds
 the job may finish it; one that lost it (a pause, a takeover) is told so; and a chunk slower
 than the lease, with a second runner waiting for the job, is worked once, by its holder (two
 runners in this process, the fake logistics API slowed down over real HTTP)."""
@@ -11,12 +11,12 @@ from collections import Counter
 
 import pytest
 
-from app.adapters.mysql.bulk import MySqlBulkJobs
-from app.adapters.mysql.compensations import MySqlLedger
-from app.adapters.mysql.queries import QueueFilter
-from app.pipeline.bulk import CHANGED, UNCHANGED, BulkRunner, Finish, ItemOutcome
-from app.pipeline.compensation import Backoff
-from app.pipeline.compensator import Compensator
+from app.adapters.mysql.ledger.bulk_jobs import MySqlBulkJobs
+from app.adapters.mysql.ledger.port import MySqlLedger
+from app.adapters.mysql.ledger.selection import QueueFilter
+from app.compensation.bulk import CHANGED, UNCHANGED, BulkRunner, Finish, ItemOutcome
+from app.compensation.rules import Backoff
+from app.compensation.compensator import Compensator
 from app.pipeline.outage import OutageGuard
 from app.pipeline.states import LedgerStatus
 from harness.dead_letters import write_dead_letters
@@ -136,7 +136,7 @@ async def test_a_chunk_slower_than_the_lease_is_worked_once_by_the_runner_holdin
             wait = await r.step(OutageGuard(10))
             await asyncio.sleep(0.05 if wait is None else wait)
 
-    caplog.set_level("INFO", logger="app.pipeline.bulk")
+    caplog.set_level("INFO", logger="app.compensation.bulk")
     await asyncio.wait_for(asyncio.gather(run(await runner("a")), run(await runner("b"))), 120)
 
     times = Counter(i for name in worked for ids in worked[name] for i in ids)

@@ -9,10 +9,10 @@ import asyncio
 
 import pytest
 
-from app.pipeline.compensation import Backoff
+from app.compensation.rules import Backoff
 
 from app.pipeline.states import PERSON_CLAIMS, LedgerStatus as Status
-from app.pipeline.compensator import Compensator
+from app.compensation.compensator import Compensator
 from app.pipeline.ports import SourceRecord
 from harness import sql_modes
 from harness.desk import desk

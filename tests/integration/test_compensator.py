@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from app.pipeline.compensation import Backoff
+from app.compensation.rules import Backoff
 
 from app.pipeline.states import LedgerStatus as Status
-from app.pipeline.compensator import Compensator
+from app.compensation.compensator import Compensator
 from app.pipeline.ports import SourceRecord
 from harness.desk import desk
 from harness.events import event, order_no

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from app.adapters.mysql.compensations import MySqlLedger
+from app.adapters.mysql.ledger.port import MySqlLedger
 from app.pipeline.ports import DeadLetter, SourceRecord
 from app.pipeline.states import LedgerStatus as Status
 from harness.desk import desk

@@ -13,12 +13,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from app.adapters.mysql.compensations import MySqlLedger
-from app.adapters.mysql.group_queries import WINDOWS, GroupQueries
-from app.pipeline.compensation import Backoff
+from app.adapters.mysql.ledger.port import MySqlLedger
+from app.adapters.mysql.reads.error_groups import WINDOWS, GroupQueries
+from app.compensation.rules import Backoff
 from app.pipeline.model import SourceKey
 from app.pipeline.states import LedgerStatus as Status
-from app.pipeline.fingerprints import fingerprint
+from app.compensation.fingerprints import fingerprint
 from app.pipeline.ports import DeadLetter, SourceRecord
 from harness import sql_modes
 from harness.desk import desk

@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY
 
 from app.adapters.alerts import AlertWebhook
 from app.adapters.mysql import MySqlStore
-from app.adapters.mysql.watch import Watch
+from app.adapters.mysql.reads.backlog import Watch
 from app.adapters.mysql.engine import create_engine
 from app.pipeline.states import LedgerStatus as Status
 from app.timers.stuck import Sweep
@@ -165,7 +165,7 @@ async def test_the_stuck_query_walks_the_pending_index(settings, ops_db):
 async def test_the_queue_counts_stop_at_their_cap_and_say_so(settings, ops_db, monkeypatch):
     """GET /compensation/ counts with every list: a ledger of a million settled rows must not
     be read whole each time (the growth bench measured 72 ms for that scan)."""
-    from app.adapters.mysql import queries as module
+    from app.adapters.mysql.reads import console as module
     db = ops_db
     db.query("DELETE FROM t_compensation")
     rows = [(Status.COMPENSATED, "effect_unavailable")] * 7 + [(Status.OPEN, "effect_unavailable")] * 4 \

@@ -17,7 +17,8 @@ from sqlalchemy import text
 from app.observability import metrics
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.engine import create_engine
-from app.adapters.mysql.recovery import RecoveryWindows, Remembered
+from app.adapters.mysql.recovery import Remembered
+from app.adapters.mysql.recovery_windows import RecoveryWindows
 from harness.services import ROOT, ScratchDatabase, worker_env
 
 pytestmark = pytest.mark.integration

@@ -18,9 +18,10 @@ from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.clock import DatabaseClock
 from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.partitions import CATCH_ALL, Partitions
-from app.adapters.mysql.queries import Queries, QueueFilter
-from app.adapters.mysql.views import Seen, ViewAudit
-from app.adapters.mysql.watch import Watch
+from app.adapters.mysql.ledger.selection import QueueFilter
+from app.adapters.mysql.reads.console import Queries
+from app.adapters.mysql.reads.view_audit import Seen, ViewAudit
+from app.adapters.mysql.reads.backlog import Watch
 from app.adapters.mysql.engine import create_engine, session_sql_mode
 from app.pipeline.states import LedgerStatus as Status
 from harness import sql_modes
@@ -157,10 +158,10 @@ async def test_a_lease_taken_over_is_live_however_the_server_orders_the_assignme
 
 
 async def test_a_bulk_job_runs_its_statements_under_the_mode(harness):
-    """The bulk job's statements (``app.adapters.mysql.bulk``): dry run, the job and its items,
+    """The bulk job's statements (``app.adapters.mysql.ledger.bulk_jobs``): dry run, the job and its items,
     its lease, a chunk recorded, done; a pause and an abort."""
-    from app.adapters.mysql.bulk import MySqlBulkJobs
-    from app.pipeline.bulk import BulkRunner
+    from app.adapters.mysql.ledger.bulk_jobs import MySqlBulkJobs
+    from app.compensation.bulk import BulkRunner
 
     d = await desk(harness)
     orders = await paid_orders(d.main, 3, "MODESBULK")

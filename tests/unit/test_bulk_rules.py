@@ -1,6 +1,6 @@
-"""The pure rules of bulk jobs (``app.pipeline.bulk``): the tolerance between the dry run and
+"""The pure rules of bulk jobs (``app.compensation.bulk``): the tolerance between the dry run and
 the start, a job's transitions, its progress and ETA, the rate limit, the runner's chunk, and
-the heartbeat that keeps the job's lease while a chunk runs (``app.pipeline.bulk_lease``)."""
+the heartbeat that keeps the job's lease while a chunk runs (``app.compensation.bulk_lease``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from app.pipeline.bulk import (CHANGED, FAILED, TRANSITIONS, UNCHANGED, BulkRunner, Finish, ItemOutcome, Job, JobStatus,
+from app.compensation.bulk import (CHANGED, FAILED, TRANSITIONS, UNCHANGED, BulkRunner, Finish, ItemOutcome, Job, JobStatus,
                                Meter, Progress, TransitionRefused, busy, pace, tally, tolerance, tolerated, transition)
-from app.pipeline.bulk_lease import Heartbeat
+from app.compensation.bulk_lease import Heartbeat
 
 
 def test_the_tolerance_is_a_percent_of_the_count_seen_rounded_down():
@@ -185,7 +185,7 @@ def test_a_runner_whose_job_was_taken_before_it_could_finish_it_says_so_and_lets
         return job
 
     jobs.take = taken_over
-    caplog.set_level("INFO", logger="app.pipeline.bulk")
+    caplog.set_level("INFO", logger="app.compensation.bulk")
     assert asyncio.run(runner.step(guard)) is None
     assert not jobs.finished and runner.held is None
     assert ": done" not in caplog.text and "no longer run here" in caplog.text

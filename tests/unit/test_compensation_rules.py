@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.pipeline.compensation import Backoff, judge_redrive
+from app.compensation.rules import Backoff, judge_redrive
 from app.pipeline.model import LedgerRow
 
 from app.pipeline.states import LedgerStatus as Status
-from app.pipeline.dead_letter_headers import source_of
+from app.compensation.headers import source_of
 from app.pipeline.errors import EffectOutcomeUnknown, EffectUnavailable, LeaseHeld, NotAskableYet, StaleEffectMayExist
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import SourceRecord

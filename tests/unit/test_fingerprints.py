@@ -1,7 +1,7 @@
 """Fingerprints: the dead letters of one cause share one, whatever their ids and timings;
 another reason, effect or status is another group."""
 
-from app.pipeline.fingerprints import fingerprint, shape
+from app.compensation.fingerprints import fingerprint, shape
 
 
 def test_letters_of_one_outage_that_differ_only_in_ids_and_times_have_one_fingerprint():

@@ -2,6 +2,8 @@
 
 * ``app.pipeline`` stands alone: importing it pulls in neither Faust nor aiohttp
   nor a database driver, and it imports nothing of the adapters or the wiring.
+* ``app.compensation`` (the dead-letter lifecycle) is pure the same way; it stands on the
+  pipeline, and the pipeline imports nothing of it.
 * ``app.main`` is the only composition root: agents and web views get what they
   need handed to them; they import neither ``app.main`` nor each other, and no
   module but ``app.main`` imports an agent or a view.
@@ -9,6 +11,8 @@
 * ``app.settings`` imports none of what is built from it (adapters, pipeline, wiring).
 * ``harness`` is what the tests and the benchmark both stand on: it imports neither, and
   the benchmark imports nothing of the tests.
+* No module of ``app`` imports itself through others: the imports that run while a module is
+  imported (not those under ``if TYPE_CHECKING:`` or inside functions) make no loop.
 * ``tests`` holds tests: test modules, ``conftest.py`` and packages' ``__init__.py``; the
   machinery they run on (the chaos run's driver and checker among it) lives in ``harness``.
 """
@@ -44,10 +48,13 @@ def imports(path: Path) -> set[str]:
 MODULES = {module_name(p): p for folder in ("app", "agents") for p in (ROOT / folder).rglob("*.py")}
 
 # (modules whose name starts with, may not import anything starting with, why)
+PURE_CORE_MAY_NOT = ("app.adapters", "app.main", "app.bootstrap", "app.web", "agents", "app.settings",
+                     "app.observability.metrics", "faust", "mode", "aiohttp", "aiokafka", "sqlalchemy", "aiomysql")
+
 RULES = [
-    ("app.pipeline", ("app.adapters", "app.main", "app.bootstrap", "app.web", "agents", "app.settings",
-                      "app.observability.metrics", "faust", "mode", "aiohttp", "aiokafka", "sqlalchemy", "aiomysql"),
-     "the pipeline is pure: ports in, results out"),
+    ("app.pipeline", (*PURE_CORE_MAY_NOT, "app.compensation"),
+     "the pipeline is pure: ports in, results out; what becomes of a dead letter stands on it, not in it"),
+    ("app.compensation", PURE_CORE_MAY_NOT, "the dead-letter lifecycle is pure like the pipeline it runs events through"),
     ("agents", ("app.main", "agents.", "app.web", "app.timers", "app.commands"), "an agent gets its runtime handed over"),
     ("app.web", ("app.main", "agents", "app.timers", "app.commands"), "a view gets what it needs handed over"),
     ("app.timers", ("app.main", "agents", "app.web", "app.commands"), "a timer gets what it needs handed over"),
@@ -86,14 +93,15 @@ def test_only_the_composition_root_imports_agents_views_timers_commands_and_the_
     assert not bad, f"only app.main wires agents, views, timers, commands and the runtime: {bad}"
 
 
-def test_pipeline_imports_nothing_from_faust_or_aiohttp():
-    code = ("import sys, pkgutil, importlib, app.pipeline as p\n"
-            "for m in pkgutil.iter_modules(p.__path__): importlib.import_module(f'app.pipeline.{m.name}')\n"
+@pytest.mark.parametrize("core", ["app.pipeline", "app.compensation"])
+def test_pure_core_imports_nothing_from_faust_or_aiohttp(core):
+    code = (f"import sys, pkgutil, importlib, {core} as p\n"
+            f"for m in pkgutil.iter_modules(p.__path__): importlib.import_module(f'{core}.{{m.name}}')\n"
             "bad = sorted(n for n in sys.modules if n.split('.')[0] in "
             "('faust', 'aiohttp', 'mode', 'aiokafka', 'sqlalchemy', 'aiomysql'))\n"
             "print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.strip() == "", f"app.pipeline imports {out.stdout.strip()}"
+    assert out.stdout.strip() == "", f"{core} imports {out.stdout.strip()}"
 
 
 def test_the_checks_can_fail(tmp_path):
@@ -142,3 +150,120 @@ def test_a_helper_module_in_tests_is_a_stray():
     paths = ["tests/conftest.py", "tests/chaos/__init__.py", "tests/chaos/test_chaos.py",
              "tests/chaos/driver.py", "tests/chaos/CONTRACT.md", "tests/unit/__pycache__/x.cpython-311.pyc"]
     assert strays(paths) == ["tests/chaos/CONTRACT.md", "tests/chaos/driver.py"]
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def import_time_imports(path: Path, name: str) -> set[str]:
+    """The modules that importing ``name`` (at ``path``) imports while it runs: its imports outside
+    functions and outside ``if TYPE_CHECKING:``. ``from x import y`` imports ``x``, and ``x.y`` too
+    when that is a module; a relative import is read from ``name``'s package."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = package
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                module = ".".join(part for part in ((base if node.level else ""), node.module or "") if part)
+                found.add(module)
+                found.update(f"{module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.If):
+                if not _type_checking(node.test):
+                    visit(node.body)
+                visit(node.orelse)
+            else:
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    visit([child for child in getattr(node, field, []) if isinstance(child, ast.AST)])
+                if isinstance(node, ast.ExceptHandler):
+                    visit(node.body)
+    visit(ast.parse(path.read_text()).body)
+    return found
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    return {name: {other for other in import_time_imports(path, name) if other in modules and other != name}
+            for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One loop of imports through each group of modules that import each other (Tarjan's
+    strongly connected components), as the path ``[a, b, ..., a]``."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                connect(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+
+    def loop(group: set[str]) -> list[str]:
+        start = min(group)
+        paths = {start: [start]}
+        queue = [start]
+        while queue:                                        # shortest way round, breadth first
+            node = queue.pop(0)
+            for other in sorted(graph[node] & group):
+                if other == start:
+                    return [*paths[node], start]
+                if other not in paths:
+                    paths[other] = [*paths[node], other]
+                    queue.append(other)
+        raise AssertionError(group)                         # a strongly connected group has a loop
+
+    return sorted(loop(group) for group in groups)
+
+
+def test_no_module_imports_itself_through_others():
+    """No module of ``app`` imports, while it is imported, a module that imports it back (however
+    far round): each could only be read after the other."""
+    found = cycles(import_graph({name: path for name, path in MODULES.items() if name.split(".")[0] == "app"}))
+    assert not found, "modules that import themselves through others: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_the_cycle_check_can_fail():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert cycles(graph) == [["a", "b", "c", "a"]]
+
+
+def test_imports_under_type_checking_and_in_functions_are_not_import_time(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from typing import TYPE_CHECKING\nfrom . import sibling\nfrom .inner import deep\n"
+                      "if TYPE_CHECKING:\n    import later\nelse:\n    import now\n"
+                      "def f():\n    import inside\n"
+                      "try:\n    import tried\nexcept ImportError:\n    import fallback\n")
+    assert import_time_imports(module, "pkg.m") == {
+        "typing", "typing.TYPE_CHECKING", "pkg", "pkg.sibling", "pkg.inner", "pkg.inner.deep",
+        "now", "tried", "fallback"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.adapters.mysql import ledger
+from app.adapters.mysql.ledger import statements as ledger
 
 
 async def test_flag_overtaken_binds_its_parameters_in_text_order():

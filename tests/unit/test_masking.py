@@ -1,4 +1,4 @@
-"""What a viewer sees of phone numbers and addresses (``app.masking``): the documented shapes,
+"""What a viewer sees of phone numbers and addresses (``app.personal.masking``): the documented shapes,
 in fields, in free text, in records that are JSON, and none of a record that is not."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from app.masking import WITHHELD_BYTES, mask_address, mask_answer, mask_letter, mask_phone, mask_text, order_numbers
+from app.personal.masking import WITHHELD_BYTES, mask_address, mask_answer, mask_letter, mask_phone, mask_text, order_numbers
 
 PHONE, ADDRESS = "+8613800001234", "88 Hidden Lane, Flat 4"
 

@@ -34,7 +34,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from app.adapters.kafka.connection import KafkaConnection, connection_of
 from app.adapters.kafka.topics import DLQ_MAX_MESSAGE_BYTES
-from app.pipeline import dead_letter_headers as H
+from app.compensation import headers as H
 from app.pipeline.ports import DeadLetter
 
 MAX_MESSAGE = 1024

@@ -12,7 +12,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.adapters.mysql.tls import MySqlTls
-from app.adapters.mysql import recovery
+import app.adapters.mysql.recovery as recovery
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The pipeline's store on MySQL / MariaDB (SQLAlchemy engine, aiomysql driver):
 transactions, their retry policy and their time limits. The statements are in
-the modules of each table (``idem``, ``orders``, ``receipts``, ``ledger``).
+the modules of each table (``idem``, ``orders``, ``receipts``, ``ledger.statements``).
 
 Every statement and every transaction has a client-side time limit: a
 connection whose peer vanished (a half-open TCP connection, a network cut

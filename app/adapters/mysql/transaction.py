@@ -4,22 +4,33 @@ statement (one round trip) per table it touches, whatever the batch's size."""
 from __future__ import annotations
 
 from datetime import date
-from typing import TYPE_CHECKING, Sequence
+from typing import Awaitable, Protocol, Sequence, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.adapters.mysql import idem, ledger, orders, recovery, workers
+import app.adapters.mysql.idem as idem
+import app.adapters.mysql.ledger.statements as ledger
+import app.adapters.mysql.orders as orders
+import app.adapters.mysql.recovery as recovery
+import app.adapters.mysql.workers as workers
 from app.adapters.mysql.receipts import WRITERS
 from app.pipeline.model import BatchPlan, FailRow, IdemRow
 from app.pipeline.states import Order
 from app.pipeline.ports import DeadLetter, Finished
 
-if TYPE_CHECKING:
-    from app.adapters.mysql.store import MySqlStore
+T = TypeVar("T")
+
+
+class Limits(Protocol):
+    """What a transaction needs of its store: the round trips it counts, and the time limit each
+    statement runs under (``MySqlStore`` is one)."""
+    round_trips: int
+
+    async def bounded(self, step: Awaitable[T]) -> T: ...
 
 
 class MySqlTransaction:
-    def __init__(self, conn: AsyncConnection, store: "MySqlStore") -> None:
+    def __init__(self, conn: AsyncConnection, store: Limits) -> None:
         self.conn = conn
         self.store = store
 

@@ -4,11 +4,10 @@ bounded and walks an index (keyset pagination, never OFFSET)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Sequence
 
-from app.adapters.mysql.ledger import parse_headers
+from app.adapters.mysql.ledger.selection import QueueFilter
+from app.adapters.mysql.ledger.statements import parse_headers
 from app.adapters.mysql.sql import marks
 from app.adapters.mysql.store import MySqlStore
 from app.pipeline.states import IdemStatus, LedgerStatus, OrderStatus
@@ -22,19 +21,6 @@ ORDER_LETTERS = 50
 COUNT_CAP = 10_000
 IDEM_COLUMNS = ("biz_key, part_date, step, status, attempt, owner, lease_until, idem_token, outcome, last_err, "
                 "gmt_create, gmt_modified")
-
-
-@dataclass(frozen=True)
-class QueueFilter:
-    status: LedgerStatus | None = None
-    reason: str | None = None
-    order_no: str | None = None
-    older_than_seconds: int | None = None
-    fingerprint: str | None = None        # the error group
-    since: datetime | None = None         # first failure at or after (UTC)
-    until: datetime | None = None         # first failure before (UTC)
-    before_id: int | None = None          # keyset: rows with a smaller id (the list runs newest first)
-    limit: int = 50
 
 
 def _dicts(result) -> list[dict[str, Any]]:

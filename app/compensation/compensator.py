@@ -1,4 +1,4 @@
-"""The compensator: works the compensation ledger's rows (``app.pipeline.compensation``)
+"""The compensator: works the compensation ledger's rows (their rules: ``app.compensation.rules``)
 by running their original events again through the same pipeline.
 
 Where the work comes from: each record of the dead-letter topic (the dead-letter agent,
@@ -21,9 +21,9 @@ import time
 from collections import defaultdict
 from typing import Callable, Sequence
 
-from app.pipeline.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
-from app.pipeline.compensation import PERSON_ONLY, STEP_OUTCOMES, Backoff, judge_redrive
-from app.pipeline.dead_letter_headers import origin_group, source_of
+from app.compensation.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
+from app.compensation.rules import PERSON_ONLY, STEP_OUTCOMES, Backoff, judge_redrive
+from app.compensation.headers import origin_group, source_of
 from app.pipeline.errors import Fatal, InternalError, MalformedEvent, PipelineError
 from app.pipeline.events import OrderEvent, decode
 from app.pipeline.model import UNKNOWN, ActionResult, LedgerRow, RedriveVerdict, Settlement, SourceKey
@@ -307,7 +307,7 @@ class Compensator:
                                 after.status, after.message)
         return ActionResult(True, changed, None, after.status, after.message)
 
-    # -- a bulk job's chunk (app.pipeline.bulk) ---------------------------------------
+    # -- a bulk job's chunk (app.compensation.bulk) ---------------------------------------
 
     async def bulk(self, action: str, row_ids: Sequence[int], guard, *, actor: str, note: str | None,
                    job_id: int, held: Callable[[], bool] = lambda: True) -> list[ItemOutcome]:

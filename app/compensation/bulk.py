@@ -12,7 +12,7 @@ Safe by construction:
   ``t_idem`` keys and tokens), a chunk at a time as one pipeline batch. A row already settled
   is left alone (``unchanged``); a row another claimant holds is tried again later.
 * **One runner at a time, any worker.** The job row holds a lease (an owner and an expiry)
-  renewed while a chunk runs (``app.pipeline.bulk_lease``) and with every chunk's results; a
+  renewed while a chunk runs (``app.compensation.bulk_lease``) and with every chunk's results; a
   worker that dies lets it run out and another takes the job over where the items say it was. A chunk the dead worker had claimed is claimed again once
   its ledger claims run out, and finds its rows settled or its steps done.
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Protocol, Sequence
 
-from app.pipeline.bulk_lease import Heartbeat
+from app.compensation.bulk_lease import Heartbeat
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,8 @@ import hashlib
 import json
 from typing import Sequence
 
-from app.adapters.mysql import groups, orders
+import app.adapters.mysql.ledger.grouping as groups
+import app.adapters.mysql.orders as orders
 from app.adapters.mysql.sql import Execute, Sql, marks
 from app.pipeline.model import LedgerRow, SourceKey
 from app.pipeline.states import LedgerStatus, ledger_move_allowed

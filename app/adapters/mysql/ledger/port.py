@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable, Sequence, TypeVar
 
-from app.adapters.mysql import groups, idem, ledger, workers
+import app.adapters.mysql.ledger.grouping as groups
+import app.adapters.mysql.idem as idem
+import app.adapters.mysql.ledger.statements as ledger
+import app.adapters.mysql.workers as workers
 from app.adapters.mysql.sql import Execute
 from app.adapters.mysql.store import MySqlStore
 from app.pipeline.model import LedgerRow, Settlement, SourceKey

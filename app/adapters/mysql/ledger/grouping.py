@@ -30,7 +30,7 @@ from typing import Iterable, Sequence
 
 from app.adapters.mysql.sql import Execute, marks
 from app.pipeline.model import SourceKey
-from app.pipeline.fingerprints import ErrorShape, shape
+from app.compensation.fingerprints import ErrorShape, shape
 
 GROUPED = "id, consumer_group, fingerprint, first_failure_at, reason, message"
 

@@ -1,4 +1,4 @@
-"""The compensator: what becomes of a dead letter.
+"""The rules of the dead-letter lifecycle: what becomes of a dead letter.
 
 Every dead letter has a row in the compensation ledger (``t_compensation``), and the
 row says what became of it:
@@ -20,7 +20,7 @@ skipped, a pending call is repeated with its token, never a new one). A call of 
 non-idempotent effect whose outcome was unknown is verified with its service
 before anything else, when the service offers that (the SMS gateway's lookup).
 
-The compensator that works the rows is ``app.pipeline.compensator``; this module is what one
+The compensator that works the rows is ``app.compensation.compensator``; this module is what one
 redrive makes of a row (:func:`judge_redrive`) and the backoff between redrives. The statuses
 and the moves between them are in ``app.pipeline.states`` with the other two state machines
 (``LEDGER_TRANSITIONS``), the rows in ``app.pipeline.model`` and the ledger's port in

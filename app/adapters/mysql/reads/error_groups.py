@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Sequence
 
-from app.adapters.mysql.groups import hour_of
+from app.adapters.mysql.ledger.grouping import hour_of
 from app.adapters.mysql.sql import marks
 from app.adapters.mysql.store import MySqlStore
 from app.pipeline.states import LedgerStatus

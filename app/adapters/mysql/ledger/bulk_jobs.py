@@ -8,10 +8,10 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
-from app.adapters.mysql.queries import QueueFilter
+from app.adapters.mysql.ledger.selection import QueueFilter
 from app.adapters.mysql.sql import Execute, marks
 from app.adapters.mysql.store import MySqlStore
-from app.pipeline.bulk import (CHANGED, FAILED, Finish, ItemOutcome, Job, JobStatus, Progress, tally, tolerated,
+from app.compensation.bulk import (CHANGED, FAILED, Finish, ItemOutcome, Job, JobStatus, Progress, tally, tolerated,
                                transition)
 from app.pipeline.states import LedgerStatus
 
@@ -178,7 +178,7 @@ class MySqlBulkJobs:
             return await self._job(execute, job_id), changed
         return await self._run(work)
 
-    # -- for the runner (app.pipeline.bulk.BulkJobs) -------------------------------------
+    # -- for the runner (app.compensation.bulk.BulkJobs) -------------------------------------
 
     async def take(self, group: str, owner: str, lease_seconds: float) -> Job | None:
         """A running job of the group whose lease is ``owner``'s or free (never held, or run out:
@@ -209,7 +209,7 @@ class MySqlBulkJobs:
     async def record(self, job_id: int, outcomes: Sequence[ItemOutcome], *, owner: str, lease_seconds: float,
                      retry_in: float, rate: float | None) -> bool:
         """What a chunk did, with the job's counters, in one transaction: an item counts once
-        (:func:`~app.pipeline.bulk.tally`). Busy items wait ``retry_in``. The lease is renewed
+        (:func:`~app.compensation.bulk.tally`). Busy items wait ``retry_in``. The lease is renewed
         if it is still ``owner``'s and the job runs; False when it is not (stop)."""
         finished = [o for o in outcomes if not o.busy]
         waiting = [o.row_id for o in outcomes if o.busy]

@@ -15,10 +15,10 @@ import logging
 
 import faust
 
-from app.observability import metrics
+from app.adapters.kafka.records import source_record
 from app.bootstrap import Runtime
 from app.exits import stop_without_ack
-from app.adapters.kafka.records import source_record
+from app.observability import metrics
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

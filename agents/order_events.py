@@ -40,12 +40,12 @@ import time
 
 import faust
 
-from app.observability import metrics
 from app.adapters.kafka import batches as kafka_batches
 from app.adapters.kafka.records import source_record
 from app.bootstrap import Runtime
 from app.exits import stop_without_ack
 from app.faust_app import freeze_startup_objects
+from app.observability import metrics
 from app.pipeline.batch import BatchReport
 from app.settings import Settings
 

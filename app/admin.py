@@ -12,10 +12,10 @@ import asyncio
 import sys
 
 from app.adapters.kafka import ops as kafka_ops
-from app.adapters.kafka.connection import KafkaConfigError, KafkaStartupError, preflight, KafkaConnection
+from app.adapters.kafka.connection import KafkaConfigError, KafkaConnection, KafkaStartupError, preflight
+from app.adapters.kafka.topics import topic_specs
 from app.exits import EXIT_CONFIG, EXIT_UNAVAILABLE
 from app.settings import get_settings_or_exit
-from app.adapters.kafka.topics import topic_specs
 
 
 def main(argv: list[str] | None = None) -> int:

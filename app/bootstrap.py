@@ -13,48 +13,48 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 
-from app.pipeline.tokens import StepTokens
-from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.effects import Client, EffectClients, http_session
 from app.adapters.effects.logistics import WaybillClient
 from app.adapters.effects.sms import SmsClient
+from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.dlq import KafkaDeadLetterSink
 from app.adapters.kafka.ops import GroupLag
-from app.adapters.mysql import MySqlStore
-from app.adapters.mysql.ledger.bulk_jobs import MySqlBulkJobs
-from app.adapters.mysql.clock import DatabaseClock
-from app.adapters.mysql.ledger.port import MySqlLedger
-from app.adapters.mysql.leases import MySqlLeases
-from app.adapters.mysql.partitions import Partitions
-from app.adapters.mysql.reads.error_groups import GroupQueries
-from app.adapters.mysql.reads.console import Queries
-from app.adapters.mysql.reads.view_audit import ViewAudit
-from app.adapters.mysql.heartbeat import Heartbeat
+from app.adapters.kafka.topics import DLQ_RETENTION_MS
 from app.adapters.kafka.watermark import WatermarkTopic
+from app.adapters.mysql import MySqlStore
+from app.adapters.mysql.clock import DatabaseClock
+from app.adapters.mysql.engine import create_engine
+from app.adapters.mysql.heartbeat import Heartbeat
+from app.adapters.mysql.leases import MySqlLeases
+from app.adapters.mysql.ledger.bulk_jobs import MySqlBulkJobs
+from app.adapters.mysql.ledger.port import MySqlLedger
+from app.adapters.mysql.partitions import Partitions
+from app.adapters.mysql.reads.backlog import Watch
+from app.adapters.mysql.reads.console import Queries
+from app.adapters.mysql.reads.error_groups import GroupQueries
+from app.adapters.mysql.reads.view_audit import ViewAudit
 from app.adapters.mysql.recovery import Remembered
 from app.adapters.mysql.recovery_windows import RecoveryWindows
 from app.adapters.watermark import StoreWatermark
-from app.adapters.mysql.reads.backlog import Watch
 from app.chaos import cut_hook
-from app.adapters.mysql.engine import create_engine
-from app.pipeline.batch import BatchHandler
 from app.compensation.bulk import BulkRunner
-from app.compensation.rules import Backoff
 from app.compensation.compensator import Compensator
-from app.pipeline.outage import OutageGuard
+from app.compensation.rules import Backoff
 from app.observability.metrics import PipelineMetrics
+from app.pipeline.batch import BatchHandler
 from app.pipeline.capacity import Budget, Inputs, budget
 from app.pipeline.liveness_fence import SelfFence
+from app.pipeline.outage import OutageGuard
+from app.pipeline.plan import keys_per_event
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
-from app.pipeline.plan import keys_per_event
 from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
+from app.pipeline.tokens import StepTokens
 from app.settings import Settings
-from app.adapters.kafka.topics import DLQ_RETENTION_MS
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class Runtime:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    async def start(self, *, kafka: bool = True) -> "Runtime":
+    async def start(self, *, kafka: bool = True) -> Runtime:
         """Open everything (``kafka=False``: all but the dead-letter producer, for commands)."""
         async with self._lock:
             if self._started:
@@ -141,7 +141,7 @@ class Runtime:
                                        every=s.effects.worker_heartbeat_seconds)
             try:
                 await asyncio.wait_for(self.heartbeat.beat_once(), 5)
-            except asyncio.TimeoutError:          # the database may come later: the loop beats then
+            except TimeoutError:          # the database may come later: the loop beats then
                 pass
             self.heartbeat.start()
             # Each caller of the services has a pool of its own, as large as its own limit of calls in
@@ -196,7 +196,7 @@ class Runtime:
             self._started = True
         return self
 
-    def started(self) -> "Runtime":
+    def started(self) -> Runtime:
         """This runtime, open: the worker opens it once as it starts (``RuntimeService``), before
         its agents, timers and web views run; a command opens it itself (``start(kafka=False)``)."""
         if not self._started:

@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 CUTS = ("before_a", "a_b", "looked_up", "b_c", "after_c")
 log = logging.getLogger(__name__)

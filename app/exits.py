@@ -16,8 +16,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable
-
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 EXIT_NOT_ACKED = 70   # EX_SOFTWARE: stopped on purpose, the batch in flight was not committed

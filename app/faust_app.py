@@ -7,23 +7,23 @@ import functools
 import gc
 import logging
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Awaitable, Callable, Sequence
 
 import faust
 import mode
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app import exits
-from app.adapters.mysql.tls import MySqlTls
 from app.adapters.kafka import consumer as kafka_consumer
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka import records as kafka_records
 from app.adapters.kafka import upstream
-from app.adapters.kafka.connection import KafkaConfigError, KafkaStartupError, preflight, KafkaConnection
+from app.adapters.kafka.connection import KafkaConfigError, KafkaConnection, KafkaStartupError, preflight
 from app.adapters.mysql import preflight as mysql_preflight
 from app.adapters.mysql import schema
 from app.adapters.mysql.engine import create_engine
+from app.adapters.mysql.tls import MySqlTls
 from app.observability.monitor import BatchLevelMonitor
 from app.settings import Settings
 
@@ -55,7 +55,7 @@ class ProcessorApp(faust.App):
     """Faust's app, with checks that run when a worker starts, before any Kafka client of Faust's,
     and the services a worker opens before anything of Faust's runs (``opened_first``)."""
 
-    startup_checks: list[Callable[["ProcessorApp"], Awaitable[None]]]
+    startup_checks: list[Callable[[ProcessorApp], Awaitable[None]]]
     opened_first: list[tuple[str, Callable[[], Awaitable[object]], Callable[[], Awaitable[None]]]]
 
     def __init__(self, *args, **kwargs) -> None:
@@ -180,7 +180,7 @@ async def check_schema(engine) -> None:
         log.warning(verdict.message)
 
 
-def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> "ProcessorApp":
+def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> ProcessorApp:
     """The app; ``web_middlewares`` run before every view of its web server (``app.main`` hands
     it the one that decides who may ask, ``app.web.views.middlewares``)."""
     if settings.operations.event_loop == "uvloop":

@@ -13,22 +13,22 @@ import sys
 
 from agents import compensator as compensator_agent
 from agents import order_events as order_events_agent
-from app.adapters.kafka.connection import KafkaConfigError
 from app import exits
+from app.adapters.kafka.connection import KafkaConfigError
 from app.bootstrap import Runtime
 from app.commands import budget as budget_command
 from app.commands import dlq as dlq_command
 from app.commands import recovery as recovery_command
-from app.faust_app import check_database, create_app, dead_letter_topic, order_event_topic
 from app.exits import EXIT_CONFIG
+from app.faust_app import check_database, create_app, dead_letter_topic, order_event_topic
 from app.settings import SettingsError, get_settings_or_exit
 from app.timers import bulk as bulk_timer
 from app.timers import compensation as compensation_timer
 from app.timers import gauges as gauges_timer
 from app.timers import partitions as partitions_timer
 from app.timers import stuck as stuck_timer
-from app.timers import watermark as watermark_timer
 from app.timers import watchdog as watchdog_timer
+from app.timers import watermark as watermark_timer
 from app.web import views
 
 settings = get_settings_or_exit()

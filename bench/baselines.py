@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 
 import aiohttp
 from aiokafka import AIOKafkaConsumer, TopicPartition
-
-from app.adapters.kafka.connection import KafkaConnection, connection_of
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.adapters.kafka.connection import KafkaConnection, connection_of
 from app.adapters.mysql.engine import create_engine
 from app.pipeline.events import EventType, OrderEvent, decode
 from app.settings import Settings

@@ -47,8 +47,8 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 
 from app.adapters.kafka import ops as kafka_ops
-from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
+from app.settings import Settings
 from harness.events import event, order_no, record
 from harness.own_servers import Kafka
 from harness.services import ROOT, ScratchDatabase, Worker, free_port, worker_env

@@ -18,12 +18,12 @@ import os
 import time
 import urllib.request
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from app.adapters.kafka import ops as kafka_ops
-from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
+from app.settings import Settings
 from harness.dead_letters import write_dead_letters
 from harness.fakes import FakesProcess
 from harness.services import ScratchDatabase, Worker, wait_for, worker_env
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     result = run_once(Settings(), args.rows, args.latency_ms, args.rate)
     print(json.dumps(result), flush=True)
     RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     (RESULTS / f"bulk-{stamp}.json").write_text(json.dumps({"args": vars(args), "run": result}, indent=2))
 
 

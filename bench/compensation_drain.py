@@ -18,15 +18,14 @@ import asyncio
 import json
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-
 from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.topics import topic_specs
 from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
 from app.settings import Settings
-from app.adapters.kafka.topics import topic_specs
 from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
 from harness.services import ScratchDatabase, Worker, connect, wait_for, worker_env
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(result), flush=True)
         results.append(result)
     RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     (RESULTS / f"drain-{stamp}.json").write_text(json.dumps({"args": vars(args), "runs": results}, indent=2))
 
 

@@ -24,13 +24,13 @@ import asyncio
 import statistics
 import time
 from contextlib import closing
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from app.adapters.mysql.reads.error_groups import WINDOWS, GroupQueries
+from app.adapters.mysql.engine import create_engine
 from app.adapters.mysql.ledger.selection import QueueFilter
 from app.adapters.mysql.reads.console import Queries
+from app.adapters.mysql.reads.error_groups import WINDOWS, GroupQueries
 from app.adapters.mysql.store import MySqlStore
-from app.adapters.mysql.engine import create_engine
 from app.compensation.fingerprints import fingerprint
 from app.pipeline.ports import DeadLetter, SourceRecord
 from app.settings import get_settings
@@ -120,7 +120,7 @@ _written = [0]
 
 async def _write(store: MySqlStore) -> None:
     """100 new letters of the outage's cause, as a batch's dead letters are written."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     base = 10_000_000 + _written[0]
     _written[0] += 100
     letters = [DeadLetter(SourceRecord("order-event", 9, base + i, 1, b"k", b"v"), "effect_unavailable",

@@ -22,7 +22,7 @@ import json
 import os
 import statistics
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.growth.plans import explain
@@ -78,8 +78,8 @@ async def timed(repeat: int, call) -> dict:
 async def measure(url: str, settings, repeat: int) -> dict:
     from app.adapters.mysql import MySqlStore
     from app.adapters.mysql.engine import create_engine
-    from app.adapters.mysql.reads.console import Queries
     from app.adapters.mysql.reads.backlog import Watch
+    from app.adapters.mysql.reads.console import Queries
 
     engine = create_engine(settings, url=url, pool_size=2, max_overflow=0)
     store = MySqlStore(engine)
@@ -147,13 +147,13 @@ def main() -> None:
         fill = time.perf_counter() - started
         print(f"ledger: {args.rows:,} manual rows ({args.one_order:,} of one order) and 320 unsettled, "
               f"filled in {fill:.0f}s", flush=True)
-        doc = {"at": datetime.now(timezone.utc).isoformat(), "rows": args.rows, "one_order": args.one_order,
+        doc = {"at": datetime.now(UTC).isoformat(), "rows": args.rows, "one_order": args.one_order,
                "fill_seconds": fill, "reads": asyncio.run(measure(db.url, settings, args.repeat)),
                "load": os.getloadavg()}
     finally:
         db.drop()
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"ledger-reads-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    out = RESULTS / f"ledger-reads-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps(doc, indent=2, default=str))
     print(f"results: {out}")
 

@@ -21,8 +21,7 @@ from app.adapters.kafka.topics import topic_specs
 from app.settings import Settings
 from harness.events import event, order_no, record
 from harness.java import java_produce, utf8, zeros
-from harness.services import (ScratchDatabase, Worker, caught_up, consume_all, produce, wait_for,
-                                    worker_env)
+from harness.services import ScratchDatabase, Worker, caught_up, consume_all, produce, wait_for, worker_env
 
 
 def peak_rss_mb(pid: int) -> float:

@@ -9,7 +9,6 @@ A metric the worker does not export (yet) comes back as ``None``.
 
 from __future__ import annotations
 
-import asyncio
 import math
 
 import aiohttp
@@ -23,7 +22,7 @@ async def scrape(http: aiohttp.ClientSession, url: str) -> dict:
             text = await resp.text()
             if resp.status != 200:
                 return {"error": f"HTTP {resp.status}"}
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError) as exc:
         return {"error": f"{exc.__class__.__name__}: {exc}"}
     return summarize(text)
 

@@ -69,13 +69,13 @@ import time
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.connection import KafkaConnection
-from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
+from app.settings import Settings
 from bench import environment, growth, report
 from bench.baselines import Measurement, naive, raw_ceiling
 from bench.worker import run_worker
@@ -162,7 +162,7 @@ def fake_config(latency_ms: float) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = Settings()
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     tag = uuid.uuid4().hex[:8]
     db = scratch_database(settings.database.url, tag)
     try:
@@ -318,7 +318,7 @@ async def rows_g(ctx: Context, workload: Workload) -> tuple[list[dict], dict]:
         print(f"{label}: {doc['error']}", flush=True)
         return rows, doc
     reset_state(ctx)
-    today = datetime.now(timezone.utc).date()
+    today = datetime.now(UTC).date()
     print(f"{label}: pre-filling t_idem with {args.growth_rows:,} done rows of the past 365 days ...", flush=True)
     doc["prefill"] = growth.prefill(url, args.growth_rows, today)
     doc["size_after_prefill"] = growth.table_size(url, exact_rows=args.growth_rows)
@@ -338,7 +338,7 @@ async def rows_g(ctx: Context, workload: Workload) -> tuple[list[dict], dict]:
         dropped = sum(d["rows"] for d in doc["operations"].get("drops", []))
         doc["size_after_drops"] = growth.table_size(
             url, exact_rows=args.growth_rows + written + growth.STUCK_ROWS - dropped)
-    except Exception as exc:  # noqa: BLE001 -- the worker rows stand; the error is reported
+    except Exception as exc:
         doc["operations_error"] = f"{exc.__class__.__name__}: {exc}"
         print(f"{label}: operations failed: {doc['operations_error']}", file=sys.stderr, flush=True)
     return rows, doc
@@ -355,7 +355,7 @@ async def _guard(measurement):
     """Await a baseline; a timeout or failure becomes the row's error instead of ending the run."""
     try:
         return await measurement
-    except Exception as exc:  # noqa: BLE001 -- reported in the table
+    except Exception as exc:
         return exc
 
 
@@ -411,7 +411,7 @@ def cleanup(ctx: Context) -> None:
     for what, step in steps:
         try:
             step()
-        except Exception as exc:  # noqa: BLE001 -- cleanup must go on
+        except Exception as exc:
             print(f"cleanup of {what} failed: {exc!r}", file=sys.stderr)
 
 

@@ -23,10 +23,10 @@ import json
 import math
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
+from app.settings import Settings
 from bench.broker_bounce import RESULTS
 from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
@@ -78,7 +78,7 @@ def run(orders: int, takeover: str) -> dict:
         wait_for(lambda: len(fakes.ledger()["sms"]) == orders, timeout=1200, interval=1.0,
                  what="every order's SMS", workers=[w for w in workers if w is not doomed])
         ledger = fakes.ledger()
-        consumed = {row["biz_key"].split(":")[0]: row["gmt_create"].replace(tzinfo=timezone.utc).timestamp()
+        consumed = {row["biz_key"].split(":")[0]: row["gmt_create"].replace(tzinfo=UTC).timestamp()
                     for row in db.query("SELECT biz_key, gmt_create FROM t_idem WHERE step = 'mark_cancelled'")}
         waits = {o: min(s["at"] for s in sent) - consumed[o] for o, sent in ledger["sms"].items()}
         twice = sum(len(sent) > 1 for sent in ledger["sms"].values())
@@ -87,7 +87,7 @@ def run(orders: int, takeover: str) -> dict:
         letters = db.query("SELECT reason, COUNT(*) AS n, MAX(redrives) AS redrives FROM t_compensation "
                            "GROUP BY reason")
         result = {
-            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "orders": orders, "takeover": takeover,
+            "at": datetime.now(UTC).isoformat(timespec="seconds"), "orders": orders, "takeover": takeover,
             "claims_cut": claimed, "second_sms": twice,
             "cut_sms_seconds": {"count": len(cut), "min": round(min(cut, default=0), 1),
                                 "p50": round(percentile(cut, 50), 1) if cut else None,
@@ -117,7 +117,7 @@ def main() -> None:
     result = run(args.orders, args.takeover)
     print(json.dumps(result, indent=1, default=str))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     (RESULTS / f"sms-kill-{stamp}.json").write_text(json.dumps(result, indent=1, default=str))
 
 

@@ -27,8 +27,8 @@ import uuid
 from collections import Counter
 
 from app.adapters.kafka import ops as kafka_ops
-from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
+from app.settings import Settings
 from bench.broker_bounce import HOME, RESULTS, OwnKafka
 from harness.services import ROOT, ScratchDatabase, Worker, worker_env
 

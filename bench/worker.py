@@ -157,7 +157,7 @@ async def _wait_health(proc: subprocess.Popen, http: aiohttp.ClientSession, url:
             async with http.get(url, timeout=aiohttp.ClientTimeout(total=1)) as resp:
                 if resp.status == 200:
                     return time.perf_counter()
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             pass
         _check(proc, time.perf_counter(), spawned, spawned, timeout, timeout, "waiting for /health")
         await asyncio.sleep(POLL_SECONDS)

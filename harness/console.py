@@ -9,9 +9,9 @@ import json
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 from app.adapters.kafka.topics import topic_specs
 from app.settings import Settings

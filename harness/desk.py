@@ -8,12 +8,15 @@ import uuid
 
 from app.adapters.kafka.dlq import outgoing
 from app.adapters.mysql.ledger.port import MySqlLedger
-from app.compensation.rules import Backoff
 from app.compensation.compensator import Compensator
+from app.compensation.rules import Backoff
 from app.pipeline.outage import OutageGuard
 from app.pipeline.ports import SourceRecord
 from harness.events import order_no
 from harness.pipeline import MemorySink, source
+
+# The desk's dead-letter backoff: short, so a test's letters come due in a second or so.
+DESK_BACKOFF = Backoff(0.2, 0.4, 3)
 
 
 class Desk:
@@ -55,7 +58,7 @@ class Desk:
         return self.h.db.query("SELECT * FROM t_compensation_audit WHERE compensation_id = %s ORDER BY id", row_id)
 
 
-async def desk(harness, *, retry_after: int = 0, backoff: Backoff = Backoff(0.2, 0.4, 3), lookup: bool = True,
+async def desk(harness, *, retry_after: int = 0, backoff: Backoff = DESK_BACKOFF, lookup: bool = True,
                settle: float = 0.5, main_lookup: bool | None = None, group: str | None = None) -> Desk:
     main = await harness.processor(owner=f"main/main/{order_no()}", sms_lookup=lookup if main_lookup is None
                                    else main_lookup, settle=settle, lease=0.5, timeout=0.4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 _serial = itertools.count(1)
 
@@ -17,7 +17,7 @@ DATA = {
 }
 LIFECYCLE = ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")
 # Orders are dated today (UTC): an order older than the dedup retention (IDEM_RETENTION_DAYS) is refused.
-TODAY = datetime.now(timezone.utc).strftime("%Y%m%d")
+TODAY = datetime.now(UTC).strftime("%Y%m%d")
 
 
 def order_no(day: str = TODAY, prefix: str = "T") -> str:

@@ -47,9 +47,9 @@ class FakesProcess:
             try:
                 urllib.request.urlopen(f"{self.url}/__health", timeout=1)
                 break
-            except OSError:
+            except OSError as exc:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise AssertionError("fake services did not start")
+                    raise AssertionError("fake services did not start") from exc
                 time.sleep(0.1)
 
     def env(self) -> dict[str, str]:

@@ -228,7 +228,7 @@ class KafkaCluster:
                                     f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
     # -- life and death -----------------------------------------------------------
-    def start(self, timeout: float = READY_TIMEOUT) -> "KafkaCluster":
+    def start(self, timeout: float = READY_TIMEOUT) -> KafkaCluster:
         """Format every node, start them all, wait until each is ready; returns ``self``."""
         self._reap_leftovers()
         shutil.rmtree(self.home, ignore_errors=True)

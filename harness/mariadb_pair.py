@@ -32,9 +32,9 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
-from typing import Iterable
 
 import pymysql
 
@@ -149,7 +149,7 @@ class MariaDBPair:
         self.at_promotion: dict[tuple[str, str, tuple[str, ...]], set[tuple]] = {}
 
     # -- life ----------------------------------------------------------------------
-    def start(self) -> "MariaDBPair":
+    def start(self) -> MariaDBPair:
         """Both servers from fresh data directories, the replica following the primary; returns ``self``."""
         reap_leftovers()
         try:
@@ -185,7 +185,7 @@ class MariaDBPair:
             server.stop()
         shutil.rmtree(self.home, ignore_errors=True)
 
-    def __enter__(self) -> "MariaDBPair":
+    def __enter__(self) -> MariaDBPair:
         return self.start()
 
     def __exit__(self, *exc) -> None:

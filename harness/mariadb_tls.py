@@ -122,7 +122,7 @@ def reap_leftovers() -> None:
             cmdline = ""
         if cmdline and str(scratch) in cmdline:
             os.kill(pid, signal.SIGKILL)
-            wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=30, interval=0.05,
+            wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists(), timeout=30, interval=0.05,
                      what=f"leftover mariadbd {pid} gone")
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -140,7 +140,7 @@ class MariaDbTls:
         self.proc: subprocess.Popen | None = None
 
     # -- life and death -------------------------------------------------------------
-    def start(self, timeout: float = 90.0) -> "MariaDbTls":
+    def start(self, timeout: float = 90.0) -> MariaDbTls:
         reap_leftovers()
         self.scratch.mkdir(parents=True)
         for name in ("ca.pem", "server.pem", "server.key"):

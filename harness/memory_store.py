@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
-from typing import Awaitable, Callable, Sequence, TypeVar
+from typing import TypeVar
 
 from app.adapters.mysql.receipts import WRITERS
 from app.pipeline.errors import Conflict, StoreUnavailable
@@ -62,8 +63,8 @@ class MemoryStore:
         self.fail_next: list[Exception] = []        # raised by the next transactions, in turn
         self._lock = asyncio.Lock()
 
-    async def in_transaction(self, work: Callable[["MemoryTransaction"], Awaitable[T]]) -> T:
-        for attempt in range(self.lock_retries + 1):
+    async def in_transaction(self, work: Callable[[MemoryTransaction], Awaitable[T]]) -> T:
+        for _attempt in range(self.lock_retries + 1):
             if self.fail_next:
                 raise self.fail_next.pop(0)
             async with self._lock:

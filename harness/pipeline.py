@@ -8,9 +8,9 @@ import aiohttp
 
 from app.adapters.effects import EffectClients
 from app.adapters.mysql import MySqlStore
+from app.adapters.mysql.engine import create_engine
 from app.bootstrap import EFFECT_CLIENTS
 from app.demo.fakes import worker_urls
-from app.adapters.mysql.engine import create_engine
 from app.pipeline.batch import BatchHandler
 from app.pipeline.events import decode
 from app.pipeline.ports import SourceRecord

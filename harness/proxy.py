@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 from urllib.parse import urlsplit
 
 from harness.services import free_port
@@ -34,7 +34,7 @@ class BlackholeProxy:
         self._server: asyncio.AbstractServer | None = None
         self.connections = 0
 
-    def start(self) -> "BlackholeProxy":
+    def start(self) -> BlackholeProxy:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(10)
         return self

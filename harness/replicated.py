@@ -14,8 +14,8 @@ import asyncio
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -91,7 +91,7 @@ class Supervisor:
     def current(self) -> Worker:
         return self.workers[-1]
 
-    def start(self) -> "Supervisor":
+    def start(self) -> Supervisor:
         self.workers.append(self._spawn(0))
         self._thread.start()
         return self
@@ -137,7 +137,7 @@ class CommitWatch:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="commit-watch", daemon=True)
 
-    def start(self) -> "CommitWatch":
+    def start(self) -> CommitWatch:
         self._thread.start()
         return self
 

@@ -13,23 +13,33 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
-from datetime import date, datetime, timedelta, timezone
-from typing import Awaitable, Callable
+from datetime import UTC, date, datetime, timedelta
 
-from app.pipeline.errors import (AttemptsExhausted, BeyondDedupRetention, ClaimExpiring, EffectNotDelivered,
-                                 EffectOutcomeUnknown, EffectUnavailable, LeaseHeld, PayloadMismatch, PipelineError,
-                                 StoreUnavailable, UnknownOutcomeNonIdempotent)
+from app.pipeline.errors import (
+    AttemptsExhausted,
+    BeyondDedupRetention,
+    ClaimExpiring,
+    EffectNotDelivered,
+    EffectOutcomeUnknown,
+    EffectUnavailable,
+    LeaseHeld,
+    PayloadMismatch,
+    PipelineError,
+    StoreUnavailable,
+    UnknownOutcomeNonIdempotent,
+)
 from app.pipeline.events import EventType
+from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.model import EffectJob
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import DeadLetter, Finished, Receipt, SourceRecord
-from app.pipeline.tokens import StepTokens
-from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.pipeline.states import IdemStatus, OrderStatus
 from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, EffectStep, LocalStep, Pipeline
+from app.pipeline.tokens import StepTokens
 from harness.events import order_no
 from harness.pipeline import ev
 
@@ -354,10 +364,10 @@ async def the_ledger_keeps_one_row_per_record_and_flags_overtaken_letters(h: Har
     topic = f"scenario-{order}"[:60]
     record = SourceRecord(topic, 0, 7, 1000, order.encode(), b"{}")
     letter = DeadLetter(record=record, reason="effect_unavailable", message="503", retriable=True, attempts=4,
-                        first_failure_at=datetime.now(timezone.utc), order_no=order,
+                        first_failure_at=datetime.now(UTC), order_no=order,
                         biz_key=key(order, "ORDER_CONFIRM", "mark_confirmed"))
     for group in ("g1", "g1", "g2"):
-        await p.store.in_transaction(lambda tx: tx.record_dead_letters([letter], group=group))
+        await p.store.in_transaction(lambda tx, group=group: tx.record_dead_letters([letter], group=group))
     assert sorted(row["may_be_superseded"] for row in h.ledger(topic)) == [0, 0]
     await p.run([ev(order, "ORDER_CANCEL")])                           # a later batch moves the order
     assert sorted(row["may_be_superseded"] for row in h.ledger(topic)) == [1, 1]

@@ -13,9 +13,9 @@ import sys
 import time
 import uuid
 from argparse import Namespace
+from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
-from typing import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 import pymysql
@@ -24,9 +24,9 @@ from alembic import command
 from alembic.config import Config
 
 from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.topics import TopicSpec
 from app.adapters.mysql.engine import session_sql_mode, ssl_context
 from app.settings import Settings, get_settings
-from app.adapters.kafka.topics import TopicSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / ".cache" / "test-logs"
@@ -105,7 +105,7 @@ class ScratchDatabase:
         self.url = with_database(base_url, self.name)
         self.sql_mode = sql_mode or None
 
-    def create(self, *, migrated: bool = True) -> "ScratchDatabase":
+    def create(self, *, migrated: bool = True) -> ScratchDatabase:
         with closing(connect(self.url, database=False)) as conn, conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
         if migrated:
@@ -226,7 +226,7 @@ class Worker:
         self.log_path = LOGS / f"{name}-{uuid.uuid4().hex[:6]}.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "Worker":
+    def start(self) -> Worker:
         faust = Path(sys.executable).with_name("faust")
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([str(faust), "-A", "app", "worker", "-l", "info"], cwd=ROOT,
@@ -265,7 +265,7 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"worker {self.name} ignored SIGTERM for {timeout}s; see {self.log_path}")
+            raise AssertionError(f"worker {self.name} ignored SIGTERM for {timeout}s; see {self.log_path}") from None
 
     def wait_exit(self, timeout: float = 60.0) -> int:
         return self.proc.wait(timeout)

@@ -15,9 +15,9 @@ from alembic.util import CommandError
 from sqlalchemy import create_engine, pool
 from sqlalchemy.exc import DBAPIError
 
-from app.adapters.mysql.tls import MySqlTls
-from app.adapters.mysql.preflight import Target, explain
 from app.adapters.mysql.engine import session_sql_mode, ssl_context
+from app.adapters.mysql.preflight import Target, explain
+from app.adapters.mysql.tls import MySqlTls
 from app.settings import get_settings
 from tables import metadata
 

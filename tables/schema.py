@@ -1,7 +1,20 @@
 """The tables. Statuses are small integers; their meaning lives in ``app.pipeline.states``."""
 
-from sqlalchemy import (BigInteger, Boolean, Column, Date, Index, Integer, MetaData, SmallInteger, String, Table,
-                        Text, UniqueConstraint, text)
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Date,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.dialects.mysql import DATETIME, MEDIUMBLOB
 
 metadata = MetaData()

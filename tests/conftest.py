@@ -19,8 +19,16 @@ from app.adapters.kafka.topics import topic_specs
 from app.settings import Settings
 from harness.fakes import fakes_in_process
 from harness.pipeline import Harness
-from harness.services import (TEST_TOKEN_SECRET, ScratchDatabase, ScratchDatabases, Topics, Worker, create_topics,
-                              delete_topics, worker_env)
+from harness.services import (
+    TEST_TOKEN_SECRET,
+    ScratchDatabase,
+    ScratchDatabases,
+    Topics,
+    Worker,
+    create_topics,
+    delete_topics,
+    worker_env,
+)
 
 os.environ.setdefault("IDEM_TOKEN_SECRET", TEST_TOKEN_SECRET)
 

@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from itertools import groupby
 
 import aiohttp
@@ -82,7 +82,7 @@ class AlertWebhook:
     async def send(self, alerts: list[Alert]) -> int:
         """POST ``alerts`` grouped by name; the number of POSTs that failed."""
         # Resolves by itself unless sent again: the sweep re-sends a firing alert every interval.
-        ends_at = datetime.now(timezone.utc) + timedelta(seconds=3 * self.resend_seconds)
+        ends_at = datetime.now(UTC) + timedelta(seconds=3 * self.resend_seconds)
         failed = 0
         for _, group in groupby(sorted(alerts, key=lambda a: a.name), key=lambda a: a.name):
             group = list(group)
@@ -109,5 +109,5 @@ class AlertWebhook:
 
 def _rfc3339(moment: datetime) -> str:
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
-from app.adapters.mysql.tls import MySqlTls
 from app.adapters.mysql.preflight import Target, _causes, explain
+from app.adapters.mysql.tls import MySqlTls
 from app.settings import Settings
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import click
 
@@ -37,7 +37,7 @@ def moment(value: str | None, name: str) -> datetime | None:
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise SystemExit(f"--{name} must be an ISO 8601 time like 2026-12-01T10:00:00Z") from None
-    return when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def selection_filter(selection: dict) -> QueueFilter:

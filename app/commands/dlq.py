@@ -24,10 +24,10 @@ from app.adapters.mysql.reads.view_audit import Seen
 from app.bootstrap import Runtime
 from app.commands import database_explained
 from app.commands.bulk import BULK_COMMANDS, bulk_command, moment
-from app.pipeline.states import PERSON_ACTIONS, LedgerStatus
-from app.settings import Settings
 from app.personal.masking import mask_letter, order_numbers
+from app.pipeline.states import PERSON_ACTIONS, LedgerStatus
 from app.render import ACTOR, json_default, with_record
+from app.settings import Settings
 
 STATUSES = {status.name.lower(): status for status in LedgerStatus}
 

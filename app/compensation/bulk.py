@@ -25,9 +25,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from app.compensation.bulk_lease import Heartbeat
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class Heartbeat:
         """Whether the job is still this runner's, as far as the last beat knows."""
         return not self.lost
 
-    async def __aenter__(self) -> "Heartbeat":
+    async def __aenter__(self) -> Heartbeat:
         self._task = asyncio.create_task(self._beat(), name=f"bulk-job-{self.job_id}-heartbeat")
         return self
 

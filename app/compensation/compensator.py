@@ -19,11 +19,11 @@ import itertools
 import logging
 import time
 from collections import defaultdict
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from app.compensation.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
-from app.compensation.rules import PERSON_ONLY, STEP_OUTCOMES, Backoff, judge_redrive
 from app.compensation.headers import origin_group, source_of
+from app.compensation.rules import PERSON_ONLY, STEP_OUTCOMES, Backoff, judge_redrive
 from app.pipeline.errors import Fatal, InternalError, MalformedEvent, PipelineError
 from app.pipeline.events import OrderEvent, decode
 from app.pipeline.model import UNKNOWN, ActionResult, LedgerRow, RedriveVerdict, Settlement, SourceKey
@@ -161,7 +161,7 @@ class Compensator:
             wait = longest if due is None else min(longest, max(due + 0.05, 0.5))
             try:
                 await asyncio.wait_for(self._new_letter.wait(), wait)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return
 
     async def run_due(self, limit: int, guard, *, actor: str = "timer") -> int:
@@ -233,7 +233,8 @@ class Compensator:
                         "the outcome of a call without idempotency key is unknown and its service offers no lookup: "
                         "reconcile by hand"))
                     continue
-                await guard(lambda: self.ledger.reopen_unknown(step_keys(event)[1:]))
+                reopened = step_keys(event)[1:]
+                await guard(lambda keys=reopened: self.ledger.reopen_unknown(keys))
             # Copies of one request (a record and its re-published copy) run once and share its end.
             runs[step_keys(event)[0], event.payload_hash].append((row, event))
         if runs:

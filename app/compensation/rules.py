@@ -32,12 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.pipeline.errors import BeyondDedupRetention, LeaseHeld, NotAskableYet, StaleEffectMayExist
-from app.pipeline.model import DISCARDED_BY_PERSON, RESOLVED_BY_PERSON
+from app.pipeline.model import DISCARDED_BY_PERSON, RESOLVED_BY_PERSON, LedgerRow, RedriveVerdict
 from app.pipeline.outcomes import Outcome
 from app.pipeline.processor import Result
-from app.pipeline.model import LedgerRow, RedriveVerdict
 from app.pipeline.states import LedgerStatus
-
 
 # What a person's decision makes of the event's steps still pending (``t_idem.outcome``,
 # failed): settled, never called again by a replay or a re-published copy.

@@ -12,15 +12,15 @@ import asyncio
 import json
 import random
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.connection import KafkaConnection
 from app.settings import get_settings_or_exit
 
 
 def lifecycle(order_no: str, cancel: bool) -> list[dict]:
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     steps = [("ORDER_CREATED", {"amount_cents": random.randint(100, 99_999), "phone": "+8613800000000",
                                 "address": f"{random.randint(1, 999)} Demo Street"}),
              ("ORDER_PAID", None),
@@ -36,7 +36,7 @@ def lifecycle(order_no: str, cancel: bool) -> list[dict]:
 
 async def produce(orders: int) -> int:
     settings = get_settings_or_exit()
-    day = datetime.now(timezone.utc).strftime("%Y%m%d")
+    day = datetime.now(UTC).strftime("%Y%m%d")
     run = uuid.uuid4().hex[:6].upper()
     records: list[tuple[bytes, bytes]] = []
     for n in range(orders):

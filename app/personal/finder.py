@@ -10,7 +10,7 @@ stay readable; one that is the whole of it (a token written as a UUID) is not.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Mapping
+from collections.abc import Mapping
 
 from app.personal.decoded import decoded
 from app.personal.known import KnownValues

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from bisect import bisect_right
-from typing import Mapping
+from collections.abc import Mapping
 
 from app.personal.decoded import CUT
 from app.personal.shapes import MASKS, mask_address

@@ -55,7 +55,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from app.personal.finder import Finder, mask_text
 from app.personal.shapes import mask_address, mask_email, mask_phone, mask_token

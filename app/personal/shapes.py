@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from functools import lru_cache
+from functools import cache
 
 MASK = "***"
 CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -54,7 +54,7 @@ PHONE = (r"(?<![0-9A-Za-z+])\+?[0-9](?:[ ().\-/]{0,2}[0-9]){6,}[Xx]?(?![0-9A-Za-
 DIGIT, AT, CHINESE = re.compile("[0-9]"), re.compile(r"@|[(\[][Aa][Tt][)\]]"), re.compile(f"[{CJK}]")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _shapes(digit: bool, at: bool, chinese: bool) -> re.Pattern:
     alternatives = [f"(?P<token>{TOKEN})", f"(?P<keep>{KEEP})"] if digit else []
     alternatives += [f"(?P<email>{EMAIL})"] if at else []

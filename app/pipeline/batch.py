@@ -37,9 +37,9 @@ import asyncio
 import logging
 import time
 from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Awaitable, Callable, Sequence
 
 from app.pipeline import letters
 from app.pipeline.errors import Fatal, InternalError, LeaseHeld, MalformedEvent, PipelineError
@@ -148,7 +148,7 @@ class BatchHandler:
         report.infra_wait_seconds = run.guard.waited
         return report
 
-    async def _work(self, run: "_Run", report: BatchReport, items: list["_Item"]) -> None:
+    async def _work(self, run: _Run, report: BatchReport, items: list[_Item]) -> None:
         results = await run.phase1(items)
         run.lap("phase1")
         retry: list[tuple[_Item, PipelineError | None]] = []

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from functools import lru_cache
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from enum import Enum
-from typing import Any, Mapping
+from functools import lru_cache
+from typing import Any
 
 import orjson
 

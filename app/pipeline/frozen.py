@@ -43,7 +43,7 @@ def quick_init(cls: type[C]) -> type[C]:
     body = "".join(f"    _set_{name}(self, {name})\n" for name in names) or "    pass\n"
     code = f"def __init__(self, {signature}):\n{body}"
     made: dict[str, Any] = {}
-    exec(code, scope, made)     # noqa: S102 -- the text is built from the class's own field names
+    exec(code, scope, made)
     init: FunctionType = made["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = cls.__init__.__doc__

@@ -10,9 +10,9 @@ committing, and Kafka delivers the batch again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import Awaitable, Callable
+from datetime import UTC, datetime
 
 from app.pipeline.errors import DeadlineExceeded, Fatal, PipelineError, StoreFailure
 from app.pipeline.events import OrderEvent
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def for_record(record: SourceRecord, error: PipelineError, *, attempts: int, first: datetime,

@@ -20,16 +20,34 @@ after; ``EffectStep.voided_by`` names them otherwise). Its row is failed as
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, replace
 from enum import Enum
 from operator import attrgetter
-from typing import Callable, Mapping, Sequence
 
-from app.pipeline.errors import (AttemptsExhausted, LeaseHeld, NotAskableYet, PayloadMismatch, PipelineError,
-                                 PreconditionNotMet, StaleEffectMayExist, UnknownOutcomeNonIdempotent)
+from app.pipeline.errors import (
+    AttemptsExhausted,
+    LeaseHeld,
+    NotAskableYet,
+    PayloadMismatch,
+    PipelineError,
+    PreconditionNotMet,
+    StaleEffectMayExist,
+    UnknownOutcomeNonIdempotent,
+)
 from app.pipeline.events import OrderEvent
-from app.pipeline.model import (NOT_DELIVERED, SETTLED_FAILURES, STALE, BatchPlan, EffectJob, EventPlan, FailRow,
-                                IdemRow, NewRow, Reclaim)
+from app.pipeline.model import (
+    NOT_DELIVERED,
+    SETTLED_FAILURES,
+    STALE,
+    BatchPlan,
+    EffectJob,
+    EventPlan,
+    FailRow,
+    IdemRow,
+    NewRow,
+    Reclaim,
+)
 from app.pipeline.outcomes import Outcome
 from app.pipeline.states import TERMINAL, IdemStatus, MoveVerdict, Order, judge_move
 from app.pipeline.steps import PIPELINES, Effect, LocalStep

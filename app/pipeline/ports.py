@@ -6,9 +6,10 @@ their own.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from app.pipeline.errors import PipelineError
 from app.pipeline.frozen import quick_init

@@ -45,16 +45,17 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Awaitable, Callable, Sequence, TypeVar
+from typing import TypeVar
 
 from app.pipeline.errors import ClaimExpiring, EffectNotDelivered, Fatal, PipelineError, StoreUnavailable
 from app.pipeline.events import OrderEvent
+from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.model import BatchPlan, EffectJob
 from app.pipeline.outcomes import Outcome
 from app.pipeline.plan import orders_needed, plan_batch, step_keys, window_matters
 from app.pipeline.ports import EffectClient, Finished, NoObserver, Observer, Store, Transaction
-from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.retention import Retention
 from app.pipeline.states import IdemStatus
 

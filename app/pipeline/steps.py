@@ -21,9 +21,10 @@ A new event type is one line in :data:`PIPELINES` (and its data fields in
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Callable, Mapping
+from functools import cache
+from typing import Any
 
 from app.pipeline.events import EventType, OrderEvent
 from app.pipeline.states import Order, OrderStatus
@@ -79,7 +80,7 @@ class EffectStep:
         return _voiding(self.voided_by, target)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _voiding(voided_by: frozenset[OrderStatus] | None, target: OrderStatus) -> frozenset[OrderStatus]:
     return voided_by if voided_by is not None else frozenset(s for s in OrderStatus if s > target)
 

@@ -25,8 +25,8 @@ import math
 import os
 import socket
 import sys
-from functools import lru_cache
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
@@ -116,7 +116,7 @@ class Settings(BaseSettings):
             data[group] = values
         return data
 
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> "Settings":
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Settings:
         """A copy (not validated, like pydantic's) with ``update``, whose keys are root fields (a group, an
         identity field) or flat names (``order_event_partitions``): each lands in its group. Any other
         key raises ValueError. Every group is copied, so that changing the copy's leaves this one alone."""
@@ -158,7 +158,7 @@ class Settings(BaseSettings):
                 + 2 * self.database.transaction_timeout_seconds)
 
     @model_validator(mode="after")
-    def _check(self) -> "Settings":
+    def _check(self) -> Settings:
         self._check_lease()
         self._check_timeouts()
         return self

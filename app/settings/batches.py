@@ -66,11 +66,11 @@ class BatchesSettings(Group):
         return tuple(int(part) / 1000 for part in self.retry_backoff_ms.split(",") if part.strip())
 
     @model_validator(mode="after")
-    def _check(self) -> "BatchesSettings":
+    def _check(self) -> BatchesSettings:
         try:
             delays = self.retry_backoff
         except ValueError:
-            raise ValueError(f"RETRY_BACKOFF_MS must be comma-separated integers, got {self.retry_backoff_ms!r}")
+            raise ValueError(f"RETRY_BACKOFF_MS must be comma-separated integers, got {self.retry_backoff_ms!r}") from None
         if any(d < 0 for d in delays):
             raise ValueError("RETRY_BACKOFF_MS delays must not be negative")
         return self

@@ -160,7 +160,7 @@ class DatabaseSettings(Group):
         return "verify" if self.ssl_ca or self.ssl_cert or self.ssl_key else "disabled"
 
     @model_validator(mode="after")
-    def _check(self) -> "DatabaseSettings":
+    def _check(self) -> DatabaseSettings:
         charsets = parse_qs(urlsplit(self.url).query).get("charset", [])
         if any(charset.lower() != "utf8mb4" for charset in charsets):
             raise ValueError(

@@ -97,7 +97,7 @@ class EffectsSettings(Group):
         return self.token_secret.get_secret_value().encode("utf-8")
 
     @model_validator(mode="after")
-    def _check(self) -> "EffectsSettings":
+    def _check(self) -> EffectsSettings:
         # A worker that beats must still be able to call: between two heartbeats (and one that is
         # slow) there must be room for a whole call before its heartbeat is too old.
         needed = 2 * self.worker_heartbeat_seconds + self.timeout_seconds + self.lease_margin_seconds + 1

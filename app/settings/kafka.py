@@ -203,7 +203,7 @@ class KafkaSettings(Group):
         return self.watchdog_rejoin_grace_seconds or self.session_timeout_seconds / 3
 
     @model_validator(mode="after")
-    def _check_security(self) -> "KafkaSettings":
+    def _check_security(self) -> KafkaSettings:
         check_security(bootstrap=self.bootstrap, security_protocol=self.security_protocol,
                        sasl_mechanism=self.sasl_mechanism, sasl_username=self.sasl_username,
                        sasl_password=self.sasl_password, ssl_cafile=self.ssl_cafile,

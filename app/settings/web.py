@@ -58,7 +58,7 @@ class WebSettings(Group):
         return frozenset(name.lower() for name in names)
 
     @model_validator(mode="after")
-    def _strip_tokens(self) -> "WebSettings":
+    def _strip_tokens(self) -> WebSettings:
         # Surrounding spaces (a copy and paste, a YAML value) are no part of a token: a request's
         # token is compared stripped, so the configured one is too. WEB_TOKEN="" is no token.
         for name in ("token", "read_token"):

@@ -17,8 +17,8 @@ import logging
 
 import faust
 
-from app.observability import metrics
 from app.bootstrap import Runtime, RuntimeStopping
+from app.observability import metrics
 from app.pipeline.errors import Fatal
 from app.settings import Settings
 

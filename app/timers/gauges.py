@@ -16,9 +16,9 @@ from datetime import date
 
 import faust
 
-from app.observability import metrics
 from app.adapters.mysql.partitions import CATCH_ALL, month_start
 from app.bootstrap import Runtime
+from app.observability import metrics
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ from datetime import date
 
 import faust
 
-from app.observability import metrics
 from app.adapters.mysql.partitions import LockNotGranted, Partitions, month_name, plan
 from app.bootstrap import Runtime
+from app.observability import metrics
 from app.pipeline.retention import Retention
 from app.settings import Settings
 

@@ -26,16 +26,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta, timezone
+from datetime import UTC, timedelta
 from urllib.parse import quote
 
 import faust
 
-from app.observability import metrics
 from app.adapters.alerts import Alert, AlertWebhook
 from app.adapters.mysql.leases import lease_name
 from app.adapters.mysql.reads.backlog import Watch
 from app.bootstrap import Runtime
+from app.observability import metrics
 from app.pipeline.states import LedgerStatus
 from app.settings import Settings
 
@@ -103,7 +103,7 @@ class Sweep:
                      "claim it again; find its dead letter and retry or resolve it." if capped else
                      f"Pending longer than {self.stuck_after:g}s; owner {row.owner}, lease until "
                      f"{row.lease_until}. Last error: {(row.last_err or 'none')[:300]}"),
-                    row.gmt_modified.replace(tzinfo=timezone.utc) + timedelta(seconds=self.stuck_after),
+                    row.gmt_modified.replace(tzinfo=UTC) + timedelta(seconds=self.stuck_after),
                     f"{self.console_url}/idem/{quote(row.biz_key, safe='')}",
                     {"attempts": str(row.attempt), "owner": row.owner or "", "age_seconds": f"{row.age_seconds:.0f}"}))
             if len(page) < PAGE:
@@ -130,7 +130,7 @@ class Sweep:
                 f"dead letter {letter.id} ({letter.reason}) {letter.status.name.lower()} for "
                 f"{letter.age_seconds:.0f}s",
                 f"Order {letter.order_no}, {letter.redrives} redrives. {(letter.message or '')[:300]}",
-                letter.first_failure_at.replace(tzinfo=timezone.utc) + timedelta(seconds=self.sla),
+                letter.first_failure_at.replace(tzinfo=UTC) + timedelta(seconds=self.sla),
                 f"{self.console_url}/compensation/{letter.id}",
                 {"order_no": letter.order_no or "", "age_seconds": f"{letter.age_seconds:.0f}"}))
         report.sla_breached, report.manual = len(open_), len(manual)

@@ -18,10 +18,10 @@ from dataclasses import replace
 import faust
 from prometheus_client import REGISTRY
 
-from app.observability import metrics
-from app.pipeline import liveness
 from app.adapters.kafka.liveness import ConsumerProbe
 from app.exits import stop_without_ack
+from app.observability import metrics
+from app.pipeline import liveness
 from app.pipeline.liveness import Action, Bounds, Watch
 from app.settings import Settings
 
@@ -38,7 +38,7 @@ async def bootstrap_answers(bootstrap: str, timeout: float = 2.0) -> bool:
         host, _, port = address.rpartition(":")
         try:
             _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)), timeout)
-        except (OSError, ValueError, asyncio.TimeoutError):
+        except (TimeoutError, OSError, ValueError):
             continue
         writer.close()
         return True

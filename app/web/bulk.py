@@ -23,12 +23,23 @@ from app.adapters.mysql.ledger.bulk_jobs import CountMoved
 from app.adapters.mysql.ledger.selection import QueueFilter
 from app.bootstrap import Runtime
 from app.compensation.bulk import ACTIONS, TRANSITIONS, TransitionRefused, tolerance
-from app.pipeline.states import LedgerStatus
 from app.pipeline.events import ORDER_NO
+from app.pipeline.states import LedgerStatus
 from app.settings import Settings
 from app.web.compensation import FINGERPRINT, REASON
-from app.web.http import (Refused, as_seen, authorize, body, integer, json_response, moment, note_and_actor, refused,
-                          role, text)
+from app.web.http import (
+    Refused,
+    as_seen,
+    authorize,
+    body,
+    integer,
+    json_response,
+    moment,
+    note_and_actor,
+    refused,
+    role,
+    text,
+)
 
 SAMPLE = 20
 STATUSES = {s.name.lower(): s for s in (LedgerStatus.OPEN, LedgerStatus.MANUAL)}

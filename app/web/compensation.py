@@ -25,14 +25,29 @@ from app.adapters.mysql.ledger.selection import QueueFilter
 from app.adapters.mysql.reads.view_audit import Seen
 from app.bootstrap import Runtime
 from app.personal.masking import mask_letter, order_numbers
-from app.pipeline.states import PERSON_ACTIONS, LedgerStatus
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import ORDER_NO, decode
 from app.pipeline.plan import step_keys
-from app.settings import Settings
+from app.pipeline.states import PERSON_ACTIONS, LedgerStatus
 from app.render import json_default, with_record
-from app.web.http import (NO_FRAMES, OPERATOR, Refused, as_seen, authorize, body, integer, json_response, moment,
-                          note_and_actor, operator, refused, role, text, viewer_name)
+from app.settings import Settings
+from app.web.http import (
+    NO_FRAMES,
+    OPERATOR,
+    Refused,
+    as_seen,
+    authorize,
+    body,
+    integer,
+    json_response,
+    moment,
+    note_and_actor,
+    operator,
+    refused,
+    role,
+    text,
+    viewer_name,
+)
 
 REASON = re.compile(r"[a-z_.:0-9]{1,64}")
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")

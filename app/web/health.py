@@ -18,8 +18,8 @@ from aiohttp import web
 from faust.web import View
 from prometheus_client import generate_latest
 
-from app.pipeline import liveness
 from app.bootstrap import Runtime
+from app.pipeline import liveness
 from app.settings import Settings
 from app.web.http import json_response
 

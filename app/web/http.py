@@ -19,7 +19,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -211,7 +211,7 @@ def moment(value: str | None, name: str) -> datetime | None:
         when = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
     except ValueError:
         raise Refused(400, f"{name} must be an ISO 8601 time like 2026-12-01T10:00:00Z") from None
-    return when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def text(value: str | None, name: str, pattern: re.Pattern, what: str) -> str | None:

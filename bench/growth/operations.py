@@ -5,12 +5,20 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import date
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 from bench.growth.plans import Plan, explain
-from bench.growth.planted import (ATTEMPT_CAP, PLANTED_LETTERS, STUCK_OVER_CAP, STUCK_ROWS, ledger_statement,
-                                  planted_letters_statement, stuck_statement)
+from bench.growth.planted import (
+    ATTEMPT_CAP,
+    PLANTED_LETTERS,
+    STUCK_OVER_CAP,
+    STUCK_ROWS,
+    ledger_statement,
+    planted_letters_statement,
+    stuck_statement,
+)
 from bench.growth.prefill import rows_by_day, run_sql, table_size
 from bench.growth.recording import execute_recorder, statements_of
 
@@ -33,14 +41,14 @@ async def operations(url: str, settings, *, group: str, today: date, ledger_rows
     """Fill the ledger, plant stuck rows, then time and EXPLAIN the sweep, the gauges, the
     compensation list and a claim read, and drop the oldest months. See the module docstring."""
     from app.adapters.mysql import MySqlStore, idem
-    from app.adapters.mysql.partitions import Partitions, month_start
-    from app.adapters.mysql.ledger.selection import QueueFilter
-    from app.adapters.mysql.reads.console import Queries
-    from app.adapters.mysql.reads.backlog import Watch
     from app.adapters.mysql.engine import create_engine
-    from app.pipeline.states import LedgerStatus as Status
+    from app.adapters.mysql.ledger.selection import QueueFilter
+    from app.adapters.mysql.partitions import Partitions, month_start
+    from app.adapters.mysql.reads.backlog import Watch
+    from app.adapters.mysql.reads.console import Queries
     from app.pipeline.events import decode
     from app.pipeline.plan import step_keys
+    from app.pipeline.states import LedgerStatus as Status
     from app.timers.stuck import Sweep
 
     doc: dict[str, Any] = {"group": group}

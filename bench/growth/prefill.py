@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from contextlib import closing
 from datetime import date, timedelta
-from typing import Sequence
 
 import pymysql
 

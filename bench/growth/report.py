@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bench.growth.plans import Plan, plan_lines
 
+
 def human(n: int) -> str:
     for size, suffix in ((1_000_000_000, "g"), (1_000_000, "m"), (1_000, "k")):
         if n >= size and n % size == 0:

@@ -46,26 +46,27 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from app.adapters.kafka import ops as kafka_ops
-from app.settings import Settings
-from app.pipeline.steps import PIPELINES
 from app.adapters.kafka.topics import topic_specs
-from harness.fakes import FakesProcess
-from harness.own_servers import CHAOS, MariaDB
-from harness.proxy import BlackholeProxy
-from harness.services import ROOT, worker_env
+from app.pipeline.steps import PIPELINES
+from app.settings import Settings
 from harness.chaos import evidence, latency
 from harness.chaos import manifest as manifests
 from harness.chaos.brokers import SecureCluster, SingleBroker
 from harness.chaos.drain import DrainTimeout, read_backlog, wait_settled
-from harness.chaos.failover import MODES as FAILOVER_MODES, ReplicatedMariaDB
+from harness.chaos.failover import MODES as FAILOVER_MODES
+from harness.chaos.failover import ReplicatedMariaDB
 from harness.chaos.fleet import Fleet
 from harness.chaos.producer import SteadyProducer
 from harness.chaos.storm import CLUSTER_PROFILES, PROFILES, SLOTS, Storm
 from harness.chaos.workload import Shares, plan
+from harness.fakes import FakesProcess
+from harness.own_servers import CHAOS, MariaDB
+from harness.proxy import BlackholeProxy
+from harness.services import ROOT, worker_env
 
 GROUP = "order-event-processor"
 EVENTS, DLQ = "order-event", "order-event-dlq"
@@ -129,7 +130,7 @@ class ChaosRun:
         self.seed = secrets.randbelow(10**6) if seed is None else seed
         self.sabotage = sabotage
         self.drain_timeout = drain_timeout or self.profile.drain_timeout
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         _prune(CHAOS / "runs", KEEP_RUNS - 1)
         self.folder = CHAOS / "runs" / (f"{stamp}-{mode}{'-cluster' if cluster else ''}"
                                         f"{'-failover-' + db_failover if db_failover else ''}-seed{self.seed}")

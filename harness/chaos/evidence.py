@@ -18,9 +18,9 @@ import json
 import re
 import time
 import urllib.request
+from collections.abc import Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import pymysql
 from aiokafka import AIOKafkaConsumer, TopicPartition

@@ -18,7 +18,7 @@ like the checker, it imports nothing from ``app/``.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from harness.chaos import evidence
 
@@ -114,7 +114,7 @@ def _story(cur, order: str, waited: float, consumed: float, accepted: float, led
 
 
 def _epoch(moment: datetime) -> float:
-    return moment.replace(tzinfo=timezone.utc).timestamp()
+    return moment.replace(tzinfo=UTC).timestamp()
 
 
 def _r(value: float | None) -> float | None:

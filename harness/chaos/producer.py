@@ -18,9 +18,9 @@ from collections import Counter
 from aiokafka import AIOKafkaProducer
 
 from app.adapters.kafka.topics import EVENT_MAX_MESSAGE_BYTES
-from harness.java import java_produce
 from harness.chaos.evidence import record_digest
 from harness.chaos.workload import Planned
+from harness.java import java_produce
 
 TICK = 0.05
 DELIVERY_TIMEOUT_MS = 180_000      # a broker restart takes seconds; a lost record would void the run

@@ -9,8 +9,8 @@ and from what ``tables/schema.py`` says the columns hold; the pipeline's own cop
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from itertools import permutations
-from typing import Iterable, Sequence
 
 CREATED, PAID, CONFIRMED, CANCELLED = 1, 2, 3, 4          # t_order.status; the integer is the rank
 STATUS_NAME = {None: "none", CREATED: "CREATED", PAID: "PAID", CONFIRMED: "CONFIRMED", CANCELLED: "CANCELLED"}

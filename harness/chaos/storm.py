@@ -51,12 +51,12 @@ import time
 from dataclasses import dataclass, field
 
 from app.adapters.kafka import ops as kafka_ops
-from harness.fakes import FakesProcess
-from harness.own_servers import MariaDB
-from harness.proxy import BlackholeProxy
 from harness.chaos.failover import rewind_group
 from harness.chaos.fleet import Fleet
 from harness.chaos.producer import SteadyProducer
+from harness.fakes import FakesProcess
+from harness.own_servers import MariaDB
+from harness.proxy import BlackholeProxy
 
 SLOTS = ("w1", "w2", "w3")
 EXTRA = "w4"
@@ -268,7 +268,7 @@ class Storm:
             try:
                 await asyncio.wait_for(self.ending.wait(), self.rng.uniform(*self.profile.kill_every))
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             slots = sorted(set(self.fleet.live) - self.busy)
             if slots and not self.paused:

@@ -13,7 +13,7 @@ Revision ID: 0006
 Revises: 0005
 """
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 from alembic import op
 
@@ -32,7 +32,7 @@ def _month(start: date, months: int) -> date:
 
 
 def upgrade() -> None:
-    this_month = datetime.now(timezone.utc).date().replace(day=1)
+    this_month = datetime.now(UTC).date().replace(day=1)
     first = _month(this_month, -MONTHS_BACK)
     parts = [f"PARTITION p_before VALUES LESS THAN ('{first.isoformat()}')"]
     for i in range(MONTHS_BACK + MONTHS_AHEAD + 1):

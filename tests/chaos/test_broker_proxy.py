@@ -11,8 +11,8 @@ from contextlib import closing
 
 import pytest
 
-from harness.proxy import BlackholeProxy
 from harness.chaos.brokers import PassingProxy
+from harness.proxy import BlackholeProxy
 
 pytestmark = pytest.mark.chaos
 
@@ -38,7 +38,7 @@ def _outcome(client: socket.socket, wait: float) -> str:
     client.settimeout(wait)
     try:
         return "closed" if client.recv(16) == b"" else "data"
-    except socket.timeout:
+    except TimeoutError:
         return "hung"
     except ConnectionResetError:
         return "closed"

@@ -20,8 +20,8 @@ import secrets
 
 import pytest
 
-from harness.services import ROOT
 from harness.chaos.driver import run
+from harness.services import ROOT
 
 pytestmark = pytest.mark.chaos
 

@@ -35,10 +35,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.topics import EVENT_MAX_MESSAGE_BYTES
 from app.pipeline.capacity import Inputs, budget, window
 from app.pipeline.events import decode
 from app.pipeline.plan import keys_per_event, step_keys
-from app.adapters.kafka.topics import EVENT_MAX_MESSAGE_BYTES
 from harness.events import event, order_no, record
 from harness.services import LOGS, caught_up, wait_for
 

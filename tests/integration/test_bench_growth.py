@@ -4,7 +4,7 @@ partitions of their dates. The bench's byte and drop figures rest on it."""
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 import pytest
 
@@ -23,7 +23,7 @@ def growth_db(settings):
 
 
 def test_the_prefill_writes_done_rows_of_the_past_year_as_counted(growth_db):
-    today = datetime.now(timezone.utc).date()
+    today = datetime.now(UTC).date()
     total = 4_003                                          # not a multiple of an order's four rows
     assert growth.sequence_engine(growth_db.url)
     done = growth.prefill(growth_db.url, total, today, chunk=1_000)

@@ -10,15 +10,15 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.dlq import KafkaDeadLetterSink
+from app.adapters.kafka.topics import TopicSpec, topic_specs
 from app.pipeline.ports import DeadLetter, SourceRecord
 from app.settings import Settings
-from app.adapters.kafka.topics import TopicSpec, topic_specs
 from harness.events import event, order_no, record
 from harness.kafka_cluster import KafkaCluster
 from harness.services import Worker, wait_for, worker_env
@@ -39,7 +39,7 @@ def letter(serial: int) -> DeadLetter:
     source = SourceRecord(topic="order-event", partition=0, offset=serial, timestamp_ms=int(time.time() * 1000),
                           key=f"ORD-CUT-{serial}".encode(), value=b'{"cut": true}')
     return DeadLetter(record=source, reason="effect_rejected", message="sent across a network cut", retriable=False,
-                      attempts=1, first_failure_at=datetime.now(timezone.utc), worker_id="cut")
+                      attempts=1, first_failure_at=datetime.now(UTC), worker_id="cut")
 
 
 def test_a_dead_letter_sent_into_a_cut_is_sent_again_on_a_fresh_connection_within_its_bound(broker):

@@ -4,7 +4,6 @@ each state in the logs folder)."""
 
 from __future__ import annotations
 
-
 import pytest
 from playwright.sync_api import sync_playwright
 

@@ -15,8 +15,8 @@ from app.adapters.mysql.ledger.bulk_jobs import MySqlBulkJobs
 from app.adapters.mysql.ledger.port import MySqlLedger
 from app.adapters.mysql.ledger.selection import QueueFilter
 from app.compensation.bulk import CHANGED, UNCHANGED, BulkRunner, Finish, ItemOutcome
-from app.compensation.rules import Backoff
 from app.compensation.compensator import Compensator
+from app.compensation.rules import Backoff
 from app.pipeline.outage import OutageGuard
 from app.pipeline.states import LedgerStatus
 from harness.dead_letters import write_dead_letters

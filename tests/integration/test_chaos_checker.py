@@ -27,15 +27,24 @@ from urllib.parse import urlsplit
 import pytest
 
 from app.adapters.kafka import ops as kafka_ops
-from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
+from app.settings import Settings
 from harness.chaos.checker import check
 from harness.chaos.driver import declared_effect_steps
 from harness.chaos.report import render, write_json
 from harness.events import event, order_no
 from harness.fakes import FakesProcess
-from harness.services import (ROOT, ScratchDatabase, Worker, caught_up, create_topics, delete_topics,
-                                    free_port, worker_env, wait_for)
+from harness.services import (
+    ROOT,
+    ScratchDatabase,
+    Worker,
+    caught_up,
+    create_topics,
+    delete_topics,
+    free_port,
+    wait_for,
+    worker_env,
+)
 
 pytestmark = pytest.mark.integration
 FAST = {"RETRY_BACKOFF_MS": "20,20,20", "BATCH_WITHIN_SECONDS": "0.3", "DLQ_RETRY_AFTER_SECONDS": "1",

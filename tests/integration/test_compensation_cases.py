@@ -9,11 +9,11 @@ import asyncio
 
 import pytest
 
-from app.compensation.rules import Backoff
-
-from app.pipeline.states import PERSON_CLAIMS, LedgerStatus as Status
 from app.compensation.compensator import Compensator
+from app.compensation.rules import Backoff
 from app.pipeline.ports import SourceRecord
+from app.pipeline.states import PERSON_CLAIMS
+from app.pipeline.states import LedgerStatus as Status
 from harness import sql_modes
 from harness.desk import desk
 from harness.events import event

@@ -7,11 +7,10 @@ import asyncio
 
 import pytest
 
-from app.compensation.rules import Backoff
-
-from app.pipeline.states import LedgerStatus as Status
 from app.compensation.compensator import Compensator
+from app.compensation.rules import Backoff
 from app.pipeline.ports import SourceRecord
+from app.pipeline.states import LedgerStatus as Status
 from harness.desk import desk
 from harness.events import event, order_no
 from harness.pipeline import paid_orders

@@ -8,7 +8,6 @@ group) and one it refuses with 422 (another group).
 
 from __future__ import annotations
 
-
 import pytest
 from playwright.sync_api import sync_playwright
 

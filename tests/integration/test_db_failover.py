@@ -21,24 +21,32 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
 
+from app.adapters.kafka.topics import topic_specs
+from app.adapters.mysql.engine import create_engine
 from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.store import MySqlStore
-from app.adapters.mysql.engine import create_engine
 from app.pipeline.errors import StoreUnavailable
 from app.pipeline.outage import OutageGuard
-from app.adapters.kafka.topics import topic_specs
 from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
 from harness.mariadb_pair import MariaDBPair, seq_no
 from harness.proxy import BlackholeProxy
-from harness.services import (Worker, caught_up, create_topics, delete_topics, produce, rewind_group,
-                                    wait_for, worker_env)
+from harness.services import (
+    Worker,
+    caught_up,
+    create_topics,
+    delete_topics,
+    produce,
+    rewind_group,
+    wait_for,
+    worker_env,
+)
 
 pytestmark = pytest.mark.integration
 DATABASE, USER, PASSWORD = "idem_failover", "idem", "idem"
@@ -114,7 +122,7 @@ class Rig:
         self.workers: list[Worker] = []
         self._logged: list[int] = []
 
-    def start(self) -> "Rig":
+    def start(self) -> Rig:
         specs = topic_specs(self.settings.model_copy(update={"order_event_partitions": PARTITIONS}),
                             events=self.events, dlq=self.dlq)
         asyncio.run(create_topics(self.settings, specs))

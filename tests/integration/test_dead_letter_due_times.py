@@ -5,7 +5,7 @@ for it; and a dead compensator's claims on ledger rows end at its death, not at 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -24,7 +24,7 @@ RETRY_AFTER = 600
 def letter(offset: int, *, retry_in: float | None) -> DeadLetter:
     record = SourceRecord("t-due-times", 0, offset, 1764000000000 + offset, b"k", b"{}", ())
     return DeadLetter(record=record, reason="effect_outcome_unknown", message="settling", retriable=True, attempts=1,
-                      first_failure_at=datetime.now(timezone.utc), retry_in=retry_in)
+                      first_failure_at=datetime.now(UTC), retry_in=retry_in)
 
 
 async def record(d, letters: list[DeadLetter]) -> None:

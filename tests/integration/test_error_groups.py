@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from app.adapters.mysql.ledger.port import MySqlLedger
 from app.adapters.mysql.reads.error_groups import WINDOWS, GroupQueries
+from app.compensation.fingerprints import fingerprint
 from app.compensation.rules import Backoff
 from app.pipeline.model import SourceKey
-from app.pipeline.states import LedgerStatus as Status
-from app.compensation.fingerprints import fingerprint
 from app.pipeline.ports import DeadLetter, SourceRecord
+from app.pipeline.states import LedgerStatus as Status
 from harness import sql_modes
 from harness.desk import desk
 from harness.events import event, order_no
@@ -117,7 +117,7 @@ async def test_a_redrive_that_fails_for_a_new_reason_moves_its_row_to_the_new_gr
 def letter(topic: str, offset: int, order: str, message: str) -> DeadLetter:
     record = SourceRecord(topic, 0, offset, 1_700_000_000_000 + offset, b"k", b"v")
     return DeadLetter(record=record, reason="effect_unavailable", message=message, retriable=True, attempts=3,
-                      first_failure_at=datetime.now(timezone.utc), order_no=order)
+                      first_failure_at=datetime.now(UTC), order_no=order)
 
 
 async def test_a_replay_or_two_workers_writing_the_same_letters_count_each_once(harness):

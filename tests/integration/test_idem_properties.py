@@ -25,8 +25,16 @@ import pytest
 from hypothesis import event
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, multiple, precondition, rule,
-                                 run_state_machine_as_test)
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from app.adapters.mysql import MySqlStore, idem
 from app.adapters.mysql.engine import create_engine
@@ -34,9 +42,9 @@ from app.pipeline.errors import EffectNotDelivered, EffectRejected, EffectUnavai
 from app.pipeline.model import EffectJob
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import Finished, Receipt
-from app.pipeline.tokens import StepTokens
 from app.pipeline.processor import Processor
 from app.pipeline.states import IdemStatus, OrderStatus
+from app.pipeline.tokens import StepTokens
 from harness import sql_modes
 from harness.events import order_no
 from harness.pipeline import ev

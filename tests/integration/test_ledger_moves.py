@@ -10,8 +10,8 @@ import itertools
 import pytest
 
 from app.adapters.mysql import MySqlStore, MySqlTransaction
-from app.adapters.mysql.ledger import statements as ledger
 from app.adapters.mysql.engine import create_engine
+from app.adapters.mysql.ledger import statements as ledger
 from app.pipeline.states import LEDGER_TRANSITIONS, LedgerStatus, ledger_move_allowed
 from harness import sql_modes
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import pytest
 
 from app.adapters.mysql import MySqlStore
-from app.adapters.mysql.reads import backlog as watch_module, console as queries_module
 from app.adapters.mysql.engine import create_engine
-from app.adapters.mysql.reads.console import Queries
+from app.adapters.mysql.reads import backlog as watch_module
+from app.adapters.mysql.reads import console as queries_module
 from app.adapters.mysql.reads.backlog import Watch
+from app.adapters.mysql.reads.console import Queries
 from bench.growth.plans import explain
 from bench.growth.recording import statements_of
 from bench.ledger_reads import flood_statement, unsettled_statement

@@ -6,14 +6,14 @@ from contextlib import closing
 
 import pytest
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from alembic.config import Config
 from sqlalchemy import create_engine
 
-from tables import metadata
 from harness import sql_modes
 from harness.services import ROOT, ScratchDatabase
+from tables import metadata
 
 pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.

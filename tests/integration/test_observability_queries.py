@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -31,8 +31,19 @@ import yaml
 from app.adapters.kafka.topics import topic_specs
 from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
-from harness.services import (LOGS, ROOT, ScratchDatabase, Topics, Worker, create_topics, delete_topics, free_port,
-                                    produce, wait_for, worker_env)
+from harness.services import (
+    LOGS,
+    ROOT,
+    ScratchDatabase,
+    Topics,
+    Worker,
+    create_topics,
+    delete_topics,
+    free_port,
+    produce,
+    wait_for,
+    worker_env,
+)
 
 pytestmark = pytest.mark.integration
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "order-event-processor.json"
@@ -74,9 +85,9 @@ class Prometheus:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read() or b"{}")
-        except OSError:
+        except OSError as exc:
             if self.proc.poll() is not None:
-                raise AssertionError(f"prometheus exited ({self.proc.returncode}); log {self.log_path}")
+                raise AssertionError(f"prometheus exited ({self.proc.returncode}); log {self.log_path}") from exc
             return 0, {}
 
     def query(self, expr: str, at: float | None = None) -> tuple[int, dict]:
@@ -91,7 +102,7 @@ class Prometheus:
 
 def plant_stuck_row(db: ScratchDatabase) -> None:
     """A pending claim of a worker long gone, untouched for 20 minutes (STUCK_PENDING_SECONDS is 10)."""
-    old = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(minutes=20)
+    old = datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=20)
     db.query("INSERT INTO t_idem (biz_key, part_date, step, status, attempt, owner, lease_until, idem_token, "
              "payload_hash, gmt_modified) VALUES (%s, CURDATE(), 'issue_waybill', 1, 1, 'gone-1/main/x', %s, "
              "'tok', 'h', %s)", f"{order_no(prefix='OBSSTUCK')}:ORDER_CONFIRM:issue_waybill", old, old)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -20,8 +20,8 @@ from prometheus_client import REGISTRY
 
 from app.adapters.alerts import AlertWebhook
 from app.adapters.mysql import MySqlStore
-from app.adapters.mysql.reads.backlog import Watch
 from app.adapters.mysql.engine import create_engine
+from app.adapters.mysql.reads.backlog import Watch
 from app.pipeline.states import LedgerStatus as Status
 from app.timers.stuck import Sweep
 from harness import sql_modes
@@ -50,7 +50,7 @@ def plant(db: ScratchDatabase, *, stuck: int, prefix: str) -> dict[str, list[str
     """Pending rows 20 minutes old (stuck), one claimed 20 times, fresh pending rows and old done ones;
     dead letters of GROUP open for 2 hours, open for a minute, manual for 3 hours, settled, and
     one of another group."""
-    old = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(minutes=20)
+    old = datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=20)
     keys = {"stuck": [f"{order_no(prefix=prefix)}:ORDER_CONFIRM:issue_waybill" for _ in range(stuck)],
             "capped": [f"{order_no(prefix=prefix)}:ORDER_CANCEL:send_sms"],
             "fresh": [f"{order_no(prefix=prefix)}:ORDER_CONFIRM:issue_waybill" for _ in range(3)],
@@ -227,7 +227,7 @@ def test_workers_sweep_one_at_a_time_take_over_from_a_dead_sweeper_and_export_th
         print(f"the other worker took over the sweep {took_over:.1f}s after the sweeper died")
 
         # An order dated before the retention: dead-lettered as beyond_dedup_retention, never run.
-        old_day = (datetime.now(timezone.utc) - timedelta(days=120)).strftime("%Y%m%d")
+        old_day = (datetime.now(UTC) - timedelta(days=120)).strftime("%Y%m%d")
         old, new = order_no(day=old_day, prefix="OLD"), order_no(prefix="NEW")
         asyncio.run(produce(settings, pair.events, [record(event(o, "ORDER_CREATED")) for o in (old, new)]))
         wait_for(lambda: ops_db.scalar("SELECT status FROM t_compensation WHERE order_no = %s", old) == Status.MANUAL

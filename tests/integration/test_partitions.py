@@ -10,13 +10,13 @@ import statistics
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
 from app.adapters.mysql import MySqlStore
-from app.adapters.mysql.partitions import CATCH_ALL, Partitions, month_name, month_start
 from app.adapters.mysql.engine import create_engine
+from app.adapters.mysql.partitions import CATCH_ALL, Partitions, month_name, month_start
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.timers.partitions import MaintenanceReport, maintain
@@ -38,7 +38,7 @@ HOLD_LIMIT = 30.0           # the longest the "long transaction" stays open, wha
 
 
 def utc_today() -> date:
-    return datetime.now(timezone.utc).date()
+    return datetime.now(UTC).date()
 
 
 # ------------------------------------------------------------------ helpers --

@@ -7,9 +7,16 @@ from collections import Counter
 
 import pytest
 
+from app.pipeline.errors import (
+    EffectNotDelivered,
+    EffectRejected,
+    EffectUnavailable,
+    LeaseHeld,
+    PayloadMismatch,
+    PreconditionNotMet,
+    UnknownOutcomeNonIdempotent,
+)
 from app.pipeline.states import OrderStatus
-from app.pipeline.errors import (EffectNotDelivered, EffectRejected, EffectUnavailable, LeaseHeld, PayloadMismatch,
-                                 PreconditionNotMet, UnknownOutcomeNonIdempotent)
 from harness.events import order_no
 from harness.pipeline import ev, paid_orders
 from harness.services import free_port

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import event as sa_event
@@ -155,7 +155,7 @@ async def test_a_dead_letter_is_flagged_when_a_later_batch_moves_its_order(harne
     [order, other] = await paid_orders(p, 2, "OVERTAKE")
     confirm = event(order, "ORDER_CONFIRM")
     letter = lambda doc: DeadLetter(record=source(doc), reason="effect_unavailable", message="503",  # noqa: E731
-                                    retriable=True, attempts=4, first_failure_at=datetime.now(timezone.utc),
+                                    retriable=True, attempts=4, first_failure_at=datetime.now(UTC),
                                     order_no=doc["order_no"], biz_key=f"{doc['order_no']}:ORDER_CONFIRM:mark_confirmed")
     await p.store.in_transaction(lambda tx: tx.record_dead_letters(
         [letter(confirm), letter(event(other, "ORDER_CONFIRM"))], group="g"))
@@ -257,7 +257,7 @@ async def test_ledger_rows_are_per_group_and_survive_a_recreated_topic(harness):
 
     def letter(offset: int, timestamp: int) -> DeadLetter:
         return DeadLetter(record=SourceRecord(topic, 0, offset, timestamp, b"k", b"v"), reason="not_json",
-                          message="x", retriable=False, attempts=1, first_failure_at=datetime.now(timezone.utc))
+                          message="x", retriable=False, attempts=1, first_failure_at=datetime.now(UTC))
 
     async def record(group: str, *letters: DeadLetter):
         await store.in_transaction(lambda tx: tx.record_dead_letters(list(letters), group=group))

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from app.observability import metrics
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.engine import create_engine
 from app.adapters.mysql.recovery import Remembered
 from app.adapters.mysql.recovery_windows import RecoveryWindows
+from app.observability import metrics
 from harness.services import ROOT, ScratchDatabase, worker_env
 
 pytestmark = pytest.mark.integration

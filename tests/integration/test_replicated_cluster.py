@@ -17,7 +17,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -153,7 +153,7 @@ class LetterStream:
     def acked(self) -> int:
         return sum(len(p.serials) for p in self.publishes if p.error is None)
 
-    def start(self) -> "LetterStream":
+    def start(self) -> LetterStream:
         self._thread.start()
         return self
 
@@ -166,7 +166,7 @@ class LetterStream:
         source = SourceRecord(topic="order-event", partition=0, offset=serial, timestamp_ms=int(time.time() * 1000),
                               key=f"ORD-{serial}".encode(), value=json.dumps({"serial": serial}).encode())
         return DeadLetter(record=source, reason="effect_rejected", message="sent through a leader change",
-                          retriable=False, attempts=1, first_failure_at=datetime.now(timezone.utc),
+                          retriable=False, attempts=1, first_failure_at=datetime.now(UTC),
                           worker_id="leader-change")
 
     async def _run(self) -> None:

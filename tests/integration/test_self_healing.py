@@ -22,8 +22,8 @@ import uuid
 import pytest
 
 from app.adapters.kafka import ops as kafka_ops
-from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
+from app.settings import Settings
 from harness.events import event, order_no, record
 from harness.kafka_cluster import KafkaCluster
 from harness.services import Worker, wait_for, worker_env

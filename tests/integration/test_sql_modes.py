@@ -16,13 +16,13 @@ from alembic.util import CommandError
 
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.clock import DatabaseClock
+from app.adapters.mysql.engine import create_engine, session_sql_mode
 from app.adapters.mysql.leases import MySqlLeases
-from app.adapters.mysql.partitions import CATCH_ALL, Partitions
 from app.adapters.mysql.ledger.selection import QueueFilter
+from app.adapters.mysql.partitions import CATCH_ALL, Partitions
+from app.adapters.mysql.reads.backlog import Watch
 from app.adapters.mysql.reads.console import Queries
 from app.adapters.mysql.reads.view_audit import Seen, ViewAudit
-from app.adapters.mysql.reads.backlog import Watch
-from app.adapters.mysql.engine import create_engine, session_sql_mode
 from app.pipeline.states import LedgerStatus as Status
 from harness import sql_modes
 from harness.desk import desk

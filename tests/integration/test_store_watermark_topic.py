@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.topics import topic_specs
 from app.adapters.kafka.watermark import TopicMissing, WatermarkTopic
 

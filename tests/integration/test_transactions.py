@@ -39,7 +39,7 @@ class Upstream:
                                          transactional_id=f"test-upstream-{uuid.uuid4().hex[:8]}",
                                          enable_idempotence=True, linger_ms=5)
 
-    async def __aenter__(self) -> "Upstream":
+    async def __aenter__(self) -> Upstream:
         await self.producer.start()
         return self
 

@@ -81,8 +81,9 @@ def test_every_alert_has_a_severity_and_says_what_to_look_at():
 
 def exported_names() -> set[str]:
     """Every series name the collectors of app/observability/metrics.py expose, with or without children yet."""
-    import app.observability.metrics
     from prometheus_client.metrics import MetricWrapperBase
+
+    import app.observability.metrics
 
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
     names: set[str] = set()

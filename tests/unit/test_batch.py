@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.pipeline.batch import BatchHandler, Fatal
-from app.pipeline.errors import (EffectRejected, EffectUnavailable, LeaseHeld, PreconditionNotMet,
-                                 StoreUnavailable)
+from app.pipeline.errors import EffectRejected, EffectUnavailable, LeaseHeld, PreconditionNotMet, StoreUnavailable
 from app.pipeline.ports import SourceRecord, UnreadableRun
 from app.pipeline.processor import Result
 from harness.events import event, order_no, record

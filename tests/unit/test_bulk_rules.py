@@ -8,8 +8,26 @@ import asyncio
 
 import pytest
 
-from app.compensation.bulk import (CHANGED, FAILED, TRANSITIONS, UNCHANGED, BulkRunner, Finish, ItemOutcome, Job, JobStatus,
-                               Meter, Progress, TransitionRefused, busy, pace, tally, tolerance, tolerated, transition)
+from app.compensation.bulk import (
+    CHANGED,
+    FAILED,
+    TRANSITIONS,
+    UNCHANGED,
+    BulkRunner,
+    Finish,
+    ItemOutcome,
+    Job,
+    JobStatus,
+    Meter,
+    Progress,
+    TransitionRefused,
+    busy,
+    pace,
+    tally,
+    tolerance,
+    tolerated,
+    transition,
+)
 from app.compensation.bulk_lease import Heartbeat
 
 

@@ -9,7 +9,8 @@ from itertools import product
 import pytest
 
 from app.pipeline.events import EventType
-from app.pipeline.states import LedgerStatus, OrderStatus, judge_move as pipeline_judge
+from app.pipeline.states import LedgerStatus, OrderStatus
+from app.pipeline.states import judge_move as pipeline_judge
 from app.pipeline.steps import PIPELINES, Effect, EffectStep
 from harness.chaos import checker, rules
 from harness.chaos.accounting import Findings

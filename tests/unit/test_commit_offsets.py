@@ -4,7 +4,8 @@ A Hypothesis property over random partitions of records, markers and aborted tra
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.adapters.kafka.consumer import commit_offset, holes_between
 

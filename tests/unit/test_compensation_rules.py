@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from app.compensation.rules import Backoff, judge_redrive
-from app.pipeline.model import LedgerRow
-
-from app.pipeline.states import LedgerStatus as Status
 from app.compensation.headers import source_of
+from app.compensation.rules import Backoff, judge_redrive
 from app.pipeline.errors import EffectOutcomeUnknown, EffectUnavailable, LeaseHeld, NotAskableYet, StaleEffectMayExist
+from app.pipeline.model import LedgerRow
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import SourceRecord
 from app.pipeline.processor import Result
+from app.pipeline.states import LedgerStatus as Status
 
 
 def row(**kw) -> LedgerRow:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from app.adapters.mysql.clock import DatabaseClock
 from app.pipeline.retention import Retention
@@ -37,7 +37,7 @@ async def test_the_retention_cutoff_follows_the_databases_clock_not_the_workers(
     clock = DatabaseClock()
     offset = await clock.sync(StoreAhead(3 * 86400))
     assert abs(offset - 3 * 86400) < 5
-    theirs = (datetime.now(timezone.utc) + timedelta(days=3)).date()
+    theirs = (datetime.now(UTC) + timedelta(days=3)).date()
     assert clock.today() == theirs
     retention = Retention(90, today=clock.today, ahead=3)
     assert retention.cutoff() == theirs - timedelta(days=90)        # a worker 3 days behind refuses as the others do

@@ -13,10 +13,11 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy.exc import OperationalError
 
+from app.adapters.mysql.engine import ssl_context
 from app.adapters.mysql.preflight import Target, explain, tls_failure
 from app.adapters.mysql.tls import MySqlTls
-from app.adapters.mysql.engine import ssl_context
-from app.settings import Settings, explain as explain_settings
+from app.settings import Settings
+from app.settings import explain as explain_settings
 
 WHERE = Target("db.internal", 3306, "app")
 

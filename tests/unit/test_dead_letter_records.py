@@ -6,11 +6,12 @@ import asyncio
 import base64
 import hashlib
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 import pytest
-from hypothesis import given, settings, strategies as st
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.adapters.kafka.dlq import KafkaDeadLetterSink, outgoing
 from app.adapters.kafka.topics import DLQ_MAX_MESSAGE_BYTES
@@ -22,7 +23,7 @@ N = 1024
 def letter(key, value, headers=(), reason="not_json") -> DeadLetter:
     return DeadLetter(record=SourceRecord("order-event", 2, 41, 1_764_000_000_000, key, value, tuple(headers)),
                       reason=reason, message="m", retriable=False, attempts=1,
-                      first_failure_at=datetime(2026, 11, 29, tzinfo=timezone.utc))
+                      first_failure_at=datetime(2026, 11, 29, tzinfo=UTC))
 
 
 def ours(out) -> dict[str, str]:
@@ -62,7 +63,7 @@ def size(out) -> int:
 
 def test_a_record_too_big_for_the_topic_is_cut_whatever_its_reason():
     key = b"K" * 5000
-    headers = [("h%d" % i, b"x" * 100) for i in range(20)]
+    headers = [(f"h{i}", b"x" * 100) for i in range(20)]
     whole = outgoing(letter(key, b"v" * 5000, headers, reason="key_mismatch"), "g", truncate_bytes=N)
     assert not whole.truncated and len(whole.key) == 5000           # it fits: it goes as it is
     out = outgoing(letter(key, b"v" * 5000, headers, reason="key_mismatch"), "g", truncate_bytes=N, max_bytes=3000)

@@ -11,7 +11,15 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from app.personal.masking import WITHHELD_BYTES, mask_address, mask_answer, mask_letter, mask_phone, mask_text, order_numbers
+from app.personal.masking import (
+    WITHHELD_BYTES,
+    mask_address,
+    mask_answer,
+    mask_letter,
+    mask_phone,
+    mask_text,
+    order_numbers,
+)
 
 PHONE, ADDRESS = "+8613800001234", "88 Hidden Lane, Flat 4"
 
@@ -290,5 +298,5 @@ def test_keys_of_a_record_are_masked_like_its_values():
 
 
 def test_an_email_field_and_bytes_in_an_answer_are_masked():
-    masked = mask_answer({"contact_email": "jane@example.com", "blob": "call 13800138000".encode()})
+    masked = mask_answer({"contact_email": "jane@example.com", "blob": b"call 13800138000"})
     assert masked["contact_email"] == "j***@***" and masked["blob"]["text"] == "call ***8000"

@@ -22,10 +22,10 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from app.pipeline.batch import BatchHandler
-from app.pipeline.tokens import StepTokens
-from app.pipeline.processor import Processor
 from app.pipeline.events import EventType
+from app.pipeline.processor import Processor
 from app.pipeline.states import ORDER_DATA, OrderStatus
+from app.pipeline.tokens import StepTokens
 from harness.events import event, order_no
 from harness.memory_store import MemoryStore
 from harness.pipeline import MemorySink, source

@@ -5,11 +5,17 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from hypothesis import given, settings as hsettings
+from hypothesis import given
+from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from app.pipeline.errors import (AttemptsExhausted, LeaseHeld, PayloadMismatch, PreconditionNotMet,
-                                 UnknownOutcomeNonIdempotent)
+from app.pipeline.errors import (
+    AttemptsExhausted,
+    LeaseHeld,
+    PayloadMismatch,
+    PreconditionNotMet,
+    UnknownOutcomeNonIdempotent,
+)
 from app.pipeline.events import EventType, decode
 from app.pipeline.model import NOT_DELIVERED, STALE, IdemRow
 from app.pipeline.plan import EffectCase, effect_case, plan_batch, step_keys

@@ -7,9 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from app.settings import GROUPS, Settings, SettingsError, env_names, explain, get_settings
-from app.settings import _Environment
-from app.settings import reference
+from app.settings import GROUPS, Settings, SettingsError, _Environment, env_names, explain, get_settings, reference
 
 # Every variable the flat Settings of before the groups read; none may be renamed or lost.
 VARIABLES = (

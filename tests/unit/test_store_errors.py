@@ -20,7 +20,7 @@ READ_ONLY = "The MariaDB server is running with the --read-only option so it can
 class Connection:
     """Enough of an ``AsyncConnection`` for one try of the store."""
 
-    def __init__(self, engine: "Engine") -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     async def start(self):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.settings import Settings
 from app.adapters.kafka.topics import topic_specs
+from app.settings import Settings
 
 
 @pytest.mark.parametrize("replication, min_isr", [(1, None), (2, None), (3, "2"), (5, "2")])

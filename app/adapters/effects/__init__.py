@@ -9,7 +9,8 @@ event that needs it.
 from __future__ import annotations
 
 import time
-from typing import Iterable, Mapping, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 import aiohttp
 

@@ -26,8 +26,6 @@ the whole batch's T3 fail.
 
 from __future__ import annotations
 
-import asyncio
-
 import aiohttp
 import orjson
 
@@ -67,7 +65,7 @@ class WaybillClient:
             raise EffectNotDelivered(f"{where}: {exc}") from None
         except aiohttp.ConnectionTimeoutError:
             raise EffectNotDelivered(f"{where}: no connection within {self.timeout.connect:g}s; not sent") from None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise EffectUnavailable(f"{where}: no answer within {self.timeout.total}s") from None
         except aiohttp.ClientError as exc:
             raise EffectUnavailable(f"{where}: {exc.__class__.__name__}: {exc}") from None

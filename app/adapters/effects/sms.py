@@ -30,14 +30,17 @@ would go out again.
 
 from __future__ import annotations
 
-import asyncio
-
 import aiohttp
 import orjson
 
 from app.adapters.effects import call_timeout
-from app.pipeline.errors import (EffectNotDelivered, EffectOutcomeUnknown, EffectUnavailable, PipelineError,
-                                 UnknownOutcomeNonIdempotent)
+from app.pipeline.errors import (
+    EffectNotDelivered,
+    EffectOutcomeUnknown,
+    EffectUnavailable,
+    PipelineError,
+    UnknownOutcomeNonIdempotent,
+)
 from app.pipeline.excerpts import excerpt
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
@@ -72,7 +75,7 @@ class SmsClient:
         except aiohttp.ConnectionTimeoutError:
             # No connection within its limit (none free in the pool, or a connect that hung): nothing was sent.
             raise EffectNotDelivered(f"{where}: no connection within {self.timeout.connect:g}s; not sent") from None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise self._maybe_sent(f"{where}: no answer within {self.timeout.total}s; it may have been sent") from None
         except aiohttp.ClientError as exc:
             raise self._maybe_sent(f"{where}: {exc.__class__.__name__} after the request; it may have been sent") from None
@@ -97,7 +100,7 @@ class SmsClient:
                 raise EffectUnavailable(f"{where}: answered {resp.status}; cannot tell yet")
         except PipelineError:
             raise
-        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise EffectUnavailable(f"{where}: {exc.__class__.__name__}; cannot tell yet") from None
 
 

@@ -67,7 +67,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from faust.transport import consumer as faust_consumer
 from faust.types.tuples import ack_lock
@@ -81,7 +81,7 @@ _FAUST_ACK = faust_consumer.Consumer.ack
 _FAUST_DRAIN = "faust.transport.consumer.Consumer._drain_messages"     # its entry in upstream.REPLACEMENTS
 
 
-def feeds_of(app) -> dict[str, "Feed"]:
+def feeds_of(app) -> dict[str, Feed]:
     """The feeds registered on ``app``, by topic name."""
     feeds = app.__dict__.get("_order_feeds")
     if feeds is None:
@@ -94,7 +94,7 @@ class Batch:
 
     __slots__ = ("messages", "partitions", "_consumer", "_feed", "acked")
 
-    def __init__(self, messages: list, consumer, feed: "Feed | None" = None, partitions: frozenset = frozenset()) -> None:
+    def __init__(self, messages: list, consumer, feed: Feed | None = None, partitions: frozenset = frozenset()) -> None:
         self.messages = messages
         self.partitions = partitions
         self._consumer = consumer
@@ -308,7 +308,7 @@ class Feed:
                 self._arrived.clear()
                 try:
                     await asyncio.wait_for(self._arrived.wait(), left)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         return self._track(self.max_records)
 
@@ -374,7 +374,7 @@ async def _drain_messages(self, fetcher) -> None:
                 # Faust's getmany: records fetched while the flow is stopped are not delivered.
                 try:
                     await self.perform_seek()
-                except Exception as exc:  # noqa: BLE001 -- as Faust does
+                except Exception as exc:
                     self.log.warning(f"exception performing seek when flow not active {exc}")
                 continue
             generation_id = app.consumer_generation_id

@@ -23,8 +23,9 @@ import functools
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from pydantic import SecretStr
 
@@ -65,7 +66,7 @@ class KafkaConnection:
     ssl_check_hostname: bool = True
 
     @classmethod
-    def from_settings(cls, kafka: KafkaSettings) -> "KafkaConnection":
+    def from_settings(cls, kafka: KafkaSettings) -> KafkaConnection:
         """How every Kafka client connects (the only reader of the KAFKA_SASL_*/KAFKA_SSL_* settings)."""
         return cls(bootstrap=kafka.bootstrap, security_protocol=kafka.security_protocol,
                    sasl_mechanism=kafka.sasl_mechanism, sasl_username=kafka.sasl_username,
@@ -166,7 +167,7 @@ def idempotent_producer_settings(settings_extra: Callable) -> Callable:
     return _settings_extra
 
 
-def connection_of(kafka: "KafkaConnection | str") -> KafkaConnection:
+def connection_of(kafka: KafkaConnection | str) -> KafkaConnection:
     """A connection, or a bare "host:port,..." list (PLAINTEXT: local tools and tests)."""
     return kafka if isinstance(kafka, KafkaConnection) else KafkaConnection(bootstrap=kafka)
 
@@ -205,7 +206,7 @@ async def _tls_probe(host: str, port: int, timeout: float) -> bool:
     except ssl.SSLError as exc:
         # A TLS server that wanted a client certificate still spoke TLS.
         return "WRONG_VERSION_NUMBER" not in str(exc) and "record layer" not in str(exc)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return False
     writer.close()
     return True
@@ -222,7 +223,7 @@ async def _tcp(host: str, port: int, timeout: float) -> str | None:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
         writer.close()
         return None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return f"{host}:{port} did not answer within {timeout:g} s"
     except OSError as exc:
         return f"{host}:{port}: {exc.strerror or exc}"
@@ -281,7 +282,7 @@ async def _connect_once(conn: KafkaConnection, timeout: float) -> None:
     try:
         await asyncio.wait_for(client.start(), timeout)
         await asyncio.wait_for(client.list_topics(), timeout)
-    except (KafkaConnectionError, asyncio.TimeoutError, KafkaError, OSError) as exc:
+    except (TimeoutError, KafkaConnectionError, KafkaError, OSError) as exc:
         raise KafkaStartupError(f"the cluster at {conn.bootstrap} is not ready: {type(exc).__name__}: "
                                 f"{exc or 'no detail'}", retriable=True) from None
     finally:
@@ -343,7 +344,7 @@ async def _handshake(conn: KafkaConnection, host: str, port: int, timeout: float
     except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
         raise _Unclear(f"{where} closed the connection during the TLS handshake: is it down, or not a "
                        f"TLS listener (KAFKA_SECURITY_PROTOCOL={conn.security_protocol})?") from None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise _Unclear(f"{where} took the connection but did not complete a TLS handshake within {timeout:g} s: "
                        f"is it hung, or not a TLS listener (KAFKA_SECURITY_PROTOCOL={conn.security_protocol})?") \
             from None
@@ -358,7 +359,7 @@ async def _handshake(conn: KafkaConnection, host: str, port: int, timeout: float
         raise _client_certificate_refused(conn, where, getattr(exc, "reason", None) or str(exc)) from None
     except (ConnectionResetError, BrokenPipeError):
         raise _client_certificate_refused(conn, where, "it reset the connection after the handshake") from None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
     finally:
         writer.close()

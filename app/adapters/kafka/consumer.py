@@ -45,7 +45,7 @@ import functools
 import logging
 import threading
 from bisect import bisect_left
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from app.adapters.kafka import upstream
 
@@ -220,7 +220,7 @@ def _forgetting_holes(revoked):
                 # ask again for what was acked meanwhile (nothing to commit costs nothing).
                 if not await self.commit():
                     await self.commit()
-            except Exception as exc:  # noqa: BLE001 -- the rebalance goes on; the work runs again
+            except Exception as exc:
                 log.warning("commit before the partitions were revoked failed: %r", exc)
         HOLES.forget(tps)
         return await revoked(self, tps)

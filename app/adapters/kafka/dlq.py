@@ -25,8 +25,8 @@ import asyncio
 import base64
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import UnknownTopicOrPartitionError

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import Iterator
+from collections.abc import Iterator
 
 import cramjam
 from aiokafka.record.default_records import DefaultRecordBatch
@@ -74,7 +74,7 @@ class Unreadable(str):
 
     __slots__ = ("reason", "first", "last")
 
-    def __new__(cls, reason: str, first: int, last: int) -> "Unreadable":
+    def __new__(cls, reason: str, first: int, last: int) -> Unreadable:
         marker = super().__new__(cls, "x-unreadable-record")
         marker.reason, marker.first, marker.last = reason, first, last
         return marker
@@ -203,7 +203,7 @@ class GuardedBatch:
                        f"a valid Kafka record: {exc!r}. The value is the raw record batch.")
             yield from self._placeholders(last + 1, "unreadable_record", message)
 
-    def _placeholders(self, first: int, reason: str, message: str) -> Iterator["Placeholder"]:
+    def _placeholders(self, first: int, reason: str, message: str) -> Iterator[Placeholder]:
         batch = self._batch
         header = [(Unreadable(reason, first, batch.next_offset - 1), message.encode())]
         yield Placeholder(first, batch.max_timestamp, batch.timestamp_type, bytes(self._raw), header)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 from app.adapters.mysql.store import MySqlStore
 
@@ -38,7 +38,7 @@ class DatabaseClock:
         return offset
 
     def now(self) -> datetime:
-        return datetime.fromtimestamp(time.time() + self.offset, timezone.utc)
+        return datetime.fromtimestamp(time.time() + self.offset, UTC)
 
     def today(self) -> date:
         return self.now().date()

@@ -11,8 +11,8 @@ import ssl
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.adapters.mysql.tls import MySqlTls
 import app.adapters.mysql.recovery as recovery
+from app.adapters.mysql.tls import MySqlTls
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from app.adapters.mysql.workers import beat, prune, stopped
 from app.pipeline.liveness_fence import SelfFence
@@ -21,7 +22,7 @@ class Heartbeat:
     """This process's heartbeat, every ``every`` seconds until it stops; each one that gets through
     feeds the process's ``SelfFence`` (a call starts only while it is recent)."""
 
-    def __init__(self, store: "MySqlStore", incarnation: str, worker_id: str, fence: SelfFence, *, every: float,
+    def __init__(self, store: MySqlStore, incarnation: str, worker_id: str, fence: SelfFence, *, every: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.store, self.incarnation, self.worker_id = store, incarnation, worker_id
         self.fence, self.every, self.clock = fence, every, clock

@@ -4,9 +4,9 @@ state machine forbids even if the caller asked for it; the fencing token is ``at
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import Sequence
 
 from app.adapters.mysql.sql import Execute, Sql, marks
 from app.pipeline.errors import Conflict, EffectOutcomeUnknown

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import attrgetter
-from typing import Sequence
 
 from app.adapters.mysql.sql import Execute, Sql, marks
 from app.pipeline.states import ORDER_DATA, Order, OrderStatus

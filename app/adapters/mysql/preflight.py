@@ -20,8 +20,9 @@ import logging
 import ssl
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from app.adapters.mysql.tls import CLIENT_SSL, CR_SSL_CONNECTION_ERROR, MySqlTls
 
@@ -81,7 +82,7 @@ class Target:
     unix_socket: str | None = None      # MYSQL_URL's ?unix_socket=, which the drivers then use instead
 
     @classmethod
-    def of(cls, url: str) -> "Target":
+    def of(cls, url: str) -> Target:
         from sqlalchemy.engine import make_url
 
         parsed = make_url(url)
@@ -192,13 +193,13 @@ async def probe(tls: MySqlTls, where: Target, timeout: float) -> bool:
     are sent. Returns whether the server offers TLS; raises :class:`DatabaseStartupError`."""
     try:
         reader, writer = await asyncio.wait_for(where.open(), timeout)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         raise DatabaseStartupError(f"the database server at {where} does not answer: "
                                    f"{type(exc).__name__}: {exc or 'timed out'}", retriable=True) from None
     try:
         try:
             greeting = await asyncio.wait_for(_read_packet(reader), timeout)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
             raise DatabaseStartupError(f"the database server at {where} took the connection but sent no greeting "
                                        f"({type(exc).__name__}): is it starting, or is this not its port?",
                                        retriable=True) from None
@@ -222,7 +223,7 @@ async def probe(tls: MySqlTls, where: Target, timeout: float) -> bool:
         except ssl.SSLError as exc:
             raise DatabaseStartupError(_tls_refusal(tls, where, exc) or f"TLS with the database server at {where} "
                                        f"failed: {exc}") from None
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise DatabaseStartupError(f"the database server at {where} broke off the TLS handshake "
                                        f"({type(exc).__name__}): is it going down?", retriable=True) from None
         # With TLS 1.3 our side of the handshake ends before the server has judged our
@@ -230,7 +231,7 @@ async def probe(tls: MySqlTls, where: Target, timeout: float) -> bool:
         # our login and says nothing, so a moment of silence means it took the certificate.
         try:
             data = await asyncio.wait_for(reader.read(1), 0.5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return True
         except ssl.SSLError as exc:
             raise DatabaseStartupError(_client_certificate_refused(tls, where, exc.reason or str(exc))) from None

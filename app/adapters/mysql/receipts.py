@@ -4,7 +4,7 @@ a writer keeps its receipt in ``t_idem`` alone (its ``outcome``)."""
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from app.adapters.mysql.sql import Execute, marks
 from app.pipeline.ports import Finished

@@ -32,11 +32,11 @@ CLI and the gauges read and change them, each in a transaction of its own, are `
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from app.observability import metrics
-
 
 log = logging.getLogger(__name__)
 

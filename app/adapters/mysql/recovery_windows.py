@@ -34,7 +34,7 @@ class Window:
 class RecoveryWindows:
     """The windows, for the CLI, the gauges and the tests."""
 
-    def __init__(self, store: "MySqlStore") -> None:
+    def __init__(self, store: MySqlStore) -> None:
         self.store = store
 
     async def start(self, *, hours: float, actor: str, note: str) -> Window:

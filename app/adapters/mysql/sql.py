@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import date, datetime
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 # Runs one statement (one round trip) of the open transaction.
 Execute = Callable[[str, Sequence[Any]], Awaitable[Any]]

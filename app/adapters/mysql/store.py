@@ -33,14 +33,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, InterfaceError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.adapters.mysql.transaction import MySqlTransaction
 from app.adapters.mysql.preflight import tls_failure
+from app.adapters.mysql.transaction import MySqlTransaction
 from app.pipeline.errors import Conflict, StoreFailure, StoreUnavailable
 
 log = logging.getLogger(__name__)

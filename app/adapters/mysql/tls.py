@@ -14,8 +14,9 @@ anything; every context this module hands out installs it.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 from app.settings.database import TLS_MODES, DatabaseSettings, check_tls, tls_context
 
@@ -39,7 +40,7 @@ class MySqlTls:
 
     @classmethod
     def of(cls, mode: str | None, ca: str | None, cert: str | None, key: str | None,
-           verify_identity: bool) -> "MySqlTls":
+           verify_identity: bool) -> MySqlTls:
         """From the settings: an unset mode is ``verify`` when a CA or a client certificate is given."""
         ca, cert, key = (value or None for value in (ca, cert, key))
         if mode is None:
@@ -49,7 +50,7 @@ class MySqlTls:
         return tls
 
     @classmethod
-    def from_settings(cls, database: DatabaseSettings) -> "MySqlTls":
+    def from_settings(cls, database: DatabaseSettings) -> MySqlTls:
         """How every database connection is secured (the only reader of the MYSQL_SSL_* settings)."""
         return cls.of(database.ssl_mode, ca=database.ssl_ca, cert=database.ssl_cert, key=database.ssl_key,
                       verify_identity=database.ssl_verify_identity)

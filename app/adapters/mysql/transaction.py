@@ -3,8 +3,9 @@ statement (one round trip) per table it touches, whatever the batch's size."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Sequence
 from datetime import date
-from typing import Awaitable, Protocol, Sequence, TypeVar
+from typing import Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -15,8 +16,8 @@ import app.adapters.mysql.recovery as recovery
 import app.adapters.mysql.workers as workers
 from app.adapters.mysql.receipts import WRITERS
 from app.pipeline.model import BatchPlan, FailRow, IdemRow
-from app.pipeline.states import Order
 from app.pipeline.ports import DeadLetter, Finished
+from app.pipeline.states import Order
 
 T = TypeVar("T")
 

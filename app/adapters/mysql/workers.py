@@ -3,8 +3,8 @@ owner's process is dead is taken over at its presumed death (``app.pipeline.live
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Sequence
 
 from app.adapters.mysql.sql import Execute, marks
 from app.pipeline.liveness_fence import incarnation_of

@@ -5,14 +5,25 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from app.adapters.mysql.ledger.selection import QueueFilter
 from app.adapters.mysql.sql import Execute, marks
 from app.adapters.mysql.store import MySqlStore
-from app.compensation.bulk import (CHANGED, FAILED, Finish, ItemOutcome, Job, JobStatus, Progress, tally, tolerated,
-                               transition)
+from app.compensation.bulk import (
+    CHANGED,
+    FAILED,
+    Finish,
+    ItemOutcome,
+    Job,
+    JobStatus,
+    Progress,
+    tally,
+    tolerated,
+    transition,
+)
 from app.pipeline.states import LedgerStatus
 
 T = TypeVar("T")

@@ -24,13 +24,13 @@ is short (one batch's dead letters).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable, Sequence
 
 from app.adapters.mysql.sql import Execute, marks
-from app.pipeline.model import SourceKey
 from app.compensation.fingerprints import ErrorShape, shape
+from app.pipeline.model import SourceKey
 
 GROUPED = "id, consumer_group, fingerprint, first_failure_at, reason, message"
 

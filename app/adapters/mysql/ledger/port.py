@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Sequence, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
-import app.adapters.mysql.ledger.grouping as groups
 import app.adapters.mysql.idem as idem
+import app.adapters.mysql.ledger.grouping as groups
 import app.adapters.mysql.ledger.statements as ledger
 import app.adapters.mysql.workers as workers
 from app.adapters.mysql.sql import Execute
 from app.adapters.mysql.store import MySqlStore
 from app.pipeline.model import LedgerRow, Settlement, SourceKey
-from app.pipeline.states import AUTOMATIC_CLAIMS, LedgerStatus
 from app.pipeline.ports import SourceRecord
+from app.pipeline.states import AUTOMATIC_CLAIMS, LedgerStatus
 
 T = TypeVar("T")
 

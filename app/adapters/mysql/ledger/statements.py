@@ -5,14 +5,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 import app.adapters.mysql.ledger.grouping as groups
 import app.adapters.mysql.orders as orders
 from app.adapters.mysql.sql import Execute, Sql, marks
 from app.pipeline.model import LedgerRow, SourceKey
-from app.pipeline.states import LedgerStatus, ledger_move_allowed
 from app.pipeline.ports import DeadLetter, SourceRecord
+from app.pipeline.states import LedgerStatus, ledger_move_allowed
 
 # What the ledger keeps of a record, per letter: an event it decoded, whole (it is at most
 # MAX_EVENT_BYTES, at most 4 MiB, so it can always be run again from the ledger); anything

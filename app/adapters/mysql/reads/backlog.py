@@ -8,9 +8,10 @@ rows, and an oldest age is the first entry of its index range.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, Sequence
+from typing import Any
 
 from app.adapters.mysql.store import MySqlStore
 from app.pipeline.states import IdemStatus, LedgerStatus

@@ -4,7 +4,8 @@ bounded and walks an index (keyset pagination, never OFFSET)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from app.adapters.mysql.ledger.selection import QueueFilter
 from app.adapters.mysql.ledger.statements import parse_headers

@@ -10,9 +10,10 @@ before it, so the bucket sums and the counts of open rows cover exactly the same
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Sequence
+from typing import Any
 
 from app.adapters.mysql.ledger.grouping import hour_of
 from app.adapters.mysql.sql import marks

@@ -14,8 +14,6 @@ import pytest
 from harness.chaos.brokers import PassingProxy
 from harness.proxy import BlackholeProxy
 
-pytestmark = pytest.mark.chaos
-
 
 def _connected_through(proxy_class):
     server = socket.create_server(("127.0.0.1", 0))

@@ -18,12 +18,8 @@ import json
 import os
 import secrets
 
-import pytest
-
 from harness.chaos.driver import run
 from harness.services import ROOT
-
-pytestmark = pytest.mark.chaos
 
 
 def _passed(outcome, seed: int):

@@ -21,8 +21,6 @@ from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
 from harness.services import LOGS, caught_up, produce, wait_for
 
-pytestmark = pytest.mark.chaos
-
 CONFIRMED, CANCELLED = 20, 10
 # Short leases and session timeout: the restarted worker takes over in seconds. A 3 s
 # lease covers the two batches of 100 in flight with 256 calls at a time (a lookup and a send

@@ -42,8 +42,6 @@ from app.pipeline.plan import keys_per_event, step_keys
 from harness.events import event, order_no, record
 from harness.services import LOGS, caught_up, wait_for
 
-pytestmark = pytest.mark.chaos
-
 RATE = 1_000                 # events/s asked of the producer
 CHUNK = 20                   # events per tick: 10 orders, CREATED then PAID (same key, same partition)
 STEADY_SECONDS = 8.0         # streaming before the kill: the worker keeps up and commits a few times

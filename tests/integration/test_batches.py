@@ -14,7 +14,6 @@ from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
 from harness.services import caught_up, committed_offsets, consume_all, produce, wait_for
 
-pytestmark = pytest.mark.integration
 FAST_RETRIES = {"RETRY_BACKOFF_MS": "50,100,200", "BATCH_WITHIN_SECONDS": "0.5",
                 "BROKER_SESSION_TIMEOUT_SECONDS": "6", "BROKER_HEARTBEAT_INTERVAL_SECONDS": "1",
                 "BATCH_DEADLINE_SECONDS": "5"}

@@ -12,8 +12,6 @@ from app.pipeline.events import part_date_of
 from bench import growth
 from harness.services import ScratchDatabase
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture()
 def growth_db(settings):

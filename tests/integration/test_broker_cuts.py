@@ -23,7 +23,6 @@ from harness.events import event, order_no, record
 from harness.kafka_cluster import KafkaCluster
 from harness.services import Worker, wait_for, worker_env
 
-pytestmark = pytest.mark.integration
 SEND_BOUND = 15.0         # the sink's bound (DLQ_SEND_TIMEOUT_SECONDS is 30 by default)
 CUT = 7.0                 # shorter than the bound, longer than a third of it
 

@@ -4,16 +4,13 @@ each state in the logs folder)."""
 
 from __future__ import annotations
 
-import pytest
 from playwright.sync_api import sync_playwright
 
+from harness.bulk_workers import FAST, TOKEN, answering
 from harness.console import chromium
 from harness.dead_letters import write_dead_letters
 from harness.fakes import FakesProcess
 from harness.services import LOGS, wait_for
-from tests.integration.test_bulk_actions import FAST, TOKEN, answering
-
-pytestmark = pytest.mark.integration
 
 
 def test_the_console_retries_the_filtered_queue_in_bulk_from_dry_run_to_done(scratch_db, topics, spawn_worker):

@@ -9,8 +9,6 @@ import asyncio
 import uuid
 from collections import Counter
 
-import pytest
-
 from app.adapters.mysql.ledger.bulk_jobs import MySqlBulkJobs
 from app.adapters.mysql.ledger.port import MySqlLedger
 from app.adapters.mysql.ledger.selection import QueueFilter
@@ -21,7 +19,6 @@ from app.pipeline.outage import OutageGuard
 from app.pipeline.states import LedgerStatus
 from harness.dead_letters import write_dead_letters
 
-pytestmark = pytest.mark.integration
 MANUAL_ROWS = QueueFilter(status=LedgerStatus.MANUAL)
 
 

@@ -46,7 +46,6 @@ from harness.services import (
     worker_env,
 )
 
-pytestmark = pytest.mark.integration
 FAST = {"RETRY_BACKOFF_MS": "20,20,20", "BATCH_WITHIN_SECONDS": "0.3", "DLQ_RETRY_AFTER_SECONDS": "1",
         "COMPENSATION_BACKOFF_SECONDS": "1", "COMPENSATION_TIMER_SECONDS": "0.5", "COMPENSATOR_WITHIN_SECONDS": "0.3",
         "SMS_LOOKUP_SETTLE_SECONDS": "2"}

@@ -19,7 +19,6 @@ from harness.desk import desk
 from harness.events import event
 from harness.pipeline import ev, paid_orders, source
 
-pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.
 settings, scratch_db = sql_modes.each_sql_mode()
 

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
 from harness.services import caught_up, produce, wait_for
 
-pytestmark = pytest.mark.integration
 FAST = {"RETRY_BACKOFF_MS": "20,20,20", "BATCH_WITHIN_SECONDS": "0.3", "DLQ_RETRY_AFTER_SECONDS": "1",
         "COMPENSATION_BACKOFF_SECONDS": "1", "COMPENSATION_BACKOFF_MAX_SECONDS": "2", "COMPENSATION_MAX_ATTEMPTS": "30",
         "COMPENSATION_TIMER_SECONDS": "0.5", "SMS_LOOKUP_SETTLE_SECONDS": "2", "COMPENSATOR_WITHIN_SECONDS": "0.3"}

@@ -15,8 +15,6 @@ from harness.desk import desk
 from harness.events import event, order_no
 from harness.pipeline import paid_orders
 
-pytestmark = pytest.mark.integration
-
 
 def waybill_calls(harness, order: str) -> list[dict]:
     return [c for c in harness.fakes.ledger.calls if c["service"] == "waybill" and c["body"]["order_no"] == order]

@@ -23,8 +23,6 @@ from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
 from harness.events import order_no
 from harness.fakes import fakes_in_process
 
-pytestmark = pytest.mark.integration
-
 
 def job(effect, order: str, token: str) -> EffectJob:
     request = ({"phone": "+8613800000000", "text": "cancelled"} if effect is SEND_SMS else

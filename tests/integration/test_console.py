@@ -25,7 +25,6 @@ from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
 from harness.services import LOGS, ROOT, Worker, wait_for
 
-pytestmark = pytest.mark.integration
 TOKEN = "s3cret-token-for-tests"
 READ_TOKEN = "a-token-that-only-reads"
 READER = object()          # call()'s default: a GET carries TOKEN, anything else no token

@@ -15,7 +15,6 @@ from harness.console import call, chromium, served_worker
 from harness.events import event, order_no, record
 from harness.services import LOGS, wait_for
 
-pytestmark = pytest.mark.integration
 TOKEN = "s3cret-token-for-group-tests"
 
 

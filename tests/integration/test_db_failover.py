@@ -48,7 +48,6 @@ from harness.services import (
     worker_env,
 )
 
-pytestmark = pytest.mark.integration
 DATABASE, USER, PASSWORD = "idem_failover", "idem", "idem"
 PARTITIONS = 4
 CONFIRMED_ORDERS, CANCELLED_ORDERS = 120, 40

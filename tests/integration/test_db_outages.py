@@ -16,7 +16,6 @@ from harness.fakes import FakesProcess
 from harness.proxy import proxied_database
 from harness.services import caught_up, committed_offsets, produce, wait_for
 
-pytestmark = pytest.mark.integration
 TIMEOUTS = {"DB_STATEMENT_TIMEOUT_SECONDS": "2", "DB_TRANSACTION_TIMEOUT_SECONDS": "4",
             "DB_LOCK_WAIT_TIMEOUT_SECONDS": "1", "DB_POOL_TIMEOUT_SECONDS": "2", "DB_CONNECT_TIMEOUT_SECONDS": "2",
             "BATCH_SIZE": "20", "BATCH_WITHIN_SECONDS": "0.2", "RETRY_BACKOFF_MS": "50,100,200",

@@ -27,8 +27,6 @@ from harness.events import event, order_no, record
 from harness.mariadb_tls import DATABASE, PASSWORDS, MariaDbTls, make_certificates
 from harness.services import ROOT, Worker, caught_up, connect, produce, wait_for, worker_env
 
-pytestmark = pytest.mark.integration
-
 EXIT_CONFIG = 78          # a setting that cannot work (app.exits)
 STARTUP_BOUND = 90.0      # a refusal must end start-up well before this
 FAST = {"BATCH_WITHIN_SECONDS": "0.3", "BROKER_COMMIT_INTERVAL_SECONDS": "0.5", "RETRY_BACKOFF_MS": "20,20,20"}

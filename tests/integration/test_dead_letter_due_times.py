@@ -7,16 +7,12 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-import pytest
-
 from app.adapters.mysql.ledger.port import MySqlLedger
 from app.pipeline.ports import DeadLetter, SourceRecord
 from app.pipeline.states import LedgerStatus as Status
 from harness.desk import desk
 from harness.events import event
 from harness.pipeline import paid_orders
-
-pytestmark = pytest.mark.integration
 
 RETRY_AFTER = 600
 

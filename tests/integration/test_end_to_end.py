@@ -5,15 +5,11 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 
-import pytest
-
 from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
 from harness import services
 from harness.events import event, order_no, record
 from harness.services import produce, wait_for
-
-pytestmark = pytest.mark.integration
 
 
 def idem_key(doc: dict) -> str:

@@ -11,8 +11,6 @@ import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime
 
-import pytest
-
 from app.adapters.mysql.ledger.port import MySqlLedger
 from app.adapters.mysql.reads.error_groups import WINDOWS, GroupQueries
 from app.compensation.fingerprints import fingerprint
@@ -26,7 +24,6 @@ from harness.events import event, order_no
 from harness.pipeline import paid_orders
 from harness.services import ScratchDatabase
 
-pytestmark = pytest.mark.integration
 settings, scratch_db = sql_modes.each_sql_mode()
 
 

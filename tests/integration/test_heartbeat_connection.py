@@ -15,8 +15,6 @@ import pytest
 from app.bootstrap import Runtime
 from harness.proxy import proxied_database
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def proxied_url(scratch_db):

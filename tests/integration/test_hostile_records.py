@@ -25,7 +25,6 @@ from harness.events import event, order_no, record
 from harness.java import java_produce, raw, utf8, zeros
 from harness.services import caught_up, consume_all, produce, wait_for
 
-pytestmark = pytest.mark.integration
 ENV = {"BATCH_WITHIN_SECONDS": "0.5", "RETRY_BACKOFF_MS": "50,100,150"}
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, replace
 
-import pytest
 from hypothesis import event
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -50,7 +49,6 @@ from harness.events import order_no
 from harness.pipeline import ev
 from harness.services import connect
 
-pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.
 settings, scratch_db = sql_modes.each_sql_mode()
 

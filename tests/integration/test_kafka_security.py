@@ -29,8 +29,6 @@ from harness.fakes import FakesProcess
 from harness.kafka_cluster import KafkaCluster, make_certificates
 from harness.services import ROOT, Worker, free_port, wait_for
 
-pytestmark = pytest.mark.integration
-
 EXIT_CONFIG = 78          # a setting that cannot work (app.exits)
 STARTUP_BOUND = 90.0      # a refusal must end start-up well before this
 READ_TOKEN = "read-" + uuid.uuid4().hex

@@ -15,8 +15,6 @@ import pytest
 from app.adapters.kafka.connection import KafkaConnection, KafkaStartupError, preflight
 from app.settings import Settings
 
-pytestmark = pytest.mark.integration
-
 
 class Closer:
     """Accepts every connection and closes it at once: a node down behind a proxy or a load

@@ -15,7 +15,6 @@ from app.adapters.mysql.ledger import statements as ledger
 from app.pipeline.states import LEDGER_TRANSITIONS, LedgerStatus, ledger_move_allowed
 from harness import sql_modes
 
-pytestmark = pytest.mark.integration
 settings, scratch_db = sql_modes.each_sql_mode()
 
 ME, OTHER = "compensator/ledger-moves/1", "compensator/ledger-moves/2"

@@ -19,8 +19,6 @@ from bench.growth.recording import statements_of
 from bench.ledger_reads import flood_statement, unsettled_statement
 from harness.services import ScratchDatabase
 
-pytestmark = pytest.mark.integration
-
 CAP, FLOOD, ONE_ORDER = 500, 5_000, 1_200
 GROUP, ORDER = "g-read-bounds", "ORD-20261201-LOOPTEST"
 

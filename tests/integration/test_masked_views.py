@@ -22,7 +22,6 @@ from harness.console import call, served_worker
 from harness.events import event, order_no, record
 from harness.services import ROOT, Worker, wait_for
 
-pytestmark = pytest.mark.integration
 TOKEN = "operator-token-for-masking"
 READ_TOKEN = "viewer-token-for-masking"
 PHONE, ADDRESS = "+8613912345678", "北京市朝阳区建国路88号华贸中心3座1203室"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from contextlib import closing
 
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
@@ -15,7 +14,6 @@ from harness import sql_modes
 from harness.services import ROOT, ScratchDatabase
 from tables import metadata
 
-pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.
 settings, scratch_db = sql_modes.each_sql_mode()
 

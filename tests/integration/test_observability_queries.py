@@ -45,7 +45,6 @@ from harness.services import (
     worker_env,
 )
 
-pytestmark = pytest.mark.integration
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "order-event-processor.json"
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 # Grafana's variables, as Grafana would fill them in for a Prometheus scraped every 15 s.

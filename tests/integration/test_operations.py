@@ -30,7 +30,6 @@ from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
 from harness.services import ROOT, ScratchDatabase, produce, wait_for
 
-pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.
 settings, scratch_db = sql_modes.each_sql_mode()
 

@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from harness.events import event, order_no
 from harness.pipeline import paid_orders, source
-
-pytestmark = pytest.mark.integration
 
 
 async def until(condition, timeout: float = 10.0) -> None:

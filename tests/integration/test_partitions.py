@@ -26,7 +26,6 @@ from harness.fakes import fakes_in_process
 from harness.pipeline import Harness, ev
 from harness.services import ScratchDatabase, connect
 
-pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.
 settings, scratch_db = sql_modes.each_sql_mode()
 

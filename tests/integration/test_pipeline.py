@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-import pytest
-
 from app.pipeline.errors import (
     EffectNotDelivered,
     EffectRejected,
@@ -20,8 +18,6 @@ from app.pipeline.states import OrderStatus
 from harness.events import order_no
 from harness.pipeline import ev, paid_orders
 from harness.services import free_port
-
-pytestmark = pytest.mark.integration
 
 
 async def test_local_batch_of_500_costs_five_round_trips_and_a_replay_two(harness):

@@ -25,8 +25,6 @@ from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, EffectStep, L
 from harness.events import event, order_no
 from harness.pipeline import ev, paid_orders, source
 
-pytestmark = pytest.mark.integration
-
 
 def calls(fakes, service: str, order: str | None = None) -> list[dict]:
     return [c for c in fakes.ledger.calls if c["service"] == service

@@ -35,8 +35,6 @@ from harness import services
 from harness.events import event, order_no, record
 from harness.services import consume_all, end_offsets, wait_for
 
-pytestmark = pytest.mark.integration
-
 MAX_EVENT_BYTES = 1024 * 1024            # passed to the worker, so the size cases do not depend on the env
 DLQ_TRUNCATE_BYTES = 64 * 1024           # likewise
 RETRY_BACKOFF_MS = "50,100,150"          # three retries: a retriable failure is dead-lettered on attempt 4

@@ -21,7 +21,6 @@ from app.adapters.mysql.recovery_windows import RecoveryWindows
 from app.observability import metrics
 from harness.services import ROOT, ScratchDatabase, worker_env
 
-pytestmark = pytest.mark.integration
 FAUST = Path(sys.executable).parent / "faust"
 
 

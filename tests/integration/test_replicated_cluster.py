@@ -30,7 +30,6 @@ from harness.kafka_cluster import KafkaCluster
 from harness.replicated import CommitWatch, Supervisor, letter_origins, own_configs, read_to_end
 from harness.services import ROOT, wait_for, worker_env
 
-pytestmark = pytest.mark.integration
 RISK = "may not survive the loss of a broker"
 SEND_BOUND_SECONDS = 30.0            # DLQ_SEND_TIMEOUT_SECONDS' default: what a publish may take
 

@@ -27,7 +27,6 @@ from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
 from harness.services import ROOT, ScratchDatabase, caught_up, produce, rewind_group, wait_for, worker_env
 
-pytestmark = pytest.mark.integration
 FAUST = Path(sys.executable).parent / "faust"
 ORDERS = 40                 # half confirmed (a waybill each), half cancelled (an SMS each)
 SETTINGS = {"SMS_LOOKUP": "true", "SMS_LOOKUP_SETTLE_SECONDS": "1", "BATCH_SIZE": "10",

@@ -26,7 +26,6 @@ from harness.console import chromium, served_worker
 from harness.events import event, order_no, record
 from harness.services import LOGS, ROOT, Worker, wait_for
 
-pytestmark = pytest.mark.integration
 TOKEN = "operator-token-for-roles"
 READ_TOKEN = "viewer-token-for-roles"
 DOCS = ROOT / "docs"

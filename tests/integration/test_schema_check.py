@@ -7,8 +7,6 @@ import pytest
 
 from harness.services import ScratchDatabase
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def behind(settings):

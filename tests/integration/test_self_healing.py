@@ -28,7 +28,6 @@ from harness.events import event, order_no, record
 from harness.kafka_cluster import KafkaCluster
 from harness.services import Worker, wait_for, worker_env
 
-pytestmark = pytest.mark.integration
 SESSION = 6                    # BROKER_SESSION_TIMEOUT_SECONDS: the watchdog's stall and grace too
 STOP_BOUND = 10                # STOP_TIMEOUT_SECONDS
 CAP = 120                      # generous caps on condition waits, never a timing goal

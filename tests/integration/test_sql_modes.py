@@ -30,7 +30,6 @@ from harness.events import event, order_no
 from harness.pipeline import ev, paid_orders
 from harness.services import ScratchDatabase, connect
 
-pytestmark = pytest.mark.integration
 settings, scratch_db = sql_modes.each_sql_mode()
 
 

@@ -15,7 +15,6 @@ from app.pipeline.liveness_fence import incarnation_of
 from harness import sql_modes
 from harness.scenarios import SCENARIOS, Harness, MemoryEffects
 
-pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.
 settings, scratch_db = sql_modes.each_sql_mode()
 

@@ -21,7 +21,6 @@ from app.pipeline.steps import ISSUE_WAYBILL
 from harness import sql_modes
 from harness.services import connect
 
-pytestmark = pytest.mark.integration
 # Every database test here runs under the server's sql_mode and under MySQL 8's.
 settings, scratch_db = sql_modes.each_sql_mode()
 

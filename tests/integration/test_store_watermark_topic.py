@@ -13,8 +13,6 @@ from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.topics import topic_specs
 from app.adapters.kafka.watermark import TopicMissing, WatermarkTopic
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 async def topic(settings):

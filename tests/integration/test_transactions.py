@@ -15,7 +15,6 @@ import re
 import urllib.request
 import uuid
 
-import pytest
 from aiokafka import AIOKafkaProducer
 
 from app.adapters.kafka import ops as kafka_ops
@@ -26,7 +25,6 @@ from harness.fakes import FakesProcess
 from harness.java import java_produce, utf8
 from harness.services import committed_offsets, end_offsets, wait_for
 
-pytestmark = pytest.mark.integration
 ENV = {"BATCH_WITHIN_SECONDS": "0.3", "METRICS_REFRESH_SECONDS": "1", "BROKER_COMMIT_INTERVAL_SECONDS": "0.5"}
 
 

@@ -17,8 +17,6 @@ from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import Receipt
 from harness.pipeline import ev, paid_orders
 
-pytestmark = pytest.mark.integration
-
 
 class Died(BaseException):
     """The worker died right after this call (no T3, no ack)."""

@@ -146,6 +146,16 @@ def test_the_tests_folder_holds_only_tests():
     assert not bad, f"tests/ holds tests; move machinery to harness/ (or list a data file in TEST_DATA): {bad}"
 
 
+def test_a_test_module_imports_no_other_test_module():
+    # What two test modules share is machinery: it lives in harness/, not in one of them.
+    bad = {}
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        hits = sorted(i for i in imports(path) if i.startswith("tests."))
+        if hits:
+            bad[str(path.relative_to(ROOT))] = hits
+    assert not bad, f"move what the tests share to harness/: {bad}"
+
+
 def test_a_helper_module_in_tests_is_a_stray():
     paths = ["tests/conftest.py", "tests/chaos/__init__.py", "tests/chaos/test_chaos.py",
              "tests/chaos/driver.py", "tests/chaos/CONTRACT.md", "tests/unit/__pycache__/x.cpython-311.pyc"]

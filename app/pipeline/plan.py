@@ -95,7 +95,7 @@ def window_matters(events: Sequence[OrderEvent], keys_of: Sequence[list[str]], r
         return False
     for event, keys in zip(events, keys_of):
         for step, key in zip(PIPELINES[event.type].effects, keys[1:]):
-            if step.effect.name in verifiable and not step.effect.idempotent:
+            if step.effect.verifiable and step.effect.name in verifiable:
                 row = rows.get(key)
                 if row is None or row.status is IdemStatus.PENDING:
                     return True
@@ -133,8 +133,9 @@ def effect_case(effect: Effect, row: IdemRow | None, *, owner: str, attempt_cap:
     than what was done: a fresh claim and every pending row of it are looked up before any call,
     once the window is older than the service's settle time."""
     # How long after a call of this effect its service can be asked; None: no second call can
-    # be told from the first (idempotent: the service tells them apart itself), or none can be asked.
-    delay = None if effect.idempotent else verifiable.get(effect.name)
+    # be told from the first (its provider replays or refuses a repeated call itself), or none can
+    # be asked (no lookup in its contract, or none offered by the deployed service).
+    delay = verifiable.get(effect.name) if effect.verifiable else None
     windowed = recovering is not None and delay is not None
     if row is None:
         if recovering is None or delay is None:     # not windowed

@@ -9,8 +9,8 @@ idempotency key of its own, so a replay resumes at the first step not yet done.
 * An **effect step** calls an external service, outside any transaction, with
   a token persisted when it was claimed. What it calls is an :class:`Effect`:
   its name (the client registered under that name makes the call, see
-  ``app.adapters.effects``), whether the service deduplicates by our token,
-  how its request is built from the event and the order, what ``t_idem``
+  ``app.adapters.effects``), its provider's :class:`Contract` (what a call made
+  twice does: the decisions about a call in doubt follow from it), how its request is built from the event and the order, what ``t_idem``
   records when it is done, and which fields its receipt holds besides its
   reference. An effect whose receipt has a table of its own also has a
   receipt writer, registered under the same name (``app.adapters.mysql.receipts``).
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import cache
 from typing import Any
 
@@ -32,24 +33,50 @@ from app.pipeline.states import Order, OrderStatus
 DEFAULT_KEY_FORMAT = "{order_no}:{type}:{step}"
 
 
+class Contract(Enum):
+    """What the provider behind an effect does with a call made twice: the pipeline's decisions
+    about a call whose outcome is in doubt follow from it, never from the effect's name."""
+
+    # A repeated idempotency key answers with the first call's result (today's logistics API):
+    # a call in doubt is made again with its token.
+    REPLAYS = "replays"
+    # A repeated reference is refused with a duplicate error; the client then looks the first
+    # call's result up by that reference and settles with it: a call in doubt is made again.
+    REFUSES_DUPLICATES = "refuses_duplicates"
+    # No key; the provider can be asked whether a call arrived (today's SMS gateway, lookup by
+    # ``client_ref``): a call in doubt is asked about before any second call. Whether the deployed
+    # service offers the lookup is the client's to say (``EffectClient.verifiable``); without it
+    # the contract is ``NONE``.
+    LOOKUP = "lookup"
+    # Neither: the outcome of a call in doubt is for a person.
+    NONE = "none"
+
+
 @dataclass(frozen=True, slots=True)
 class Effect:
     name: str
-    idempotent: bool                                    # the service deduplicates by our token: a call may repeat
+    contract: Contract                                  # what its provider does with a call made twice
     request: Callable[[OrderEvent, Order], dict[str, Any]] = field(repr=False)
     done: str                                           # t_idem.outcome once the call succeeded
     receipt_fields: tuple[str, ...] = ()                # the receipt's own fields, beside its reference
-    # The service can say whether it ever accepted our token (a lookup): then a call of a
-    # non-idempotent effect whose outcome is unknown is verified, not given up on. Whether
-    # the deployed service offers it is the client's to say (``app.adapters.effects``).
-    verifiable: bool = False
+
+    @property
+    def idempotent(self) -> bool:
+        """A second call with the same token makes no second effect: its provider replays the first
+        answer or refuses the duplicate (and the client looks the first up)."""
+        return self.contract in (Contract.REPLAYS, Contract.REFUSES_DUPLICATES)
+
+    @property
+    def verifiable(self) -> bool:
+        """Its provider can be asked whether a call arrived (if the deployed service offers it)."""
+        return self.contract is Contract.LOOKUP
 
 
 ISSUE_WAYBILL = Effect(
-    "waybill", idempotent=True, done="waybill_issued",
+    "waybill", Contract.REPLAYS, done="waybill_issued",
     request=lambda event, order: {"order_no": order.order_no, "address": order.address})
 SEND_SMS = Effect(
-    "sms", idempotent=False, done="sms_accepted", verifiable=True,   # no key; a lookup by client_ref, if offered
+    "sms", Contract.LOOKUP, done="sms_accepted",     # no key; a lookup by client_ref, if offered
     request=lambda event, order: {"phone": order.phone,
                                   "text": f"Order {order.order_no} was cancelled: {event.data['reason']}"})
 

@@ -20,7 +20,7 @@ from app.pipeline.events import EventType, decode
 from app.pipeline.model import NOT_DELIVERED, STALE, IdemRow
 from app.pipeline.plan import EffectCase, effect_case, plan_batch, step_keys
 from app.pipeline.states import IdemStatus, MoveVerdict, Order, OrderStatus, judge_move
-from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, EffectStep
+from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, Contract, EffectStep
 from harness.events import event, record
 
 ME = "worker-a/1"
@@ -413,3 +413,27 @@ def test_claims_are_counted_by_what_they_found_and_replays_are_the_events_found_
     assert p.replayed == 1 and p.events[1].outcome == "duplicate"
     twice = plan([ev("ORDER_CREATED", "ORD-20261129-C4")] * 2)      # a duplicate inside one batch is not a replay
     assert twice.claims == {"new": 1} and twice.replayed == 0 and twice.events[1].outcome == "duplicate"
+
+
+# A call in doubt (its outcome unknown, a minute ago) of an effect of each contract, its service
+# named among those that can be asked: what happens follows from the contract, not from the name.
+IN_DOUBT = {
+    Contract.REPLAYS: EffectCase.RECLAIM,               # called again with its token: the first answer comes back
+    Contract.REFUSES_DUPLICATES: EffectCase.RECLAIM,    # called again: a duplicate is refused, the first looked up
+    Contract.LOOKUP: EffectCase.RECLAIM_LOOKED_UP,      # asked before any second call
+    Contract.NONE: EffectCase.UNKNOWN_UNASKABLE,        # for a person
+}
+
+
+def test_a_call_in_doubt_is_decided_by_the_providers_contract():
+    for contract, expected in IN_DOUBT.items():
+        effect = replace(SEND_SMS, name="parcel", contract=contract)
+        case = effect_case(effect, _pending(since_call=60.0), owner=ME, attempt_cap=5,
+                           verifiable={"parcel": 30.0}, recovering=None)
+        assert case is expected, contract
+        # In a recovery window, only a lookup's fresh claim waits to ask; the others claim.
+        fresh = effect_case(effect, None, owner=ME, attempt_cap=5, verifiable={"parcel": 30.0}, recovering=5.0)
+        assert fresh is (EffectCase.RECOVERY_WAIT if contract is Contract.LOOKUP else EffectCase.CLAIM), contract
+    assert set(IN_DOUBT) == set(Contract)
+    assert [c for c in Contract if replace(SEND_SMS, contract=c).idempotent] == [Contract.REPLAYS,
+                                                                                  Contract.REFUSES_DUPLICATES]

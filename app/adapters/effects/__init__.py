@@ -50,12 +50,25 @@ class MissingEffectClient(RuntimeError):
     """A declared effect has no client registered under its name."""
 
 
+class LookupOutsideContract(RuntimeError):
+    """A client offers a lookup for an effect whose provider's contract has none."""
+
+
 class EffectClients:
     def __init__(self, clients: Mapping[str, Client], *, required: Iterable[Effect] | None = None) -> None:
         self.check(clients, required=required)
         self.clients = dict(clients)
-        self.verifiable = {name: client.lookup_settle_seconds for name, client in self.clients.items()
-                           if getattr(client, "lookup_enabled", False)}
+        effects = {effect.name: effect for effect in (required if required is not None else effects_used().values())}
+        offering = {name for name, client in self.clients.items() if getattr(client, "lookup_enabled", False)}
+        outside = sorted(name for name in offering if name in effects and not effects[name].verifiable)
+        if outside:
+            raise LookupOutsideContract(
+                f"the client(s) of {', '.join(outside)} offer a lookup, but the effect's contract "
+                f"({', '.join(effects[name].contract.value for name in outside)}) has none: declare the "
+                f"contract as lookup (app/pipeline/steps.py), or turn the client's lookup off")
+        # The effects whose calls in doubt are asked about (their contract is ``lookup`` and the
+        # deployed service offers it): how long after a call their service can be asked.
+        self.verifiable = {name: self.clients[name].lookup_settle_seconds for name in sorted(offering)}
 
     @staticmethod
     def check(names: Iterable[str], *, required: Iterable[Effect] | None = None) -> None:

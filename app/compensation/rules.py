@@ -44,7 +44,8 @@ STEP_OUTCOMES: dict[str, str] = {"resolve": RESOLVED_BY_PERSON, "discard": DISCA
 # Dead letters a retry cannot settle: it would find the steps settled and close the case
 # without the check the case is for. A person resolves or discards them.
 PERSON_ONLY: dict[str, str] = {
-    StaleEffectMayExist.reason: "a waybill may exist for an order that was cancelled: look for it with the carrier "
+    StaleEffectMayExist.reason: "what an earlier call did may stand for an order that moved past its step (a "
+                                "waybill for a cancelled order): look for it with the provider the message names, "
                                 "under the idempotency token in the message, undo it if it must not stand, then "
                                 "resolve or discard this row",
     BeyondDedupRetention.reason: "the order is older than the dedup store remembers, so running it could repeat "

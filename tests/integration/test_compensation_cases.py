@@ -47,7 +47,7 @@ async def test_a_case_for_a_person_is_not_closed_by_a_retry_and_a_new_reason_rep
     assert (row["status"], row["reason"], row["retriable"]) == (Status.MANUAL, "stale_effect_may_exist", 0)
 
     retry = await d.compensator.perform(row["id"], "retry", d.guard, actor="web:alice", note=None)
-    assert not retry.changed and retry.status is Status.MANUAL and "look for it with the carrier" in retry.refused
+    assert not retry.changed and retry.status is Status.MANUAL and "look for it with the provider the message names" in retry.refused
     resolved = await d.compensator.perform(row["id"], "resolve", d.guard, actor="web:alice", note="no waybill")
     assert resolved.changed and resolved.status is Status.RESOLVED
 

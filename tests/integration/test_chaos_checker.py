@@ -321,9 +321,11 @@ def receipt_of_another_waybill(run: Run):
 def record_that_never_was(run: Run):
     """The manifest claims a record past the end of its partition."""
     o = order_no(prefix="CHKGHOST")
-    end = max(e["offset"] for e in run.manifest["produced"] if e["partition"] == 0) + 1
+    # A partition the run wrote to (which ones depends on the orders' random numbers).
+    partition = run.manifest["produced"][0]["partition"]
+    end = max(e["offset"] for e in run.manifest["produced"] if e["partition"] == partition) + 1
     manifest = json.loads(json.dumps(run.manifest))
-    manifest["produced"].append({"partition": 0, "offset": end, "kind": "original", "event_id": str(uuid.uuid4()),
+    manifest["produced"].append({"partition": partition, "offset": end, "kind": "original", "event_id": str(uuid.uuid4()),
                                  "order_no": o, "type": "ORDER_CREATED", "duplicate_of": None, "late": False,
                                  "malformed_kind": None})
     manifest["orders"][o] = {"lifecycle": ["ORDER_CREATED"]}

@@ -65,3 +65,23 @@ def test_commands_placeholders_and_outside_folders_are_not_paths():
     text = ("`make bench`, `bench/results/<UTC timestamp>.json`, `.cache/bench/`, `python -m bench.run`, "
             "`app/pipeline/plan.py:plan_batch`, `tests/unit/`, `/usr/sbin/mariadbd`")
     assert named_paths(text, {"app", "tests", "bench"}) == ["app/pipeline/plan.py", "tests/unit"]
+
+
+def architecture(text: str) -> str:
+    return text[text.index("## Architecture"):text.index("### Running two workers")]
+
+
+def modules_not_in(section: str, modules: list[Path]) -> list[str]:
+    """The modules of ``modules`` whose file name the section never says (``__init__.py`` aside)."""
+    return sorted(str(path.relative_to(ROOT)) for path in modules
+                  if path.name != "__init__.py" and not re.search(rf"\b{re.escape(path.name)}\b", section))
+
+
+def test_the_architecture_section_names_every_module_of_app():
+    missing = modules_not_in(architecture(README.read_text()), sorted((ROOT / "app").rglob("*.py")))
+    assert not missing, f"README.md's Architecture section should say what these are: {missing}"
+
+
+def test_a_module_the_architecture_does_not_name_is_found():
+    assert modules_not_in("pipeline/ plan.py batch.py", [ROOT / "app/pipeline/plan.py", ROOT / "app/pipeline/x.py",
+                                                       ROOT / "app/pipeline/__init__.py"]) == ["app/pipeline/x.py"]

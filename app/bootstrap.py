@@ -13,13 +13,12 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import aiohttp
 
-from app.adapters.effects import Client, EffectClients, http_session
-from app.adapters.effects.logistics import WaybillClient
-from app.adapters.effects.sms import SmsClient
+from app.adapters.effects import EffectClients, http_session
+from app.adapters.effects.registry import ClientFactory, client_factories
 from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.dlq import KafkaDeadLetterSink
 from app.adapters.kafka.ops import GroupLag
@@ -52,7 +51,6 @@ from app.pipeline.outage import OutageGuard
 from app.pipeline.plan import keys_per_event
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
-from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
 from app.pipeline.tokens import StepTokens
 from app.settings import Settings
 
@@ -62,18 +60,9 @@ log = logging.getLogger(__name__)
 # (row f of ``make bench``; the README's Benchmark section): what a worker working off a backlog may reach.
 WORKER_MAX_RATE = 20_000.0
 
-ClientFactory = Callable[[aiohttp.ClientSession, Settings], Client]
-
-# One entry per effect name (``steps.Effect.name``).
-EFFECT_CLIENTS: dict[str, ClientFactory] = {
-    ISSUE_WAYBILL.name: lambda session, s: WaybillClient(session, base_url=s.effects.logistics_url,
-                                                         timeout_seconds=s.effects.timeout_seconds,
-                                                         connect_timeout_seconds=s.effects.connect_timeout),
-    SEND_SMS.name: lambda session, s: SmsClient(session, base_url=s.effects.sms_url, timeout_seconds=s.effects.timeout_seconds,
-                                                connect_timeout_seconds=s.effects.connect_timeout,
-                                                lookup=s.effects.sms_lookup,
-                                                lookup_settle_seconds=s.effects.sms_lookup_settle_seconds),
-}
+# Each effect's client, built from the effects' settings by the provider the deployment picks
+# (app/adapters/effects/registry.py).
+EFFECT_CLIENTS: dict[str, ClientFactory] = client_factories()
 ALERT_CONNECTIONS = 2        # the stuck sweep's alert webhook: one POST at a time, of one worker
 
 
@@ -204,7 +193,7 @@ class Runtime:
         return self
 
     def _effect_clients(self, session: aiohttp.ClientSession) -> EffectClients:
-        return EffectClients({name: make(session, self.settings) for name, make in self.client_factories.items()})
+        return EffectClients({name: make(session, self.settings.effects) for name, make in self.client_factories.items()})
 
     def _processor(self, owner: str, effects: EffectClients | None = None) -> Processor:
         s = self.settings

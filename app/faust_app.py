@@ -15,6 +15,9 @@ import mode
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from app import exits
+from app.adapters.effects import http_session
+from app.adapters.effects.registry import UnknownProvider, client_factories
+from app.adapters.effects.signing import CredentialsRefused, SigningNotConfigured
 from app.adapters.kafka import consumer as kafka_consumer
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka import records as kafka_records
@@ -167,6 +170,32 @@ async def check_database(app: faust.App, settings: Settings) -> None:
         await engine.dispose()
 
 
+async def check_providers(app: faust.App, settings: Settings) -> None:
+    """Every effect's provider can be built from the settings (a provider named that serves the effect,
+    a signing provider's account and secret), and no provider refuses this deployment's signature:
+    otherwise exit 78 and a line that names the settings, never a loop of refused calls. A provider
+    that does not answer is not the settings' fault: it is waited out call by call, as in an outage."""
+    session = http_session(1)
+    try:
+        try:
+            clients = {name: make(session, settings.effects) for name, make in client_factories().items()}
+        except (UnknownProvider, SigningNotConfigured) as exc:
+            exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {exc}")
+            return
+        for name, client in clients.items():
+            check = getattr(client, "check_credentials", None)
+            if check is None:
+                continue
+            try:
+                await check()
+            except CredentialsRefused as exc:
+                exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {exc}")
+                return
+            log.info("%s: the provider accepts this deployment's signature", name)
+    finally:
+        await session.close()
+
+
 async def check_schema(engine) -> None:
     """Refuse to start on a database whose migrations are behind this code (app.adapters.mysql.schema)."""
     known = schema.revisions()
@@ -227,6 +256,7 @@ def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> Process
         loghandlers=[],
     )
     app.startup_checks.append(functools.partial(check_kafka, settings=settings))
+    app.startup_checks.append(functools.partial(check_providers, settings=settings))
     return app
 
 

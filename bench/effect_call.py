@@ -19,7 +19,7 @@ from datetime import date
 import uvloop
 
 from app.adapters.effects import EffectClients, http_session
-from app.adapters.effects.logistics import WaybillClient
+from app.adapters.effects.waybill import WaybillClient
 from app.pipeline.model import EffectJob
 from app.pipeline.states import OrderStatus
 from app.pipeline.steps import ISSUE_WAYBILL

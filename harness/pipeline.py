@@ -58,16 +58,18 @@ class Harness:
         return store_class(engine, **options)
 
     async def processor(self, *, lease=30.0, timeout=2.0, sms_url=None, owner=None, concurrency=64, margin=0.0,
-                        store=None, lease_check=True, sms_lookup=True, settle=30.0) -> Processor:
-        """``lease_check=False`` plays a worker that stalls in the middle of a call (a GC pause,
+                        store=None, lease_check=True, sms_lookup=True, settle=30.0,
+                        providers=None) -> Processor:
+        """``providers``: settings by nested name (``{"effects__waybill__provider": "express"}``).
+        ``lease_check=False`` plays a worker that stalls in the middle of a call (a GC pause,
         SIGSTOP) past its lease, which the check before each call cannot prevent."""
         session = aiohttp.ClientSession()
         self._closers.append(session.close)
         urls = {name.lower(): url for name, url in worker_urls(self.base_url).items()}
-        settings = self.settings.model_copy(update={**urls, "sms_url": sms_url or self.base_url,
-                                                    "effect_timeout_seconds": timeout, "sms_lookup": sms_lookup,
-                                                    "sms_lookup_settle_seconds": settle})
-        effects = EffectClients({name: make(session, settings) for name, make in EFFECT_CLIENTS.items()})
+        settings = self.settings.model_copy(update={**urls, "effects__sms__url": sms_url or self.base_url,
+                                                    "effect_timeout_seconds": timeout, "effects__sms__lookup": sms_lookup,
+                                                    "effects__sms__lookup_settle_seconds": settle, **(providers or {})})
+        effects = EffectClients({name: make(session, settings.effects) for name, make in EFFECT_CLIENTS.items()})
         return Processor(store or self.store(), effects, owner=owner or f"test-{next(_owners)}/main/x",
                          tokens=StepTokens(TEST_TOKEN_SECRET.encode()),
                          lease_seconds=lease, effect_concurrency=concurrency,

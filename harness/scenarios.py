@@ -38,7 +38,7 @@ from app.pipeline.ports import DeadLetter, Finished, Receipt, SourceRecord
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.pipeline.states import IdemStatus, OrderStatus
-from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, EffectStep, LocalStep, Pipeline
+from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, Contract, EffectStep, LocalStep, Pipeline
 from app.pipeline.tokens import StepTokens
 from harness.events import order_no
 from harness.pipeline import ev
@@ -59,13 +59,15 @@ class Crash(BaseException):
 
 
 class MemoryEffects:
-    """The ``EffectClient`` port in memory, for every declared effect by its declaration: an
-    idempotent effect's service deduplicates by our token (a waybill), any other does the work
-    again on every call (an SMS), and answers lookups by the token when ``verifiable`` says so."""
+    """The ``EffectClient`` port in memory, for every declared effect by its provider's contract
+    (``contracts``: the shipped ones unless a scenario says otherwise): an idempotent effect's
+    service deduplicates by our token (a waybill), any other does the work again on every call (an
+    SMS), and answers lookups by the token when ``verifiable`` says so."""
 
     def __init__(self, wait: Callable[[float], Awaitable[None]]) -> None:
         self.wait = wait                                          # a call that takes time waits on the harness's clock
         self.verifiable: dict[str, float] = {}                    # effect -> settle seconds, as EffectClients has it
+        self.contracts: dict[str, Contract] = {"waybill": Contract.REPLAYS, "sms": Contract.LOOKUP}
         self.crash: str | None = None                             # "before_send" or "after_send", once
         self.accepted_refs: dict[str, str] = {}
         self.lookups: list[str] = []
@@ -105,7 +107,7 @@ class MemoryEffects:
     def _work(self, job: EffectJob) -> Receipt:
         name = job.effect.name
         prefix = REFERENCE_PREFIX.get(name, name.upper())
-        if job.effect.idempotent:
+        if self.contracts.get(job.effect.name, Contract.NONE).idempotent:
             if job.token not in self.reference_by_token:
                 self.reference_by_token[job.token] = f"{prefix}{next(self._serial):08d}"
                 self.sent[name, job.order_no] += 1

@@ -5,7 +5,7 @@ event ids and timings. A letter's fingerprint is 16 hex digits of the SHA-256 of
 the same across one outage:
 
 * the reason (``effect_unavailable``),
-* the effect the message names (``logistics``, ``sms``; the clients start their messages
+* the effect the message names (``waybill``, ``sms``: the effect's name; every client starts its messages
   with ``<effect> for <order>:``),
 * the service's HTTP status (``answered 503``, ``refused with 422``) or the error class
   (``ClientConnectorError``, ``TimeoutError``),

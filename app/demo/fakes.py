@@ -10,6 +10,13 @@ Contracts:
   No idempotency key: every accepted call is one more SMS, whatever its client_ref.
 * ``GET /v1/sms/{client_ref}`` -> ``200 {"client_ref", "message_id", "status"}`` if a message
   with that client_ref was ever accepted, ``404`` if not.
+* The express courier (``app/adapters/effects/express.py``): every request signed (HMAC-SHA256,
+  checked here on its own: the account :data:`EXPRESS_ACCOUNTS`, a timestamp within 5 minutes, a
+  nonce never seen before), every answer an envelope ``{"code", "message", "data"}``.
+  ``POST /express/v1/orders`` ``{"out_order_no", "order_no", "address"}`` -> code 0 with
+  ``data.waybill_no`` for a new reference, code 1002 (duplicate) for one seen before;
+  ``GET /express/v1/orders/{out_order_no}`` -> code 0 with the waybill, or code 1004 (not found).
+  A bad signature answers 401 with code 1001. Its waybills count with the others (``waybills``).
 
 Faults are injected per service through ``POST /__config`` (or ``--config``)::
 
@@ -53,6 +60,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import hmac
 import itertools
 import json
 import random
@@ -66,15 +75,17 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 ORDER_IN_TEXT = re.compile(r"ORD-\d{8}-[A-Za-z0-9]+")
-# The settings that point a worker at the services these fakes play, one per effect's service:
-# a fake for a new effect adds its setting here, and every test, benchmark and chaos run that
-# starts a worker on the fakes (``harness.fakes``) sends it there too.
-URL_SETTINGS = ("LOGISTICS_URL", "SMS_URL")
+# The express fake's accounts: key id -> secret (the provider module's fake settings sign with these).
+EXPRESS_ACCOUNTS = {"demo-merchant": "demo-express-secret-not-for-production"}
+EXPRESS_CLOCK_SKEW_SECONDS = 300
 
 
 def worker_urls(url: str) -> dict[str, str]:
-    """Every effect of a worker sent to the fakes at ``url``."""
-    return {name: url for name in URL_SETTINGS}
+    """The settings that send every effect of a worker to the fakes at ``url``, whichever of its
+    providers the worker picks: read from the providers' registry, so that every test, benchmark and
+    chaos run that starts a worker on the fakes (``harness.fakes``) sends a new effect there too."""
+    from app.adapters.effects.registry import fake_settings  # the fakes serve without the app's adapters
+    return fake_settings(url)
 
 
 @dataclass
@@ -125,12 +136,15 @@ class Ledger:
     waybills: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     sms: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
     sms_by_ref: dict[str, str] = field(default_factory=dict)
+    express_by_ref: dict[str, str] = field(default_factory=dict)
+    nonces: set[str] = field(default_factory=set)
+    refused_signatures: int = 0
     in_flight: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     peak_in_flight: int = 0
 
     def as_json(self) -> dict:
         return {"calls": self.calls, "waybills": self.waybills, "sms": self.sms,
-                "peak_in_flight_per_key": self.peak_in_flight,
+                "peak_in_flight_per_key": self.peak_in_flight, "refused_signatures": self.refused_signatures,
                 "counts": {"calls": len(self.calls),
                            "waybills": sum(len(v) for v in self.waybills.values()),
                            "sms": sum(len(v) for v in self.sms.values())}}
@@ -138,7 +152,7 @@ class Ledger:
 
 class FakeServices:
     def __init__(self) -> None:
-        self.faults = {"waybill": Faults(), "sms": Faults()}
+        self.faults = {"waybill": Faults(), "sms": Faults(), "express": Faults()}
         self.ledger = Ledger()
         self._serial = itertools.count(1)
 
@@ -148,6 +162,8 @@ class FakeServices:
             web.post("/v1/waybills", self.waybill),
             web.post("/v1/sms", self.sms),
             web.get("/v1/sms/{client_ref}", self.sms_lookup),
+            web.post("/express/v1/orders", self.express),
+            web.get("/express/v1/orders/{out_order_no}", self.express_lookup),
             web.get("/__ledger", self.get_ledger),
             web.post("/__config", self.set_config),
             web.post("/__reset", self.reset),
@@ -268,6 +284,67 @@ class FakeServices:
             return web.json_response({"error": f"no message with client_ref {ref}"}, status=404)
         return web.json_response({"client_ref": ref, "message_id": message_id, "status": "accepted"})
 
+    def _express_refusal(self, request: web.Request, body: bytes) -> web.Response | None:
+        """401 with code 1001 unless the request is signed as the express API wants: its own check,
+        written from the API's description, not with the client's code."""
+        headers = request.headers
+        secret = EXPRESS_ACCOUNTS.get(headers.get("X-Express-Key", ""))
+        timestamp, nonce = headers.get("X-Express-Timestamp", ""), headers.get("X-Express-Nonce", "")
+        signed = "\n".join([request.method, request.path, timestamp, nonce, hashlib.sha256(body).hexdigest()])
+        expected = (hmac.new(secret.encode(), signed.encode(), hashlib.sha256).hexdigest()
+                    if secret is not None else None)
+        fresh = timestamp.isdigit() and abs(time.time() - int(timestamp)) <= EXPRESS_CLOCK_SKEW_SECONDS
+        if (expected is None or not fresh or not nonce or nonce in self.ledger.nonces
+                or not hmac.compare_digest(expected, headers.get("X-Express-Signature", ""))):
+            self.ledger.refused_signatures += 1
+            return web.json_response({"code": 1001, "message": "invalid signature"}, status=401)
+        self.ledger.nonces.add(nonce)
+        return None
+
+    async def express(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {}
+        ref = body.get("out_order_no") if isinstance(body, dict) else None
+        self.ledger.calls.append({"service": "express", "key": ref, "body": body, "at": time.time()})
+        if (refusal := self._express_refusal(request, raw)) is not None:
+            return refusal
+        with self._in_flight(f"waybill:{ref}"):
+            return await self._express(request, body, ref)
+
+    async def _express(self, request: web.Request, body: dict, ref: str | None) -> web.Response:
+        order_no = body.get("order_no")
+        if not ref or not order_no or not body.get("address"):
+            return web.json_response({"code": 2000, "message": "out_order_no, order_no and address are required"})
+        if (response := await self._fault("express", request, order_no, body)) is not None:
+            return response
+        faults = self.faults["express"]
+        if ref in self.ledger.express_by_ref and not faults.ignore_idempotency_key:
+            return web.json_response({"code": 1002, "message": f"duplicate out_order_no {ref}"})
+        waybill_no = f"EX{next(self._serial):010d}"
+        self.ledger.express_by_ref[ref] = waybill_no
+        self.ledger.waybills[order_no].append(waybill_no)
+        self._maybe_reset("express", request)
+        if (redirect := self._maybe_redirect("express")) is not None:
+            return redirect
+        return web.json_response({"code": 0, "message": "ok", "data": {"waybill_no": waybill_no}})
+
+    async def express_lookup(self, request: web.Request) -> web.Response:
+        ref = request.match_info["out_order_no"]
+        self.ledger.calls.append({"service": "express_lookup", "key": ref, "at": time.time()})
+        if (refusal := self._express_refusal(request, await request.read())) is not None:
+            return refusal
+        faults = self.faults["express"]
+        if faults.lookup_fail_next > 0:
+            faults.lookup_fail_next -= 1
+            return web.json_response({"error": "injected failure"}, status=503)
+        waybill_no = self.ledger.express_by_ref.get(ref)
+        if waybill_no is None:
+            return web.json_response({"code": 1004, "message": f"no order {ref}"})
+        return web.json_response({"code": 0, "message": "ok", "data": {"waybill_no": waybill_no}})
+
     async def gone(self, request: web.Request) -> web.Response:
         return web.json_response({"error": "nothing here"}, status=404)
 
@@ -287,7 +364,7 @@ class FakeServices:
     def configure(self, config: dict) -> None:
         for service, changes in config.items():
             if service not in self.faults:
-                raise ValueError(f"unknown service {service!r}; use 'waybill' or 'sms'")
+                raise ValueError(f"unknown service {service!r}; use one of {', '.join(sorted(self.faults))}")
             self.faults[service].update(changes)
 
     async def reset(self, request: web.Request) -> web.Response:

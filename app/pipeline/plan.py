@@ -50,7 +50,7 @@ from app.pipeline.model import (
 )
 from app.pipeline.outcomes import Outcome
 from app.pipeline.states import TERMINAL, IdemStatus, MoveVerdict, Order, judge_move
-from app.pipeline.steps import PIPELINES, Effect, LocalStep
+from app.pipeline.steps import PIPELINES, Contract, Effect, LocalStep
 
 _APPLY = MoveVerdict.APPLY.value
 _VERDICT_VALUE = {verdict: verdict.value for verdict in MoveVerdict}
@@ -95,7 +95,7 @@ def window_matters(events: Sequence[OrderEvent], keys_of: Sequence[list[str]], r
         return False
     for event, keys in zip(events, keys_of):
         for step, key in zip(PIPELINES[event.type].effects, keys[1:]):
-            if step.effect.verifiable and step.effect.name in verifiable:
+            if step.effect.name in verifiable:
                 row = rows.get(key)
                 if row is None or row.status is IdemStatus.PENDING:
                     return True
@@ -122,7 +122,7 @@ class EffectCase(Enum):
                                              # open: asked before calling
 
 
-def effect_case(effect: Effect, row: IdemRow | None, *, owner: str, attempt_cap: int | None,
+def effect_case(effect: Effect, row: IdemRow | None, *, contract: Contract, owner: str, attempt_cap: int | None,
                 verifiable: Mapping[str, float], recovering: float | None) -> EffectCase:
     """The case of one effect step: a pure function of its row and the claim's context.
     The order the questions come in is the rule: a live lease is respected before the cap,
@@ -134,8 +134,8 @@ def effect_case(effect: Effect, row: IdemRow | None, *, owner: str, attempt_cap:
     once the window is older than the service's settle time."""
     # How long after a call of this effect its service can be asked; None: no second call can
     # be told from the first (its provider replays or refuses a repeated call itself), or none can
-    # be asked (no lookup in its contract, or none offered by the deployed service).
-    delay = verifiable.get(effect.name) if effect.verifiable else None
+    # be asked (the deployed provider's contract has no lookup).
+    delay = verifiable.get(effect.name) if contract.verifiable else None
     windowed = recovering is not None and delay is not None
     if row is None:
         if recovering is None or delay is None:     # not windowed
@@ -150,7 +150,7 @@ def effect_case(effect: Effect, row: IdemRow | None, *, owner: str, attempt_cap:
         return EffectCase.HELD
     if attempt_cap is not None and row.attempt >= attempt_cap:
         return EffectCase.CAPPED
-    unknown = _outcome_unknown(effect, row)
+    unknown = _outcome_unknown(contract, row)
     if not (unknown or windowed):
         return EffectCase.RECLAIM
     if delay is None:
@@ -163,12 +163,14 @@ def effect_case(effect: Effect, row: IdemRow | None, *, owner: str, attempt_cap:
 def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: dict[str, Order],
                *, owner: str, tokens: Callable[[str], str],
                keys_of: Sequence[list[str]] | None = None,
-               verifiable: Mapping[str, float] | None = None,
+               verifiable: Mapping[str, float] | None = None, contracts: Mapping[str, Contract] | None = None,
                attempt_cap: int | None = None, recovering: float | None = None) -> BatchPlan:
     """Decide T1 for ``events`` (offset order) given the rows and orders read under lock.
     ``keys_of[i]`` may carry ``step_keys(events[i])`` when the caller has them already;
     ``verifiable`` maps the effects whose service can be asked whether a call happened to
-    how long after an unknown outcome it is safe to ask. A pending row already claimed
+    how long after an unknown outcome it is safe to ask; ``contracts`` the deployed providers'
+    contracts by effect name (an effect without one is taken as ``none``: a call in doubt is for
+    a person, the one reading that can never send twice). A pending row already claimed
     ``attempt_cap`` times is not claimed again (None: no cap, a person asked for the run).
     ``tokens(key)`` is a new claim's token (``app.pipeline.tokens``); a row keeps the one it has.
     ``recovering``: seconds since a recovery window opened (None: none is open). The store may
@@ -176,7 +178,7 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
     pending row of a verifiable effect that is not idempotent (the SMS) is looked up before it
     is sent, as an unknown outcome is (:func:`effect_case`)."""
     planner = _Planner(len(events), rows, orders, owner=owner, tokens=tokens, verifiable=verifiable or {},
-                       attempt_cap=attempt_cap, recovering=recovering)
+                       contracts=contracts or {}, attempt_cap=attempt_cap, recovering=recovering)
     plan_event = planner.event
     for index, event in enumerate(events):
         plan_event(index, event, keys_of[index] if keys_of is not None else step_keys(event))
@@ -196,17 +198,17 @@ class _Planner:
     error) and one method for each case of an event and of its effect steps."""
 
     __slots__ = ("plan", "rows", "current", "blocked", "first_hash", "owner", "tokens", "verifiable",
-                 "attempt_cap", "recovering")
+                 "contracts", "attempt_cap", "recovering")
 
     def __init__(self, size: int, rows: dict[str, IdemRow], orders: dict[str, Order], *, owner: str,
-                 tokens: Callable[[str], str], verifiable: Mapping[str, float], attempt_cap: int | None,
-                 recovering: float | None) -> None:
+                 tokens: Callable[[str], str], verifiable: Mapping[str, float],
+                 contracts: Mapping[str, Contract], attempt_cap: int | None, recovering: float | None) -> None:
         self.plan = BatchPlan(events=[EventPlan() for _ in range(size)])
         self.rows = rows
         self.current = dict(orders)
         self.blocked: set[str] = set()
         self.first_hash: dict[str, str] = {}    # local key -> payload hash of its first event in this batch
-        self.owner, self.tokens, self.verifiable = owner, tokens, verifiable
+        self.owner, self.tokens, self.verifiable, self.contracts = owner, tokens, verifiable, contracts
         self.attempt_cap, self.recovering = attempt_cap, recovering
 
     def event(self, index: int, event: OrderEvent, keys: list[str]) -> None:
@@ -225,10 +227,10 @@ class _Planner:
         if not fresh and local_outcome != _APPLY:
             result.settled = local_outcome          # its first run found the order past it
         if local_outcome == _APPLY:
-            rows, case_of = self.rows, effect_case
+            rows, case_of, contracts = self.rows, effect_case, self.contracts
             for step, key in zip(pipe.effects, keys[1:]):
                 row = rows.get(key)
-                case = case_of(step.effect, row, owner=self.owner, attempt_cap=self.attempt_cap,
+                case = case_of(step.effect, row, contract=contracts.get(step.effect.name, Contract.NONE), owner=self.owner, attempt_cap=self.attempt_cap,
                                verifiable=self.verifiable, recovering=self.recovering)
                 if not _CASE_ACTIONS[case](self, result, index, event, step, key, row):
                     break
@@ -483,9 +485,9 @@ def _record_facts(event: OrderEvent, step: LocalStep, order: Order, current: dic
         current[event.order_no] = plan.orders[event.order_no] = replace(order, **empty)
 
 
-def _outcome_unknown(effect: Effect, row: IdemRow) -> bool:
+def _outcome_unknown(contract: Contract, row: IdemRow) -> bool:
     """An earlier claim of a non-idempotent effect may have reached its service."""
-    return not effect.idempotent and row.outcome != NOT_DELIVERED
+    return not contract.idempotent and row.outcome != NOT_DELIVERED
 
 
 def _terminal_error(row: IdemRow) -> PipelineError:

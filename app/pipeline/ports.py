@@ -15,6 +15,7 @@ from app.pipeline.errors import PipelineError
 from app.pipeline.frozen import quick_init
 from app.pipeline.model import BatchPlan, EffectJob, IdemRow, LedgerRow, Settlement, SourceKey
 from app.pipeline.states import AUTOMATIC_CLAIMS, LedgerStatus, Order
+from app.pipeline.steps import Contract
 
 T = TypeVar("T")
 
@@ -117,8 +118,9 @@ class Store(Protocol):
 
 
 class EffectClient(Protocol):
-    verifiable: Mapping[str, float]   # effects whose service can be asked (``lookup``): how long after an
-                                      # unknown outcome it is safe to ask
+    contracts: Mapping[str, Contract]  # the deployed providers' contracts, by effect name
+    verifiable: Mapping[str, float]    # effects whose provider can be asked (``lookup``): how long after an
+                                       # unknown outcome it is safe to ask
 
     async def call(self, job: EffectJob) -> Receipt:
         """Make the call of ``job`` with its token; raise a :class:`PipelineError` that says

@@ -185,6 +185,7 @@ class Processor:
         # Only a batch with a claim that a recovery window would change reads the window.
         recovering = await tx.recovery_age() if window_matters(events, keys_of, rows, verifiable) else None
         plan = plan_batch(events, rows, orders, owner=owner, keys_of=keys_of, verifiable=verifiable,
+                          contracts=self.effects.contracts,
                           attempt_cap=attempt_cap, tokens=self.tokens, recovering=recovering)
         if plan.writes:
             await tx.apply_plan(plan, owner=owner, lease_seconds=self.lease_seconds)

@@ -8,15 +8,22 @@ idempotency key of its own, so a replay resumes at the first step not yet done.
   transaction, with its claim.
 * An **effect step** calls an external service, outside any transaction, with
   a token persisted when it was claimed. What it calls is an :class:`Effect`:
-  its name (the client registered under that name makes the call, see
-  ``app.adapters.effects``), its provider's :class:`Contract` (what a call made
-  twice does: the decisions about a call in doubt follow from it), how its request is built from the event and the order, what ``t_idem``
-  records when it is done, and which fields its receipt holds besides its
-  reference. An effect whose receipt has a table of its own also has a
-  receipt writer, registered under the same name (``app.adapters.mysql.receipts``).
+  its name (the provider module registered under that name makes the call, see
+  ``app.adapters.effects``), how its request is built from the event and the
+  order, what ``t_idem`` records when it is done, and which fields its receipt
+  holds besides its reference. An effect whose receipt has a table of its own
+  also has a receipt writer, registered under the same name
+  (``app.adapters.mysql.receipts``).
+
+What the provider does with a call made twice is its :class:`Contract`, declared by the
+provider's module (the deployment chooses the provider, and the SMS gateway's contract is
+``lookup`` or ``none`` as the deployed gateway offers its lookup or not); the pipeline's
+decisions about a call in doubt read it from the ``EffectClient`` port, never from the
+effect's name.
 
 A new event type is one line in :data:`PIPELINES` (and its data fields in
-``app.pipeline.events``); a new effect is one :class:`Effect` here plus its client.
+``app.pipeline.events``); a new effect is one :class:`Effect` here, used by a step, plus its
+provider's module (README, "Adding an effect").
 """
 
 from __future__ import annotations
@@ -44,39 +51,37 @@ class Contract(Enum):
     # call's result up by that reference and settles with it: a call in doubt is made again.
     REFUSES_DUPLICATES = "refuses_duplicates"
     # No key; the provider can be asked whether a call arrived (today's SMS gateway, lookup by
-    # ``client_ref``): a call in doubt is asked about before any second call. Whether the deployed
-    # service offers the lookup is the client's to say (``EffectClient.verifiable``); without it
-    # the contract is ``NONE``.
+    # ``client_ref``): a call in doubt is asked about before any second call. A gateway deployed
+    # without its lookup (``SMS_LOOKUP=false``) is ``NONE``.
     LOOKUP = "lookup"
     # Neither: the outcome of a call in doubt is for a person.
     NONE = "none"
+
+    @property
+    def idempotent(self) -> bool:
+        """A second call with the same token makes no second effect: the provider replays the first
+        answer or refuses the duplicate (and the client looks the first up)."""
+        return self in (Contract.REPLAYS, Contract.REFUSES_DUPLICATES)
+
+    @property
+    def verifiable(self) -> bool:
+        """The provider can be asked whether a call arrived."""
+        return self is Contract.LOOKUP
 
 
 @dataclass(frozen=True, slots=True)
 class Effect:
     name: str
-    contract: Contract                                  # what its provider does with a call made twice
     request: Callable[[OrderEvent, Order], dict[str, Any]] = field(repr=False)
     done: str                                           # t_idem.outcome once the call succeeded
     receipt_fields: tuple[str, ...] = ()                # the receipt's own fields, beside its reference
 
-    @property
-    def idempotent(self) -> bool:
-        """A second call with the same token makes no second effect: its provider replays the first
-        answer or refuses the duplicate (and the client looks the first up)."""
-        return self.contract in (Contract.REPLAYS, Contract.REFUSES_DUPLICATES)
-
-    @property
-    def verifiable(self) -> bool:
-        """Its provider can be asked whether a call arrived (if the deployed service offers it)."""
-        return self.contract is Contract.LOOKUP
-
 
 ISSUE_WAYBILL = Effect(
-    "waybill", Contract.REPLAYS, done="waybill_issued",
+    "waybill", done="waybill_issued",
     request=lambda event, order: {"order_no": order.order_no, "address": order.address})
 SEND_SMS = Effect(
-    "sms", Contract.LOOKUP, done="sms_accepted",     # no key; a lookup by client_ref, if offered
+    "sms", done="sms_accepted",
     request=lambda event, order: {"phone": order.phone,
                                   "text": f"Order {order.order_no} was cancelled: {event.data['reason']}"})
 

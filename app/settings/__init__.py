@@ -39,13 +39,13 @@ from app.settings.batches import BatchesSettings
 from app.settings.bulk import BulkSettings
 from app.settings.compensation import CompensationSettings
 from app.settings.database import DatabaseSettings
-from app.settings.effects import EffectsSettings
+from app.settings.effects import NESTED, EffectSettings, EffectsSettings, nested_environment
 from app.settings.kafka import KafkaSettings
 from app.settings.operations import ROW_BYTES, OperationsSettings
 from app.settings.web import WebSettings
 
 __all__ = ["ROW_BYTES", "BatchesSettings", "BulkSettings", "CompensationSettings", "DatabaseSettings",
-           "EffectsSettings", "KafkaSettings", "OperationsSettings", "Settings", "SettingsError", "WebSettings",
+           "EffectSettings", "EffectsSettings", "KafkaSettings", "OperationsSettings", "Settings", "SettingsError", "WebSettings",
            "env_names", "explain", "get_settings", "get_settings_or_exit"]
 
 
@@ -68,6 +68,9 @@ class _Environment(PydanticBaseSettingsSource):
                     found[name] = environ[env.lower()]
                 else:
                     found.setdefault(group, {})[name] = environ[env.lower()]
+        nested = nested_environment(environ)            # EFFECTS__<EFFECT>__<SETTING>
+        if nested:
+            found.setdefault("effects", {})["per_effect"] = nested
         return found
 
 
@@ -114,6 +117,16 @@ class Settings(BaseSettings):
             values = dict(values.__dict__ if isinstance(values, Group) else values)
             values[name] = data.pop(key)
             data[group] = values
+        for key in [key for key in data if NESTED.match(key.lower())]:      # effects__waybill__url=...
+            match = NESTED.match(key.lower())
+            assert match is not None
+            values = data.get("effects", {})
+            values = dict(values.__dict__ if isinstance(values, Group) else values)
+            per_effect = {name: dict(v.__dict__ if isinstance(v, Group) else v)
+                          for name, v in values.get("per_effect", {}).items()}
+            per_effect.setdefault(match.group(1), {})[match.group(2)] = data.pop(key)
+            values["per_effect"] = per_effect
+            data["effects"] = values
         return data
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Settings:
@@ -123,16 +136,25 @@ class Settings(BaseSettings):
         flat = _flat_names()
         own: dict[str, Any] = {}
         into: dict[str, dict[str, Any]] = {}
+        nested: dict[str, dict[str, Any]] = {}
         for key, value in (update or {}).items():
             if key in type(self).model_fields:
                 own[key] = value
             elif key in flat:
                 into.setdefault(flat[key][0], {})[flat[key][1]] = value
+            elif (match := NESTED.match(key)) is not None:
+                nested.setdefault(match.group(1), {})[match.group(2)] = value
             else:
                 raise ValueError(f"{key!r} is no setting (a group, APP_ID/WORKER_ID, or a variable in lower case)")
         for group in GROUPS:
             base = own.get(group, getattr(self, group))
             own[group] = base.model_copy(update=into.get(group), deep=deep)
+        if nested:      # validated, one effect at a time: its own fields only
+            per_effect = dict(own["effects"].per_effect)
+            for name, values in nested.items():
+                before = per_effect[name].model_dump() if name in per_effect else {}
+                per_effect[name] = EffectSettings.model_validate({**before, **values})
+            own["effects"] = own["effects"].model_copy(update={"per_effect": per_effect})
         return super().model_copy(update=own, deep=deep)
 
     # -- rules and values that span groups --------------------------------------------------
@@ -179,7 +201,8 @@ class Settings(BaseSettings):
         Each call may take ``EFFECT_TIMEOUT_SECONDS``; a call whose outcome is unknown, or any SMS in
         a recovery window, is looked up first (``SMS_LOOKUP``), then sent: two calls."""
         effects, batch = self.effects, self.batches
-        calls = 2 if effects.sms_lookup else 1
+        lookups = effects.lookups()
+        calls = 2 if lookups else 1
         batches = batch.in_flight if batch.fetch else 1
         compensator, chunk = self.compensation.batch_size, min(self.bulk.chunk_size, batch.size)
         for in_flight, what in (
@@ -196,7 +219,7 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"LEASE_SECONDS={effects.lease_seconds:g} cannot cover the calls in flight: {what}, "
                     f"EFFECT_CONCURRENCY={effects.concurrency} at a time, take up to {rounds} x "
-                    f"{'2 (a lookup, then the send: SMS_LOOKUP=true) x ' if calls == 2 else ''}"
+                    f"{'2 (a lookup, then the send: the lookup of ' + ', '.join(lookups) + ' is on) x ' if calls == 2 else ''}"
                     f"EFFECT_TIMEOUT_SECONDS={effects.timeout_seconds:g}, plus LEASE_MARGIN_SECONDS="
                     f"{effects.lease_margin_seconds:g}: {needed:g} s. Raise LEASE_SECONDS to at least "
                     f"{math.ceil(needed)}, or raise EFFECT_CONCURRENCY, or lower BATCH_SIZE, BATCHES_IN_FLIGHT "
@@ -228,12 +251,14 @@ GROUPS: dict[str, type[Group]] = {name: field.annotation for name, field in Sett
 
 @lru_cache(maxsize=1)
 def env_names() -> dict[tuple[str | None, str], str]:
-    """(group or None for the root, field) -> its environment variable, for every setting."""
+    """(group or None for the root, field) -> its environment variable, for every setting (the
+    effects' nested settings, ``EFFECTS__<EFFECT>__<SETTING>``, are read by pattern: not here)."""
     names: dict[tuple[str | None, str], str] = {}
     for name, field in Settings.model_fields.items():
         if name in GROUPS:
             for inner, inner_field in GROUPS[name].model_fields.items():
-                names[(name, inner)] = env_name(inner_field)
+                if "<" not in env_name(inner_field):
+                    names[(name, inner)] = env_name(inner_field)
         else:
             names[(None, name)] = env_name(field)
     return names
@@ -252,7 +277,9 @@ def explain(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors(include_input=False, include_url=False, include_context=False):
         loc = [str(part) for part in error["loc"]]
-        if len(loc) >= 2 and (loc[0], loc[1]) in names:
+        if loc[:2] == ["effects", "per_effect"]:
+            where = "EFFECTS__" + "__".join(part.upper() for part in loc[2:4])
+        elif len(loc) >= 2 and (loc[0], loc[1]) in names:
             where = names[(loc[0], loc[1])]                 # a field of a group
         elif len(loc) == 1 and loc[0] in GROUPS:
             where = ""                                      # a group's rule: its message names the variables

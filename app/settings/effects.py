@@ -1,32 +1,99 @@
 """External effects: the services the pipeline calls (logistics, SMS), how long a call may take and
 how many run at once, the claims (leases) and heartbeats that keep two workers from calling
 for the same step, and the secret every step's idempotency token is derived from.
+
+Each effect has settings of its own, nested under its name: ``EFFECTS__<EFFECT>__<SETTING>``
+(``EFFECTS__WAYBILL__URL``, ``EFFECTS__SMS__LOOKUP``; :class:`EffectSettings`), read for any
+effect name, so that a new effect needs no field here. Today's names stay as aliases
+(``LOGISTICS_URL`` is ``EFFECTS__WAYBILL__URL``, ...: :data:`ALIASES`); the nested name wins
+when both are set.
 """
 
 from __future__ import annotations
 
-from pydantic import SecretStr, model_validator
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from app.settings._base import Group, SettingsError, setting
+
+# EFFECTS__<EFFECT>__<SETTING>: an effect's name is a lower-case identifier (``steps.Effect.name``).
+NESTED = re.compile(r"^effects__([a-z][a-z0-9_]*?)__([a-z_]+)$")
+
+
+class EffectSettings(Group):
+    """One effect's settings, ``EFFECTS__<EFFECT>__<SETTING>``: which provider serves it and how to
+    reach it. A setting left unset takes its alias (:data:`ALIASES`), else the default below."""
+
+    TITLE = "One effect (EFFECTS__<EFFECT>__...)"
+
+    provider: str | None = setting("EFFECTS__<EFFECT>__PROVIDER", None, shown="the effect's first provider",
+        description="The provider module that serves the effect (`app/adapters/effects/`): `waybill` or "
+                    "`express` for the waybill, `sms` for the SMS. Every process of a deployment must name the same "
+                    "one: tokens sent to one provider mean nothing to another.")
+    url: str | None = setting("EFFECTS__<EFFECT>__URL", None, shown="`http://127.0.0.1:8900`",
+        description="The provider's base URL (aliases: `LOGISTICS_URL` for the waybill, `SMS_URL` for the SMS).")
+    timeout_seconds: float | None = setting("EFFECTS__<EFFECT>__TIMEOUT_SECONDS", None, gt=0,
+        shown="`EFFECT_TIMEOUT_SECONDS`",
+        description="The longest one call of this effect may take (a lookup that follows a refused duplicate "
+                    "included); at most `EFFECT_TIMEOUT_SECONDS`, which the lease is sized by.")
+    lookup: bool | None = setting("EFFECTS__<EFFECT>__LOOKUP", None, shown="true for the SMS",
+        description="The deployed provider answers its lookup (for a provider whose contract is `lookup`: "
+                    "without it, a call in doubt goes to a person; alias `SMS_LOOKUP`).")
+    lookup_settle_seconds: float | None = setting("EFFECTS__<EFFECT>__LOOKUP_SETTLE_SECONDS", None, ge=0,
+        shown="30", description="How long after a call in doubt the provider is asked (alias "
+                                "`SMS_LOOKUP_SETTLE_SECONDS`).")
+    key_id: str | None = setting("EFFECTS__<EFFECT>__KEY_ID", None, shown="none",
+        description="The account (merchant, app key) a signing provider knows this deployment by.")
+    secret: SecretStr | None = setting("EFFECTS__<EFFECT>__SECRET", None, shown="none",
+        description="The secret a signing provider shares with this deployment (its requests are signed with "
+                    "HMAC-SHA256 under it); kept like a password, never logged or shown. A provider that signs "
+                    "refuses to start without it.")
+
+    @field_validator("secret")
+    @classmethod
+    def _no_blank_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        stripped = value.get_secret_value().strip()
+        return SecretStr(stripped) if stripped else None
+
+
+# Today's names of some effects' settings: (effect, setting) -> the flat field that holds it.
+ALIASES: Mapping[tuple[str, str], str] = {
+    ("waybill", "url"): "logistics_url",
+    ("sms", "url"): "sms_url",
+    ("sms", "lookup"): "sms_lookup",
+    ("sms", "lookup_settle_seconds"): "sms_lookup_settle_seconds",
+}
+DEFAULT_URL = "http://127.0.0.1:8900"
+DEFAULT_SETTLE_SECONDS = 30.0
 
 
 class EffectsSettings(Group):
     TITLE = "External effects"
 
-    logistics_url: str = setting("LOGISTICS_URL", "http://127.0.0.1:8900",
-        description='Logistics API base URL.')
+    logistics_url: str = setting("LOGISTICS_URL", DEFAULT_URL,
+        description='Logistics API base URL (alias of `EFFECTS__WAYBILL__URL`).')
 
-    sms_url: str = setting("SMS_URL", "http://127.0.0.1:8900",
-        description='SMS gateway base URL.')
+    sms_url: str = setting("SMS_URL", DEFAULT_URL,
+        description='SMS gateway base URL (alias of `EFFECTS__SMS__URL`).')
 
     sms_lookup: bool = setting("SMS_LOOKUP", True,
         description='The gateway answers `GET /v1/sms/{client_ref}`: an SMS whose outcome is unknown is verified '
-                    'instead of failed for a person.')
+                    'instead of failed for a person (alias of `EFFECTS__SMS__LOOKUP`).')
 
-    sms_lookup_settle_seconds: float = setting("SMS_LOOKUP_SETTLE_SECONDS", 30.0, ge=0,
+    sms_lookup_settle_seconds: float = setting("SMS_LOOKUP_SETTLE_SECONDS", DEFAULT_SETTLE_SECONDS, ge=0,
         description='How long after such a call the gateway is asked (a request still on its way must have landed); '
                     "counted from the call's recorded end, or, when its worker died before recording it, from the end"
-                    " of its claim's lease (a claim may call until its lease is nearly over).")
+                    " of its claim's lease (a claim may call until its lease is nearly over). Alias of "
+                    "`EFFECTS__SMS__LOOKUP_SETTLE_SECONDS`.")
+
+    per_effect: dict[str, EffectSettings] = Field(
+        default_factory=dict, json_schema_extra={"env": "EFFECTS__<EFFECT>__<SETTING>", "shown": "none"},
+        description="Each effect's own settings, by effect name ([One effect](#one-effect-effects__effect__)).")
 
     timeout_seconds: float = setting("EFFECT_TIMEOUT_SECONDS", 3.0, gt=0,
         description='The longest one external call may take, its connection included.')
@@ -76,6 +143,30 @@ class EffectsSettings(Group):
                     'starts (exit 78, a line that says how to make one); `make run`, `make test` and the benchmarks '
                     'set their own.')
 
+    def effect(self, name: str) -> ResolvedEffect:
+        """Effect ``name``'s settings: its nested ones, else their aliases, else the defaults."""
+        nested = self.per_effect.get(name) or EffectSettings()
+
+        def pick(key: str, default: Any) -> Any:
+            value = getattr(nested, key)
+            if value is not None:
+                return value
+            alias = ALIASES.get((name, key))
+            return getattr(self, alias) if alias is not None else default
+
+        timeout = min(pick("timeout_seconds", self.timeout_seconds), self.timeout_seconds)
+        return ResolvedEffect(
+            name=name, provider=nested.provider, url=pick("url", DEFAULT_URL), timeout_seconds=timeout,
+            connect_timeout_seconds=min(self.connect_timeout_seconds, timeout / 2),
+            lookup=bool(pick("lookup", False)),
+            lookup_settle_seconds=float(pick("lookup_settle_seconds", DEFAULT_SETTLE_SECONDS)),
+            key_id=nested.key_id, secret=nested.secret)
+
+    def lookups(self) -> list[str]:
+        """The effects whose lookup is on (a call in doubt may take two calls: a lookup, then the send)."""
+        names = {effect for effect, _ in ALIASES} | set(self.per_effect)
+        return sorted(name for name in names if self.effect(name).lookup)
+
     @property
     def connect_timeout(self) -> float:
         """EFFECT_CONNECT_TIMEOUT_SECONDS, at most half of the call's: the rest is the request's."""
@@ -96,6 +187,16 @@ class EffectsSettings(Group):
                 "one for each other deployment, and keep it like a password.")
         return self.token_secret.get_secret_value().encode("utf-8")
 
+    @field_validator("per_effect", mode="before")
+    @classmethod
+    def _effect_names(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            for name in value:
+                if not re.fullmatch(r"[a-z][a-z0-9_]*", str(name)):
+                    raise ValueError(f"EFFECTS__{str(name).upper()}__...: {name!r} is not an effect's name "
+                                     "(a lower-case identifier, as app/pipeline/steps.py declares it)")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> EffectsSettings:
         # A worker that beats must still be able to call: between two heartbeats (and one that is
@@ -111,3 +212,27 @@ class EffectsSettings(Group):
             value = self.token_secret.get_secret_value().strip()
             self.token_secret = SecretStr(value) if value else None
         return self
+
+
+class ResolvedEffect(Group):
+    """What one effect's provider is built with (:meth:`EffectsSettings.effect`)."""
+
+    name: str
+    provider: str | None
+    url: str
+    timeout_seconds: float
+    connect_timeout_seconds: float
+    lookup: bool
+    lookup_settle_seconds: float
+    key_id: str | None
+    secret: SecretStr | None
+
+
+def nested_environment(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """``EFFECTS__<EFFECT>__<SETTING>`` variables (names lower-cased) by effect, then setting."""
+    found: dict[str, dict[str, str]] = {}
+    for name, value in environ.items():
+        match = NESTED.match(name)
+        if match:
+            found.setdefault(match.group(1), {})[match.group(2)] = value
+    return found

@@ -17,7 +17,7 @@ import annotated_types
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 
-from app.settings import GROUPS, Settings
+from app.settings import GROUPS, EffectSettings, Settings
 from app.settings._base import env_name
 
 BEGIN = "<!-- settings:begin (rendered by python -m app.settings.reference from the fields' descriptions) -->"
@@ -76,6 +76,7 @@ def fields() -> list[tuple[str, FieldInfo]]:
     found = [("Identity", field) for name, field in Settings.model_fields.items() if name not in GROUPS]
     for group in GROUPS.values():
         found += [(group.TITLE, field) for field in group.model_fields.values()]
+    found += [(EffectSettings.TITLE, field) for field in EffectSettings.model_fields.values()]
     return found
 
 

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from app.adapters.effects import registry
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.topics import topic_specs
 from app.pipeline.steps import PIPELINES
@@ -99,10 +100,29 @@ WORKER_SETTINGS = {
 KEEP_RUNS = 30
 
 
-def declared_effect_steps(pipelines=PIPELINES) -> list[dict]:
-    """Every effect step the pipeline declares, for the checker to match against what it checks."""
-    return [{"event_type": type_.value, "step": step.name, "effect": step.effect.name}
-            for type_, pipe in pipelines.items() for step in pipe.effects]
+def declared_effect_steps(pipelines=PIPELINES, settings: dict[str, str] | None = None,
+                          providers=None) -> list[dict]:
+    """Every effect step the pipeline declares, with the provider and the contract a worker started
+    with ``settings`` deploys for it (the providers' registry), for the checker to match against what
+    it checks."""
+    effects = Settings(**{name.lower(): value for name, value in (settings or {}).items()
+                          if name.upper().startswith(("EFFECTS__", "SMS_"))}).effects
+    steps = []
+    for type_, pipe in pipelines.items():
+        for step in pipe.effects:
+            try:
+                provider = registry.chosen(step.effect.name, effects, providers)
+            except registry.UnknownProvider:
+                provider = None
+            contract = provider.contract_for(effects.effect(step.effect.name)).value if provider else None
+            steps.append({"event_type": type_.value, "step": step.name, "effect": step.effect.name,
+                          "provider": provider.name if provider else None, "contract": contract})
+    return steps
+
+
+def registry_contract(settings: dict[str, str], effect: str) -> str | None:
+    """The contract a worker started with ``settings`` deploys for ``effect``."""
+    return next((d["contract"] for d in declared_effect_steps(settings=settings) if d["effect"] == effect), None)
 
 
 @dataclass
@@ -122,11 +142,12 @@ class Outcome:
 class ChaosRun:
     def __init__(self, mode: str, seed: int | None = None, *, sabotage: str | None = None,
                  drain_timeout: float | None = None, cluster: bool = False, cut_forgets: bool = False,
-                 db_failover: str | None = None) -> None:
+                 db_failover: str | None = None, settings: dict[str, str] | None = None) -> None:
         self.mode, self.cluster, self.db_failover = mode, cluster, db_failover
         self.profile = (CLUSTER_PROFILES if cluster else PROFILES)[mode]
-        # With every setting at its default, only what wires the workers to the run is set.
-        self.worker_settings = {} if self.profile.default_settings else WORKER_SETTINGS
+        # With every setting at its default, only what wires the workers to the run is set; ``settings``
+        # (``--set``) come on top: another provider for an effect, a lookup switched off.
+        self.worker_settings = {**({} if self.profile.default_settings else WORKER_SETTINGS), **(settings or {})}
         self.seed = secrets.randbelow(10**6) if seed is None else seed
         self.sabotage = sabotage
         self.drain_timeout = drain_timeout or self.profile.drain_timeout
@@ -198,7 +219,7 @@ class ChaosRun:
         # Its connections still hung at the end are cancelled when it stops: not worth a traceback.
         self.proxy._loop.call_soon_threadsafe(self.proxy._loop.set_exception_handler, lambda loop, context: None)
         self.fakes = FakesProcess({service: {"latency_ms": self.profile.latency_ms, "timeout_ms": self.profile.hang_ms,
-                                             "seed": self.seed + i} for i, service in enumerate(("waybill", "sms"))})
+                                             "seed": self.seed + i} for i, service in enumerate(("waybill", "sms", "express"))})
         self.timings["cluster_seconds"] = round(time.monotonic() - clock, 1)
         if self.db_failover:
             replication = ("semi-synchronous, AFTER_SYNC" if self.mariadb.semisync else "asynchronous")
@@ -292,14 +313,14 @@ class ChaosRun:
             "bootstrap": self.brokers.bootstrap, "kafka": self.brokers.manifest(), "mysql": self.mysql,
             "events_topic": EVENTS, "dlq_topic": DLQ,
             "group": GROUP, "partitions": PARTITIONS, "dlq_partitions": DLQ_PARTITIONS, "fakes_url": self.fakes.url,
-            "sms_lookup": self.worker_settings.get("SMS_LOOKUP", "true") == "true", "produced": produced,
+            "sms_lookup": registry_contract(self.worker_settings, "sms") == "lookup", "produced": produced,
             "orders": {order_no: {"lifecycle": lifecycle} for order_no, lifecycle in workload.orders.items()},
             "workers": [i.entry() for i in self.fleet.history], "faults": self.storm.faults,
             "metrics": manifests.metrics(self.fleet.totals()),
             "drain": manifests.drain(backlog, self.timings["drain_seconds"]),
             "profile": vars(self.profile),
             "worker_settings": self.worker_settings, "timings": self.timings, "run_dir": self.rel(self.folder),
-            "failover": self.failover, "effect_steps": declared_effect_steps(),
+            "failover": self.failover, "effect_steps": declared_effect_steps(settings=self.worker_settings),
         }
         path = self.folder / "manifest.json"
         path.write_text(json.dumps(content, indent=1))
@@ -358,9 +379,9 @@ class ChaosRun:
 
 def run(mode: str, seed: int | None = None, *, sabotage: str | None = None,
         drain_timeout: float | None = None, cluster: bool = False, cut_forgets: bool = False,
-        db_failover: str | None = None) -> Outcome:
+        db_failover: str | None = None, settings: dict[str, str] | None = None) -> Outcome:
     return ChaosRun(mode, seed, sabotage=sabotage, drain_timeout=drain_timeout, cluster=cluster,
-                    cut_forgets=cut_forgets, db_failover=db_failover).execute()
+                    cut_forgets=cut_forgets, db_failover=db_failover, settings=settings).execute()
 
 
 def _prune(runs: Path, keep: int) -> None:
@@ -404,7 +425,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db-failover", choices=FAILOVER_MODES, default=None,
                         help="the database as a primary and its GTID replica (semi-synchronous AFTER_SYNC, or "
                              "asynchronous), failed over once mid-storm; what the failover lost is counted")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a worker setting on top of the mode's, e.g. EFFECTS__WAYBILL__PROVIDER=express (the "
+                             "refuses-duplicates courier) or EFFECTS__SMS__LOOKUP=false (an SMS gateway without "
+                             "lookup: contract none); repeatable")
     args = parser.parse_args(argv)
+    if any("=" not in item for item in args.set):
+        parser.error("--set takes NAME=VALUE")
     if args.cut_forgets and not args.cluster:
         parser.error("--cut-forgets needs --cluster")
     if args.cluster and args.mode not in CLUSTER_PROFILES:
@@ -412,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.db_failover and args.cluster:
         parser.error("--db-failover runs on the single broker (it has not been run with --cluster)")
     outcome = run(args.mode, args.seed, sabotage=args.sabotage, drain_timeout=args.drain_timeout,
-                  cluster=args.cluster, cut_forgets=args.cut_forgets, db_failover=args.db_failover)
+                  cluster=args.cluster, cut_forgets=args.cut_forgets, db_failover=args.db_failover,
+                  settings=dict(item.split("=", 1) for item in args.set))
     if outcome.unexpected_exits:
         print(f"FAILED: workers exited without the test's doing: {json.dumps(outcome.unexpected_exits)}")
     if outcome.drain_error:

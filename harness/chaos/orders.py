@@ -85,7 +85,7 @@ class OrderCheck:
                 self.f.flag("missing_effects", f"{order_no}: the receipt ({receipt['waybill_no']}, token "
                                                f"{receipt['idem_token']}) is not the API's {issued} for the step's "
                                                f"token {step['idem_token']}")
-            keys = {c.get("key") for c in self.books.calls("waybill", order_no)}
+            keys = {c.get("key") for service in rules.WAYBILL_SERVICES for c in self.books.calls(service, order_no)}
             if keys - {step["idem_token"]}:
                 self.f.flag("misaccounted", f"{order_no}: waybill calls carried {len(keys)} tokens, not only the "
                                             f"step's {step['idem_token']}")
@@ -121,7 +121,8 @@ class OrderCheck:
                                                f"{step['idem_token']}")
             return
         if step is not None and step["status"] == rules.FAILED and step["outcome"] == rules.UNKNOWN_SMS:
-            if self.m.get("sms_lookup"):
+            if rules.contract_of(self.m.get("effect_steps"), "sms") == "lookup" or (
+                    "effect_steps" not in self.m and self.m.get("sms_lookup")):
                 self.f.flag("missing_effects", f"{order_no}: the SMS was left unknown although the gateway "
                                                "answers lookups")
             if not self.books.left_to_person(order_no, "ORDER_CANCEL"):

@@ -20,13 +20,24 @@ TARGET = {"ORDER_CREATED": CREATED, "ORDER_PAID": PAID, "ORDER_CONFIRM": CONFIRM
 LOCAL_STEP = {"ORDER_CREATED": "create_order", "ORDER_PAID": "mark_paid", "ORDER_CONFIRM": "mark_confirmed",
               "ORDER_CANCEL": "mark_cancelled"}
 # The effects the checker can hold to exactly once (``harness.chaos.orders``: one check each), by the
-# name the pipeline declares them under (the service the fakes' ledger records their calls as), with
-# the step and the event type that call them. An effect the pipeline declares and this does not name
-# is a violation of the run (``unchecked_effects``): a new effect must come with its check, or a
-# chaos run would pass without checking it.
+# name the pipeline declares them under, with the step and the event type that call them, and the
+# providers' contracts the check has a rule for (the manifest says which provider and contract the
+# run deployed: ``effect_steps``, from the providers' registry). An effect the pipeline declares and
+# this does not name, or a contract it has no rule for, is a violation of the run
+# (``unchecked_effects``): a new effect or provider must come with its check, or a chaos run would
+# pass without checking it.
 CHECKED_EFFECTS = {"waybill": ("issue_waybill", "ORDER_CONFIRM"), "sms": ("send_cancel_sms", "ORDER_CANCEL")}
+# What "exactly once" means for each contract:
+# * replays, refuses_duplicates: one effect at the provider for a done step, carrying its token; none
+#   for a step that never ran; a step whose call was made and then voided (stale) leaves its effect
+#   for a person;
+# * lookup: the same, and never an outcome left unknown (the provider can be asked);
+# * none: at most one effect; an outcome left unknown waits for a person (a dead letter of its event).
+CHECKED_CONTRACTS = {"waybill": frozenset({"replays", "refuses_duplicates"}), "sms": frozenset({"lookup", "none"})}
 EFFECT_STEP = {type_: step for step, type_ in CHECKED_EFFECTS.values()}
-SERVICES = frozenset({"waybill", "sms", "sms_lookup"})      # what the fakes' ledger may record calls to
+# What the fakes' ledger may record calls to: each provider's calls, then its lookups.
+SERVICES = frozenset({"waybill", "express", "express_lookup", "sms", "sms_lookup"})
+WAYBILL_SERVICES = ("waybill", "express")        # the calls that carry a waybill step's token as "key"
 TYPES = tuple(TARGET)
 
 # The only moves an order makes; None is "no order yet". Anything else is stale (the order is
@@ -88,7 +99,17 @@ def unchecked_effects(declared: Iterable[dict]) -> list[str]:
         elif known != (d["step"], d["event_type"]):
             unknown.append(f"effect {d['effect']!r} at step {d['step']} of {d['event_type']}: the checker checks it "
                            f"at step {known[0]} of {known[1]} only")
+        elif d.get("contract") not in CHECKED_CONTRACTS[d["effect"]]:
+            unknown.append(f"effect {d['effect']!r} deployed with the provider {d.get('provider')!r} of contract "
+                           f"{d.get('contract')!r}: the checker has no exactly-once rule for that contract there "
+                           f"(it has {', '.join(sorted(CHECKED_CONTRACTS[d['effect']]))}); add one to "
+                           "harness/chaos/orders.py and name it in harness/chaos/rules.py CHECKED_CONTRACTS")
     return unknown
+
+
+def contract_of(declared: Iterable[dict] | None, effect: str) -> str | None:
+    """The contract the run deployed for ``effect`` (the manifest's ``effect_steps``)."""
+    return next((d.get("contract") for d in declared or () if d["effect"] == effect), None)
 
 
 def final_state(types: Iterable[str]) -> int | None:

@@ -102,7 +102,7 @@ class Profile:
     restart_after: float = 1.0           # a killed worker is started again this long after
     big: tuple[str, ...] = SINGLE        # the big faults, once each (a name twice: twice)
     api_rates: dict = field(default_factory=lambda: {"fail_rate": 0.02, "reset_rate": 0.02, "timeout_rate": 0.01})
-    faulty: tuple[str, ...] = ("waybill", "sms")     # the services the rates apply to
+    faulty: tuple[str, ...] = ("waybill", "express", "sms")     # the services the rates apply to
     # The workers' settings: the run's own, chosen to move in seconds (``driver.WORKER_SETTINGS``),
     # or every one at its default, as a user runs them.
     default_settings: bool = False
@@ -509,10 +509,12 @@ class Storm:
 
     async def apis_503(self) -> None:
         down = {"fail_next": FOREVER, "fail_status": 503}
-        await self._configure({"waybill": down, "sms": {**down, "lookup_fail_next": FOREVER}})
+        await self._configure({"waybill": down, "express": {**down, "lookup_fail_next": FOREVER},
+                               "sms": {**down, "lookup_fail_next": FOREVER}})
         self.log("api_503_on", detail=f"{self.profile.api_503_seconds:g}s, both APIs and the SMS lookup")
         await asyncio.sleep(self.profile.api_503_seconds)
-        await self._configure({"waybill": {"fail_next": 0}, "sms": {"fail_next": 0, "lookup_fail_next": 0}})
+        await self._configure({"waybill": {"fail_next": 0}, "express": {"fail_next": 0, "lookup_fail_next": 0},
+                               "sms": {"fail_next": 0, "lookup_fail_next": 0}})
         self.log("api_503_off")
 
     async def crash_a_worker(self) -> None:

@@ -1,6 +1,9 @@
 """SIGKILL a real worker at each cut point of the three transactions, restart it, and check
 the invariants: one waybill per confirmed order (the fake's ledger), its
-receipt, ``t_idem`` done, the order confirmed; an SMS never sent twice.
+receipt, ``t_idem`` done, the order confirmed; an SMS never sent twice. Each cut is
+run against providers of every contract: the logistics API that replays a repeated key
+with the SMS gateway that answers lookups, then the express courier that refuses a
+repeated reference (signed, enveloped) with an SMS gateway without lookup (``none``).
 
     before_a   inside T1, before COMMIT     nothing persisted
     a_b        after T1, before any call    rows pending, leases running
@@ -34,9 +37,17 @@ CHAOS_ENV = {"LEASE_SECONDS": "3", "EFFECT_TIMEOUT_SECONDS": "1", "LEASE_MARGIN_
              "COMPENSATION_BACKOFF_SECONDS": "1"}
 
 
+# The providers a run deploys, by the contracts they have: waybill's, then the SMS's.
+DEPLOYMENTS = {
+    "replays+lookup": {},
+    "refuses_duplicates+none": {"EFFECTS__WAYBILL__PROVIDER": "express", "EFFECTS__SMS__LOOKUP": "false"},
+}
+WAYBILL_SERVICES = ("waybill", "express")
+
+
 @pytest.fixture
 def fakes():
-    process = FakesProcess({"waybill": {"latency_ms": 20}, "sms": {"latency_ms": 20}})
+    process = FakesProcess({"waybill": {"latency_ms": 20}, "express": {"latency_ms": 20}, "sms": {"latency_ms": 20}})
     yield process
     process.stop()
 
@@ -58,12 +69,13 @@ def effect_rows(db, orders, step):
             db.query(f"SELECT * FROM t_idem WHERE biz_key IN ({marks})", *keys)}
 
 
+@pytest.mark.parametrize("deployment", list(DEPLOYMENTS))
 @pytest.mark.parametrize("cut", ["before_a", "a_b", "b_c", "after_c"])
-def test_sigkill_at_cut_point_then_restart(cut, settings, topics, spawn_worker, scratch_db, fakes):
+def test_sigkill_at_cut_point_then_restart(cut, deployment, settings, topics, spawn_worker, scratch_db, fakes):
     pair = topics(partitions=2)
-    confirm, cancel, docs = lifecycle(f"CUT{cut.upper().replace('_', '')}")
+    confirm, cancel, docs = lifecycle(f"CUT{cut.upper().replace('_', '')}{'X' if DEPLOYMENTS[deployment] else ''}")
     asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
-    env = {**CHAOS_ENV, **fakes.env()}
+    env = {**CHAOS_ENV, **fakes.env(), **DEPLOYMENTS[deployment]}
 
     first = spawn_worker(pair, "w1", CHAOS_KILL_AT=cut, **env)
     assert first.wait_exit(90) == -signal.SIGKILL, f"worker did not die at {cut}; log {first.log_path}"
@@ -94,7 +106,8 @@ def test_sigkill_at_cut_point_then_restart(cut, settings, topics, spawn_worker, 
         assert len(ledger["waybills"].get(o, [])) == 1, f"{o}: waybills {ledger['waybills'].get(o)}"
         assert receipts[o]["waybill_no"] == ledger["waybills"][o][0]
         assert statuses[o] == 3
-        keys = {c["key"] for c in ledger["calls"] if c["service"] == "waybill" and c["body"]["order_no"] == o}
+        keys = {c["key"] for c in ledger["calls"]
+                if c["service"] in WAYBILL_SERVICES and (c.get("body") or {}).get("order_no") == o}
         assert keys == {waybill_rows[o]["idem_token"]} == {receipts[o]["idem_token"]}, "token not reused"
     sms_rows = effect_rows(scratch_db, cancel, "send_cancel_sms")
     for o in cancel:
@@ -108,9 +121,14 @@ def test_sigkill_at_cut_point_then_restart(cut, settings, topics, spawn_worker, 
             assert row["outcome"] == "unknown_outcome_non_idempotent"
     if cut in ("before_a", "after_c"):
         assert all(r["status"] == 2 for r in sms_rows.values())
+    if DEPLOYMENTS[deployment] and cut == "b_c":
+        # The courier refused the replayed references as duplicates; the waybills were looked up.
+        tokens = {r["idem_token"] for r in waybill_rows.values()}
+        assert any(c["service"] == "express_lookup" and c["key"] in tokens for c in ledger["calls"])
+    assert not ledger["refused_signatures"]
     assert ledger["peak_in_flight_per_key"] == 1
 
-    counts = {"cut": cut, "first_worker_calls": killed_ledger, "total": ledger["counts"],
+    counts = {"cut": cut, "deployment": deployment, "first_worker_calls": killed_ledger, "total": ledger["counts"],
               "unique_waybills": sum(len(v) for v in ledger["waybills"].values()),
               "receipts": len(receipts),
               "sms_rows": Counter(r["status"] for r in sms_rows.values()),
@@ -121,19 +139,21 @@ def test_sigkill_at_cut_point_then_restart(cut, settings, topics, spawn_worker, 
     second.stop()
 
 
-def test_the_ledger_catches_a_service_that_ignores_the_idempotency_key(settings, topics, spawn_worker, scratch_db):
-    """The same B..C crash against a logistics API that ignores Idempotency-Key: the
-    replay issues second waybills, and the ledger shows them. The invariant above is
-    the idempotency key's doing, and the check can see it fail."""
-    fakes = FakesProcess({"waybill": {"latency_ms": 20, "ignore_idempotency_key": True}})
+@pytest.mark.parametrize("provider", ["waybill", "express"])
+def test_the_ledger_catches_a_service_that_ignores_the_idempotency_key(provider, settings, topics, spawn_worker,
+                                                                        scratch_db):
+    """The same B..C crash against a logistics API that ignores Idempotency-Key (or a courier
+    that does not refuse a repeated reference): the replay issues second waybills, and the ledger
+    shows them. The invariant above is the provider's contract's doing, and the check can see it fail."""
+    fakes = FakesProcess({provider: {"latency_ms": 20, "ignore_idempotency_key": True}})
     try:
         pair = topics(partitions=2)
-        confirm, cancel, docs = lifecycle("CUTNOKEY")
+        confirm, cancel, docs = lifecycle(f"CUTNOKEY{provider[0].upper()}")
         asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
-        env = {**CHAOS_ENV, **fakes.env()}
+        env = {**CHAOS_ENV, **fakes.env(), "EFFECTS__WAYBILL__PROVIDER": provider}
         first = spawn_worker(pair, "w1", CHAOS_KILL_AT="b_c", **env)
         assert first.wait_exit(90) == -signal.SIGKILL
-        called = {c["body"]["order_no"] for c in fakes.ledger()["calls"] if c["service"] == "waybill"}
+        called = {c["body"]["order_no"] for c in fakes.ledger()["calls"] if c["service"] == provider}
         assert called, "the first worker made no call before the kill"
         second = spawn_worker(pair, "w2", **env)
         wait_for(lambda: caught_up(settings, pair.events, pair.group, pair.partitions), timeout=120,

@@ -11,7 +11,7 @@ import pytest
 from app.pipeline.events import EventType
 from app.pipeline.states import LedgerStatus, OrderStatus
 from app.pipeline.states import judge_move as pipeline_judge
-from app.pipeline.steps import PIPELINES, Contract, Effect, EffectStep
+from app.pipeline.steps import PIPELINES, Effect, EffectStep
 from harness.chaos import checker, rules
 from harness.chaos.accounting import Findings
 from harness.chaos.driver import declared_effect_steps
@@ -91,7 +91,7 @@ def test_the_checker_checks_every_effect_the_pipeline_declares():
 
 
 def _with_fax(pipelines):
-    fax = Effect("fax", Contract.REPLAYS, done="fax_sent", request=lambda event, order: {})
+    fax = Effect("fax", done="fax_sent", request=lambda event, order: {})
     cancel = pipelines[EventType.CANCEL]
     return {**pipelines, EventType.CANCEL: replace(cancel, effects=(*cancel.effects, EffectStep("send_fax", fax)))}
 

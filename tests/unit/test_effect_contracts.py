@@ -1,4 +1,5 @@
-"""The effects' clients are held to their providers' contracts at start-up."""
+"""The effects' clients are held to their providers' contracts at start-up, and one registry of
+provider modules is what every part of the house reads."""
 
 from __future__ import annotations
 
@@ -6,47 +7,127 @@ from dataclasses import replace
 
 import pytest
 
-from app.adapters.effects import EffectClients, LookupOutsideContract, MissingEffectClient
+from app.adapters.effects import EffectClients, LookupOutsideContract, MissingEffectClient, registry
+from app.adapters.effects.provider import Provider
 from app.bootstrap import EFFECT_CLIENTS
-from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS, Contract
+from app.demo.fakes import worker_urls
+from app.pipeline.events import EventType
+from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, Contract, Effect, EffectStep
 from app.settings import Settings
+from harness.chaos import rules
+from harness.chaos.driver import declared_effect_steps
 
 
 class Offering:
-    """A client; ``lookup``: whether the deployed service offers a lookup."""
+    """A client of a given contract; ``lookup``: whether it can look a call up."""
 
-    def __init__(self, lookup: bool) -> None:
-        self.lookup_enabled = lookup
-        self.lookup_settle_seconds = 30.0
+    def __init__(self, contract: Contract, lookup: bool = True) -> None:
+        self.contract = contract
+        if lookup:
+            self.lookup_settle_seconds = 30.0
+
+    async def call(self, job):
+        raise NotImplementedError
+
+    async def lookup(self, job):
+        raise NotImplementedError
+
+
+def test_a_lookup_contract_is_asked_about_and_the_others_are_not():
+    clients = EffectClients({"waybill": Offering(Contract.REPLAYS), "sms": Offering(Contract.LOOKUP)},
+                            required=[ISSUE_WAYBILL, SEND_SMS])
+    assert clients.verifiable == {"sms": 30.0}
+    assert clients.contracts == {"waybill": Contract.REPLAYS, "sms": Contract.LOOKUP}
+
+
+def test_a_client_that_declares_no_contract_is_taken_as_none():
+    class Bare:
+        async def call(self, job):
+            raise NotImplementedError
+
+    clients = EffectClients({"waybill": Bare(), "sms": Offering(Contract.NONE)}, required=[ISSUE_WAYBILL, SEND_SMS])
+    assert clients.contracts == {"waybill": Contract.NONE, "sms": Contract.NONE} and clients.verifiable == {}
+
+
+def test_a_lookup_contract_without_a_lookup_is_refused_at_start_up():
+    with pytest.raises(LookupOutsideContract, match="sms declare the contract lookup but have no lookup"):
+        EffectClients({"sms": Offering(Contract.LOOKUP, lookup=False)}, required=[SEND_SMS])
+
+
+def test_an_effect_without_a_client_is_refused_at_start_up():
+    with pytest.raises(MissingEffectClient, match="waybill"):
+        EffectClients({"sms": Offering(Contract.LOOKUP)}, required=[ISSUE_WAYBILL, SEND_SMS])
+
+
+@pytest.mark.parametrize(("settings", "contracts"), [
+    ({}, {"waybill": Contract.REPLAYS, "sms": Contract.LOOKUP}),
+    ({"sms_lookup": False}, {"waybill": Contract.REPLAYS, "sms": Contract.NONE}),
+    ({"effects__sms__lookup": False}, {"waybill": Contract.REPLAYS, "sms": Contract.NONE}),
+    ({"effects__waybill__provider": "express", "effects__waybill__key_id": "m",
+      "effects__waybill__secret": "s"}, {"waybill": Contract.REFUSES_DUPLICATES, "sms": Contract.LOOKUP}),
+])
+def test_the_shipped_clients_say_the_contract_the_deployment_has(settings, contracts):
+    effects = Settings(**settings).effects
+    clients = EffectClients({name: make(None, effects) for name, make in EFFECT_CLIENTS.items()})
+    assert clients.contracts == contracts
+    assert clients.verifiable == ({"sms": 30.0} if contracts["sms"] is Contract.LOOKUP else {})
+    assert {name: contract for name, (_, contract) in registry.deployed(effects).items()} == contracts
+
+
+def test_a_provider_the_effect_does_not_have_is_refused():
+    with pytest.raises(registry.UnknownProvider, match="EFFECTS__WAYBILL__PROVIDER='fax' is no provider of waybill: "
+                                                       "one of waybill, express"):
+        registry.chosen("waybill", Settings(effects__waybill__provider="fax").effects)
+
+
+# -- a throwaway effect, added as the README's recipe says: every place sees it ------------------
+
+PARCEL = Effect("parcel_locker", done="locker_booked", request=lambda event, order: {"order_no": order.order_no})
+
+
+class LockerClient:
+    contract = Contract.REFUSES_DUPLICATES
+
+    def __init__(self, settings):
+        self.settings = settings
 
     async def call(self, job):
         raise NotImplementedError
 
 
-def test_a_lookup_contract_with_the_lookup_offered_is_asked_about():
-    clients = EffectClients({"waybill": Offering(False), "sms": Offering(True)}, required=[ISSUE_WAYBILL, SEND_SMS])
-    assert clients.verifiable == {"sms": 30.0}
+LOCKER = Provider("locker", PARCEL, Contract.REFUSES_DUPLICATES, lambda session, s: LockerClient(s), noun="locker",
+                  services=("locker", "locker_lookup"), fake_settings={"KEY_ID": "demo"})
 
 
-def test_a_lookup_contract_whose_service_offers_none_is_for_a_person():
-    clients = EffectClients({"waybill": Offering(False), "sms": Offering(False)}, required=[ISSUE_WAYBILL, SEND_SMS])
-    assert clients.verifiable == {}
+def test_a_new_effect_is_seen_by_every_place_that_reads_the_registry():
+    providers = (*registry.PROVIDERS, LOCKER)
+    confirm = PIPELINES[EventType.CONFIRM]
+    pipelines = {**PIPELINES, EventType.CONFIRM: replace(confirm, effects=(*confirm.effects,
+                                                                           EffectStep("book_locker", PARCEL)))}
+    effects_used = [step.effect for pipe in pipelines.values() for step in pipe.effects]
+    settings = Settings(effects__parcel_locker__url="http://lockers:81", effects__parcel_locker__timeout_seconds=1.5)
+
+    # bootstrap: a client for it, built from its nested settings
+    factories = registry.client_factories(effects_used, providers)
+    client = factories["parcel_locker"](None, settings.effects)
+    assert isinstance(client, LockerClient)
+    assert (client.settings.url, client.settings.timeout_seconds) == ("http://lockers:81", 1.5)
+    # the pipeline's decisions: its contract, through the port
+    assert EffectClients({n: f(None, settings.effects) for n, f in factories.items()},
+                         required=effects_used).contracts["parcel_locker"] is Contract.REFUSES_DUPLICATES
+    # the demo fakes: the settings that send a worker's calls of it there
+    assert registry.fake_settings("http://fakes", effects_used, providers)["EFFECTS__PARCEL_LOCKER__URL"] == "http://fakes"
+    assert registry.fake_settings("http://fakes", effects_used, providers)["EFFECTS__PARCEL_LOCKER__KEY_ID"] == "demo"
+    # the lease check: its lookup counts like any other
+    assert "parcel_locker" in Settings(effects__parcel_locker__lookup=True).effects.lookups()
+    # the chaos checker: told its provider and contract, and refusing it until it has a check
+    steps = declared_effect_steps(pipelines, providers=providers)
+    [locker] = [d for d in steps if d["effect"] == "parcel_locker"]
+    assert (locker["provider"], locker["contract"]) == ("locker", "refuses_duplicates")
+    assert any("'parcel_locker'" in why for why in rules.unchecked_effects(steps))
 
 
-@pytest.mark.parametrize("contract", [Contract.REPLAYS, Contract.REFUSES_DUPLICATES, Contract.NONE])
-def test_a_lookup_offered_outside_the_contract_is_refused_at_start_up(contract):
-    effect = replace(SEND_SMS, contract=contract)
-    with pytest.raises(LookupOutsideContract, match=f"sms offer a lookup, but the effect's contract \\({contract.value}\\)"):
-        EffectClients({"sms": Offering(True)}, required=[effect])
-
-
-def test_an_effect_without_a_client_is_refused_at_start_up():
-    with pytest.raises(MissingEffectClient, match="waybill"):
-        EffectClients({"sms": Offering(True)}, required=[ISSUE_WAYBILL, SEND_SMS])
-
-
-@pytest.mark.parametrize("lookup", [True, False])
-def test_the_shipped_clients_keep_their_effects_contracts(lookup):
-    settings = Settings(sms_lookup=lookup)
-    clients = EffectClients({name: make(None, settings) for name, make in EFFECT_CLIENTS.items()})
-    assert clients.verifiable == ({"sms": settings.effects.sms_lookup_settle_seconds} if lookup else {})
+def test_the_fakes_serve_every_shipped_effect():
+    urls = worker_urls("http://fakes")
+    for name in {step.effect.name for pipe in PIPELINES.values() for step in pipe.effects}:
+        assert urls[f"EFFECTS__{name.upper()}__URL"] == "http://fakes"

@@ -8,8 +8,8 @@ from datetime import date
 
 import pytest
 
-from app.adapters.effects.logistics import WaybillClient
 from app.adapters.effects.sms import SmsClient
+from app.adapters.effects.waybill import WaybillClient
 from app.pipeline.errors import EffectNotDelivered, EffectRejected, MalformedEvent
 from app.pipeline.events import check_headers, decode
 from app.pipeline.excerpts import excerpt

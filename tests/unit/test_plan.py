@@ -36,8 +36,12 @@ def tokens():
     return lambda key: f"tok-{next(counter)}"
 
 
+# The shipped providers' contracts: the waybill's replays a repeated key, the SMS gateway answers lookups.
+CONTRACTS = {ISSUE_WAYBILL.name: Contract.REPLAYS, SEND_SMS.name: Contract.LOOKUP}
+
+
 def plan(events, rows=None, orders=None):
-    return plan_batch(events, rows or {}, orders or {}, owner=ME, tokens=tokens())
+    return plan_batch(events, rows or {}, orders or {}, owner=ME, tokens=tokens(), contracts=CONTRACTS)
 
 
 def row(key, e, status=IdemStatus.DONE, *, attempt=1, owner=ME, token=None, outcome="applied",
@@ -161,15 +165,16 @@ EFFECT_CASES = [
 def test_each_effect_step_falls_in_the_case_its_row_says():
     seen = set()
     for effect, idem_row, recovering, expected in EFFECT_CASES:
-        case = effect_case(effect, idem_row, owner=ME, attempt_cap=5, verifiable={SEND_SMS.name: 30.0},
+        case = effect_case(effect, idem_row, contract=CONTRACTS[effect.name], owner=ME, attempt_cap=5,
+                           verifiable={SEND_SMS.name: 30.0},
                            recovering=recovering)
         assert case is expected, (effect.name, idem_row, recovering)
         seen.add(case)
-    assert effect_case(SEND_SMS, _pending(), owner=ME, attempt_cap=5, verifiable={},
+    assert effect_case(SEND_SMS, _pending(), contract=Contract.NONE, owner=ME, attempt_cap=5, verifiable={},
                        recovering=None) is EffectCase.UNKNOWN_UNASKABLE
-    assert effect_case(SEND_SMS, _pending(outcome=NOT_DELIVERED), owner=ME, attempt_cap=5, verifiable={},
+    assert effect_case(SEND_SMS, _pending(outcome=NOT_DELIVERED), contract=Contract.NONE, owner=ME, attempt_cap=5, verifiable={},
                        recovering=30.0) is EffectCase.RECLAIM           # SMS_LOOKUP=false: a window cannot ask
-    assert effect_case(ISSUE_WAYBILL, _pending(attempt=50), owner=ME, attempt_cap=None, verifiable={},
+    assert effect_case(ISSUE_WAYBILL, _pending(attempt=50), contract=Contract.REPLAYS, owner=ME, attempt_cap=None, verifiable={},
                        recovering=None) is EffectCase.RECLAIM        # no cap: a person asked for the run
     assert seen | {EffectCase.UNKNOWN_UNASKABLE} == set(EffectCase)
 
@@ -193,17 +198,18 @@ def test_a_claim_looked_up_in_a_recovery_window_is_not_delivered_only_once_verif
     _, sms = step_keys(cancel)
     paid = {ORDER: Order(ORDER, OrderStatus.PAID)}
     fresh = plan_batch([cancel], {}, paid, owner=ME, tokens=tokens(), verifiable={SEND_SMS.name: 30.0},
-                       recovering=60.0)
+                       contracts=CONTRACTS, recovering=60.0)
     [job] = fresh.events[0].jobs
     assert job.verify and job.not_called_outcome() == "effect_outcome_unknown"
     rows = {step_keys(cancel)[0]: row(step_keys(cancel)[0], cancel),
             sms: row(sms, cancel, IdemStatus.PENDING, owner="dead/1", token="t", outcome=NOT_DELIVERED)}
     brought_back = plan_batch([cancel], rows, {ORDER: Order(ORDER, OrderStatus.CANCELLED)}, owner=ME,
-                              tokens=tokens(), verifiable={SEND_SMS.name: 30.0}, recovering=60.0)
+                              tokens=tokens(), verifiable={SEND_SMS.name: 30.0}, contracts=CONTRACTS,
+                              recovering=60.0)
     [job] = brought_back.events[0].jobs
     assert job.verify and job.not_called_outcome() == "effect_outcome_unknown"
     plain = plan_batch([cancel], rows, {ORDER: Order(ORDER, OrderStatus.CANCELLED)}, owner=ME, tokens=tokens(),
-                       verifiable={SEND_SMS.name: 30.0})
+                       verifiable={SEND_SMS.name: 30.0}, contracts=CONTRACTS)
     [job] = plain.events[0].jobs
     assert not job.verify and job.not_called_outcome() == "effect_not_delivered"
 
@@ -291,7 +297,7 @@ def test_one_batch_or_many_end_in_the_same_order_state(types, cut):
     def run(batches):
         rows, orders, ranks = {}, {}, []
         for batch in batches:
-            p = plan_batch(batch, rows, orders, owner=ME, tokens=tokens())
+            p = plan_batch(batch, rows, orders, owner=ME, tokens=tokens(), contracts=CONTRACTS)
             for new in p.inserts:
                 rows[new.biz_key] = IdemRow(new.biz_key, new.status, 1, ME, new.idem_token, new.payload_hash,
                                             new.outcome, None, False, 1.0)
@@ -390,13 +396,13 @@ def test_a_pending_row_claimed_as_often_as_the_cap_is_not_claimed_again():
     rows = {local: row(local, e), effect: row(effect, e, IdemStatus.PENDING, attempt=20, owner="dead/9",
                                                 token="persisted", outcome=None, expired=True)}
     orders = {ORDER: Order(ORDER, OrderStatus.CONFIRMED, address="x")}
-    capped = plan_batch([e, ev("ORDER_CANCEL")], rows, orders, owner=ME, tokens=tokens(), attempt_cap=20)
+    capped = plan_batch([e, ev("ORDER_CANCEL")], rows, orders, owner=ME, tokens=tokens(), contracts=CONTRACTS, attempt_cap=20)
     assert isinstance(capped.events[0].error, AttemptsExhausted) and not capped.events[0].error.retriable
     assert capped.events[1].deferred                   # the order's later events wait behind it
     assert not capped.writes and capped.claims == {"done": 1, "capped": 1}
-    below = plan_batch([e], rows, orders, owner=ME, tokens=tokens(), attempt_cap=21)
+    below = plan_batch([e], rows, orders, owner=ME, tokens=tokens(), contracts=CONTRACTS, attempt_cap=21)
     assert below.events[0].jobs[0].attempt == 21
-    lifted = plan_batch([e], rows, orders, owner=ME, tokens=tokens(), attempt_cap=None)    # a person asked
+    lifted = plan_batch([e], rows, orders, owner=ME, tokens=tokens(), contracts=CONTRACTS, attempt_cap=None)    # a person asked
     assert lifted.events[0].jobs[0].token == "persisted"
 
 
@@ -427,13 +433,13 @@ IN_DOUBT = {
 
 def test_a_call_in_doubt_is_decided_by_the_providers_contract():
     for contract, expected in IN_DOUBT.items():
-        effect = replace(SEND_SMS, name="parcel", contract=contract)
-        case = effect_case(effect, _pending(since_call=60.0), owner=ME, attempt_cap=5,
+        effect = replace(SEND_SMS, name="parcel")
+        case = effect_case(effect, _pending(since_call=60.0), contract=contract, owner=ME, attempt_cap=5,
                            verifiable={"parcel": 30.0}, recovering=None)
         assert case is expected, contract
         # In a recovery window, only a lookup's fresh claim waits to ask; the others claim.
-        fresh = effect_case(effect, None, owner=ME, attempt_cap=5, verifiable={"parcel": 30.0}, recovering=5.0)
+        fresh = effect_case(effect, None, contract=contract, owner=ME, attempt_cap=5, verifiable={"parcel": 30.0},
+                            recovering=5.0)
         assert fresh is (EffectCase.RECOVERY_WAIT if contract is Contract.LOOKUP else EffectCase.CLAIM), contract
     assert set(IN_DOUBT) == set(Contract)
-    assert [c for c in Contract if replace(SEND_SMS, contract=c).idempotent] == [Contract.REPLAYS,
-                                                                                  Contract.REFUSES_DUPLICATES]
+    assert [c for c in Contract if c.idempotent] == [Contract.REPLAYS, Contract.REFUSES_DUPLICATES]

@@ -116,3 +116,38 @@ def test_the_readme_has_the_reference_the_fields_render():
     assert written is not None, f"README.md lost the markers {reference.BEGIN!r} ... {reference.END!r}"
     assert written == reference.render(), \
         f"README.md's configuration reference is not what the settings say: run `{reference.COMMAND}`"
+
+
+def test_each_effect_has_nested_settings_with_todays_names_as_aliases(monkeypatch):
+    monkeypatch.setenv("LOGISTICS_URL", "http://old-name:1")
+    monkeypatch.setenv("SMS_LOOKUP", "false")
+    monkeypatch.setenv("effects__sms__url", "http://gateway:2")            # any case
+    monkeypatch.setenv("EFFECTS__WAYBILL__PROVIDER", "express")
+    monkeypatch.setenv("EFFECTS__WAYBILL__TIMEOUT_SECONDS", "9")          # no more than EFFECT_TIMEOUT_SECONDS
+    monkeypatch.setenv("EFFECTS__WAYBILL__SECRET", " s3cr3t ")
+    s = Settings()
+    waybill, sms = s.effects.effect("waybill"), s.effects.effect("sms")
+    assert (waybill.url, waybill.provider, waybill.timeout_seconds) == ("http://old-name:1", "express", 3.0)
+    assert waybill.secret is not None and waybill.secret.get_secret_value() == "s3cr3t"
+    assert (sms.url, sms.lookup) == ("http://gateway:2", False)
+    assert "s3cr3t" not in repr(s) and "s3cr3t" not in str(s.model_dump())
+    monkeypatch.setenv("EFFECTS__WAYBILL__URL", "http://new-name:3")       # the nested name wins over its alias
+    assert Settings().effects.effect("waybill").url == "http://new-name:3"
+    assert s.effects.lookups() == []
+
+
+def test_a_bad_nested_setting_is_named_and_its_value_never_shown(monkeypatch):
+    monkeypatch.setenv("EFFECTS__WAYBILL__TIMEOUT_SECONDS", "-1")
+    monkeypatch.setenv("EFFECTS__WAYBILL__COLOUR", "blue")
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    said = explain(caught.value)
+    assert "EFFECTS__WAYBILL__TIMEOUT_SECONDS" in said and "EFFECTS__WAYBILL__COLOUR" in said
+    assert "blue" not in said
+
+
+def test_a_lookup_of_any_effect_counts_in_the_lease_check():
+    with pytest.raises(ValidationError, match="the lookup of parcel is on"):
+        Settings(sms_lookup=False, effects__parcel__lookup=True, lease_seconds=30, effect_timeout_seconds=3,
+                 batch_size=500, effect_concurrency=128)
+    Settings(sms_lookup=False, lease_seconds=30, effect_timeout_seconds=3, batch_size=500, effect_concurrency=128)

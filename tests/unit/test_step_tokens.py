@@ -13,6 +13,7 @@ from app.pipeline.events import decode
 from app.pipeline.model import IdemRow
 from app.pipeline.plan import plan_batch, step_keys
 from app.pipeline.states import IdemStatus
+from app.pipeline.steps import Contract
 from app.pipeline.tokens import TOKEN_CHARS, StepTokens
 from app.settings import Settings, SettingsError
 from harness.events import event, record
@@ -61,7 +62,8 @@ def test_a_row_keeps_the_token_it_was_claimed_with():
                                  "a-random-token-of-before" if row.status is IdemStatus.PENDING else row.idem_token,
                                  row.payload_hash, row.outcome, None, expired=True, remaining=0.0)
             for row in first.inserts}
-    again = plan_batch(events, rows, dict(first.orders), owner="b/main/2", tokens=tokens)
+    again = plan_batch(events, rows, dict(first.orders), owner="b/main/2", tokens=tokens,
+                       contracts={"waybill": Contract.REPLAYS})
     [job] = again.events[2].jobs
     assert job.token == "a-random-token-of-before" and job.attempt == 2
 

@@ -18,7 +18,7 @@ from app.observability.metrics import EFFECT_CALLS, EFFECT_SECONDS
 from app.pipeline.errors import PipelineError
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
-from app.pipeline.steps import Effect, effects_used
+from app.pipeline.steps import Contract, Effect, effects_used
 
 
 def http_session(connections: int) -> aiohttp.ClientSession:
@@ -51,24 +51,28 @@ class MissingEffectClient(RuntimeError):
 
 
 class LookupOutsideContract(RuntimeError):
-    """A client offers a lookup for an effect whose provider's contract has none."""
+    """A client whose contract is ``lookup`` cannot look anything up."""
 
 
 class EffectClients:
     def __init__(self, clients: Mapping[str, Client], *, required: Iterable[Effect] | None = None) -> None:
         self.check(clients, required=required)
         self.clients = dict(clients)
-        effects = {effect.name: effect for effect in (required if required is not None else effects_used().values())}
-        offering = {name for name, client in self.clients.items() if getattr(client, "lookup_enabled", False)}
-        outside = sorted(name for name in offering if name in effects and not effects[name].verifiable)
-        if outside:
+        # The deployed providers' contracts (a client says its own: an SMS gateway without its
+        # lookup is ``none``); a client that says none is taken as ``none``.
+        self.contracts: dict[str, Contract] = {
+            name: getattr(client, "contract", Contract.NONE) for name, client in self.clients.items()}
+        asking = sorted(name for name, contract in self.contracts.items() if contract.verifiable)
+        unable = [name for name in asking
+                  if not callable(getattr(self.clients[name], "lookup", None))
+                  or not isinstance(getattr(self.clients[name], "lookup_settle_seconds", None), (int, float))]
+        if unable:
             raise LookupOutsideContract(
-                f"the client(s) of {', '.join(outside)} offer a lookup, but the effect's contract "
-                f"({', '.join(effects[name].contract.value for name in outside)}) has none: declare the "
-                f"contract as lookup (app/pipeline/steps.py), or turn the client's lookup off")
-        # The effects whose calls in doubt are asked about (their contract is ``lookup`` and the
-        # deployed service offers it): how long after a call their service can be asked.
-        self.verifiable = {name: self.clients[name].lookup_settle_seconds for name in sorted(offering)}
+                f"the client(s) of {', '.join(unable)} declare the contract lookup but have no lookup (a "
+                "lookup(job) method and lookup_settle_seconds): give them one, or declare the contract the "
+                "provider has (app/adapters/effects/<provider>.py)")
+        # The effects whose calls in doubt are asked about: how long after a call their provider can be asked.
+        self.verifiable = {name: float(self.clients[name].lookup_settle_seconds) for name in asking}
 
     @staticmethod
     def check(names: Iterable[str], *, required: Iterable[Effect] | None = None) -> None:
@@ -79,7 +83,7 @@ class EffectClients:
         if missing:
             raise MissingEffectClient(
                 f"no client registered for the effect(s) {', '.join(missing)}: every effect a pipeline declares "
-                f"(app/pipeline/steps.py) needs one (app/bootstrap.py, EFFECT_CLIENTS); registered: "
+                f"(app/pipeline/steps.py) needs a provider (app/adapters/effects/registry.py); registered: "
                 f"{', '.join(sorted(names)) or 'none'}")
 
     async def call(self, job: EffectJob) -> Receipt:

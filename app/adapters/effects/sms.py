@@ -2,7 +2,8 @@
 one more message. The call carries the step's persisted token as ``client_ref``; a
 gateway that offers the lookup ``GET /v1/sms/{client_ref}`` (200: accepted, with the
 message; 404: never accepted) lets a call whose outcome is unknown be verified instead
-of given up on (``SMS_LOOKUP``).
+of given up on (``EFFECTS__SMS__LOOKUP``, alias ``SMS_LOOKUP``). Contract: ``lookup``, or ``none``
+when the deployed gateway has no lookup.
 
 =====================  ==================================================
 what happened          what it means
@@ -34,6 +35,7 @@ import aiohttp
 import orjson
 
 from app.adapters.effects import call_timeout
+from app.adapters.effects.provider import Provider, where
 from app.pipeline.errors import (
     EffectNotDelivered,
     EffectOutcomeUnknown,
@@ -44,6 +46,8 @@ from app.pipeline.errors import (
 from app.pipeline.excerpts import excerpt
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
+from app.pipeline.steps import SEND_SMS, Contract
+from app.settings.effects import ResolvedEffect
 
 
 class SmsClient:
@@ -54,10 +58,11 @@ class SmsClient:
         self.url = f"{base_url.rstrip('/')}/v1/sms"
         self.timeout = call_timeout(timeout_seconds, connect_timeout_seconds or timeout_seconds / 2)
         self.lookup_enabled = lookup
+        self.contract = Contract.LOOKUP if lookup else Contract.NONE
         self.lookup_settle_seconds = lookup_settle_seconds
 
     async def call(self, job: EffectJob) -> Receipt:
-        where = f"SMS for {job.order_no}"
+        at = where(job)
         try:
             async with self.session.post(self.url, json={**job.request, "client_ref": job.token},
                                          timeout=self.timeout, allow_redirects=False) as resp:
@@ -65,20 +70,20 @@ class SmsClient:
                 if 200 <= resp.status < 300:
                     return Receipt(reference=_message_id(body))
                 if 400 <= resp.status < 500:
-                    raise EffectNotDelivered(f"{where}: refused with {resp.status}: {excerpt(body)}")
-                raise self._maybe_sent(f"{where}: answered {resp.status}; it may have been sent")
+                    raise EffectNotDelivered(f"{at}: refused with {resp.status}: {excerpt(body)}")
+                raise self._maybe_sent(f"{at}: answered {resp.status}; it may have been sent")
         except PipelineError:
             raise
         except aiohttp.ClientConnectorError as exc:
             # The connection never opened: nothing was sent.
-            raise EffectNotDelivered(f"{where}: {exc}") from None
+            raise EffectNotDelivered(f"{at}: {exc}") from None
         except aiohttp.ConnectionTimeoutError:
             # No connection within its limit (none free in the pool, or a connect that hung): nothing was sent.
-            raise EffectNotDelivered(f"{where}: no connection within {self.timeout.connect:g}s; not sent") from None
+            raise EffectNotDelivered(f"{at}: no connection within {self.timeout.connect:g}s; not sent") from None
         except TimeoutError:
-            raise self._maybe_sent(f"{where}: no answer within {self.timeout.total}s; it may have been sent") from None
+            raise self._maybe_sent(f"{at}: no answer within {self.timeout.total}s; it may have been sent") from None
         except aiohttp.ClientError as exc:
-            raise self._maybe_sent(f"{where}: {exc.__class__.__name__} after the request; it may have been sent") from None
+            raise self._maybe_sent(f"{at}: {exc.__class__.__name__} after the request; it may have been sent") from None
 
     def _maybe_sent(self, message: str) -> PipelineError:
         """A call that may have been sent: looked up once the settle has passed (with the lookup)."""
@@ -88,7 +93,7 @@ class SmsClient:
 
     async def lookup(self, job: EffectJob) -> Receipt | None:
         """Whether the gateway ever accepted ``job``'s token as a client_ref."""
-        where = f"SMS lookup for {job.order_no}"
+        at = f"{where(job)}: lookup"
         try:
             async with self.session.get(f"{self.url}/{job.token}", timeout=self.timeout,
                                         allow_redirects=False) as resp:
@@ -97,11 +102,11 @@ class SmsClient:
                     return Receipt(reference=_message_id(body))
                 if resp.status == 404:
                     return None
-                raise EffectUnavailable(f"{where}: answered {resp.status}; cannot tell yet")
+                raise EffectUnavailable(f"{at}: answered {resp.status}; cannot tell yet")
         except PipelineError:
             raise
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise EffectUnavailable(f"{where}: {exc.__class__.__name__}; cannot tell yet") from None
+            raise EffectUnavailable(f"{at}: {exc.__class__.__name__}; cannot tell yet") from None
 
 
 def _message_id(body: bytes) -> str | None:
@@ -111,3 +116,13 @@ def _message_id(body: bytes) -> str | None:
         return None
     value = doc.get("message_id") if isinstance(doc, dict) else None
     return value if isinstance(value, str) else None
+
+
+def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> SmsClient:
+    return SmsClient(session, base_url=settings.url, timeout_seconds=settings.timeout_seconds,
+                     connect_timeout_seconds=settings.connect_timeout_seconds, lookup=settings.lookup,
+                     lookup_settle_seconds=settings.lookup_settle_seconds)
+
+
+PROVIDER = Provider("sms", SEND_SMS, Contract.LOOKUP, build, noun="SMS", services=("sms", "sms_lookup"),
+                    lookup_optional=True)

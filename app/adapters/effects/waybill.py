@@ -1,5 +1,6 @@
 """The logistics API: ``POST /v1/waybills`` with ``Idempotency-Key``; a key seen before
-answers with the same waybill.
+answers with the same waybill. Contract: ``replays``. The waybill's default provider
+(``EFFECTS__WAYBILL__PROVIDER=waybill``; its URL: ``EFFECTS__WAYBILL__URL``, alias ``LOGISTICS_URL``).
 
 =====================  ==================================================
 what happened          what it means
@@ -30,10 +31,13 @@ import aiohttp
 import orjson
 
 from app.adapters.effects import call_timeout
+from app.adapters.effects.provider import Provider, where
 from app.pipeline.errors import EffectBadReceipt, EffectNotDelivered, EffectRejected, EffectUnavailable, PipelineError
 from app.pipeline.excerpts import excerpt
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
+from app.pipeline.steps import ISSUE_WAYBILL, Contract
+from app.settings.effects import ResolvedEffect
 from tables.schema import t_waybill_receipt
 
 RETRY_LATER = {408, 409, 429}
@@ -41,6 +45,8 @@ WAYBILL_NO_MAX = t_waybill_receipt.c.waybill_no.type.length
 
 
 class WaybillClient:
+    contract = Contract.REPLAYS
+
     def __init__(self, session: aiohttp.ClientSession, *, base_url: str, timeout_seconds: float,
                  connect_timeout_seconds: float | None = None) -> None:
         self.session = session
@@ -48,27 +54,27 @@ class WaybillClient:
         self.timeout = call_timeout(timeout_seconds, connect_timeout_seconds or timeout_seconds / 2)
 
     async def call(self, job: EffectJob) -> Receipt:
-        where = f"logistics for {job.order_no}"
+        at = where(job)
         try:
             async with self.session.post(self.url, json=job.request, timeout=self.timeout,
                                          headers={"Idempotency-Key": job.token}, allow_redirects=False) as resp:
                 body = await resp.read()
                 if resp.status in (200, 201):
-                    return Receipt(reference=_waybill_no(where, resp.status, body))
+                    return Receipt(reference=_waybill_no(at, resp.status, body))
                 if 400 <= resp.status < 500 and resp.status not in RETRY_LATER:
-                    raise EffectRejected(f"{where}: refused with {resp.status}: {excerpt(body)}")
-                raise EffectUnavailable(f"{where}: answered {resp.status}")
+                    raise EffectRejected(f"{at}: refused with {resp.status}: {excerpt(body)}")
+                raise EffectUnavailable(f"{at}: answered {resp.status}")
         except PipelineError:
             raise
         except aiohttp.ClientConnectorError as exc:
             # The connection never opened: nothing was sent (a waybill voided meanwhile needs no one to look).
-            raise EffectNotDelivered(f"{where}: {exc}") from None
+            raise EffectNotDelivered(f"{at}: {exc}") from None
         except aiohttp.ConnectionTimeoutError:
-            raise EffectNotDelivered(f"{where}: no connection within {self.timeout.connect:g}s; not sent") from None
+            raise EffectNotDelivered(f"{at}: no connection within {self.timeout.connect:g}s; not sent") from None
         except TimeoutError:
-            raise EffectUnavailable(f"{where}: no answer within {self.timeout.total}s") from None
+            raise EffectUnavailable(f"{at}: no answer within {self.timeout.total}s") from None
         except aiohttp.ClientError as exc:
-            raise EffectUnavailable(f"{where}: {exc.__class__.__name__}: {exc}") from None
+            raise EffectUnavailable(f"{at}: {exc.__class__.__name__}: {exc}") from None
 
 
 def _waybill_no(where: str, status: int, body: bytes) -> str:
@@ -86,3 +92,11 @@ def _waybill_no(where: str, status: int, body: bytes) -> str:
         raise EffectBadReceipt(f"{where}: {status} with a waybill_no of {len(value)} characters, longer than "
                                f"the {WAYBILL_NO_MAX} the receipt holds: {value[:80]!r}...")
     return value
+
+
+def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> WaybillClient:
+    return WaybillClient(session, base_url=settings.url, timeout_seconds=settings.timeout_seconds,
+                         connect_timeout_seconds=settings.connect_timeout_seconds)
+
+
+PROVIDER = Provider("waybill", ISSUE_WAYBILL, Contract.REPLAYS, build, noun="waybill", services=("waybill",))

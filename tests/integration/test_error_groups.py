@@ -65,7 +65,7 @@ async def test_the_dead_letters_of_one_outage_are_one_group_with_its_counts_and_
     assert set(by_fp) == {fp, other} and listing["groups"][0]["fingerprint"] == fp      # the largest first
     group = by_fp[fp]
     assert (group["letters"], group["open"], group["orders"], group["open_share"]) == (5, 5, 5, 1.0)
-    assert (group["reason"], group["effect"], group["detail"]) == ("effect_unavailable", "logistics", "503")
+    assert (group["reason"], group["effect"], group["detail"]) == ("effect_unavailable", "waybill", "503")
     assert group["sample"].startswith("waybill for ORD-") and group["first_seen"] <= group["last_seen"]
     assert (by_fp[other]["reason"], by_fp[other]["detail"], by_fp[other]["letters"]) == ("effect_rejected", "422", 1)
     assert listing["queue"]["depth"] == 6 and listing["queue"]["oldest_open_age_seconds"] >= 0

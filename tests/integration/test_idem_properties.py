@@ -43,6 +43,7 @@ from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import Finished, Receipt
 from app.pipeline.processor import Processor
 from app.pipeline.states import IdemStatus, OrderStatus
+from app.pipeline.steps import Contract
 from app.pipeline.tokens import StepTokens
 from harness import sql_modes
 from harness.events import order_no
@@ -67,6 +68,7 @@ class NoCalls:
     """T2 is played by the test: the processor never calls out here."""
 
     verifiable: dict[str, float] = {}
+    contracts = {"waybill": Contract.REPLAYS, "sms": Contract.LOOKUP}      # the shipped providers'
 
     async def call(self, job: EffectJob) -> Receipt:
         raise AssertionError("no call expected")

@@ -95,7 +95,7 @@ class LockerClient:
         raise NotImplementedError
 
 
-LOCKER = Provider("locker", PARCEL, Contract.REFUSES_DUPLICATES, lambda session, s: LockerClient(s), noun="locker",
+LOCKER = Provider("locker", PARCEL, Contract.REFUSES_DUPLICATES, lambda session, s: LockerClient(s),
                   services=("locker", "locker_lookup"), fake_settings={"KEY_ID": "demo"})
 
 

@@ -178,6 +178,6 @@ def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> ExpressCl
 FAKE_KEY_ID = "demo-merchant"
 FAKE_SECRET = "demo-express-secret-not-for-production"
 
-PROVIDER = Provider("express", ISSUE_WAYBILL, Contract.REFUSES_DUPLICATES, build, noun="waybill",
+PROVIDER = Provider("express", ISSUE_WAYBILL, Contract.REFUSES_DUPLICATES, build,
                     services=("express", "express_lookup"),
                     fake_settings={"KEY_ID": FAKE_KEY_ID, "SECRET": FAKE_SECRET})

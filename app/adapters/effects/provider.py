@@ -27,7 +27,6 @@ class Provider:
     effect: Effect               # the pipeline's effect it serves (app/pipeline/steps.py)
     contract: Contract           # what it does with a call made twice
     build: Callable[[aiohttp.ClientSession, ResolvedEffect], object] = field(repr=False)
-    noun: str                    # what the effect leaves at the provider, as a person looks for it there
     # What the fakes' ledger (app/demo/fakes.py) records its calls as: the call, then the lookup if any.
     services: tuple[str, ...] = ()
     # Settings (the part after EFFECTS__<EFFECT>__) a worker needs to use the provider's fake, beside its URL.

@@ -124,5 +124,5 @@ def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> SmsClient
                      lookup_settle_seconds=settings.lookup_settle_seconds)
 
 
-PROVIDER = Provider("sms", SEND_SMS, Contract.LOOKUP, build, noun="SMS", services=("sms", "sms_lookup"),
+PROVIDER = Provider("sms", SEND_SMS, Contract.LOOKUP, build, services=("sms", "sms_lookup"),
                     lookup_optional=True)

@@ -99,4 +99,4 @@ def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> WaybillCl
                          connect_timeout_seconds=settings.connect_timeout_seconds)
 
 
-PROVIDER = Provider("waybill", ISSUE_WAYBILL, Contract.REPLAYS, build, noun="waybill", services=("waybill",))
+PROVIDER = Provider("waybill", ISSUE_WAYBILL, Contract.REPLAYS, build, services=("waybill",))

@@ -11,7 +11,9 @@ phase 2   each record that failed retriably, or was deferred behind a failed
           lease instead (bounded), without using up its retries. Records of an
           order that ask for the same thing (same idempotency key and payload)
           are one piece of work: the first one is retried, the others share
-          its end.
+          its end. So do they in phase 1, where the plan answers a copy
+          ``duplicate`` before its lead's calls are made: a copy of a request
+          that fails is dead-lettered with it, never read past.
 dead      non-retriable errors and exhausted retries: a t_compensation row,
 letters   then the record on the dead-letter topic (``app.pipeline.letters``).
 
@@ -152,16 +154,22 @@ class BatchHandler:
         results = await run.phase1(items)
         run.lap("phase1")
         retry: list[tuple[_Item, PipelineError | None]] = []
-        for item, result in zip(items, results):
+        for lead, result, copies in _copies_follow_their_lead(items, results):
             if result.ok:
                 report.outcomes[result.outcome] += 1
+                if copies:
+                    report.outcomes[Outcome.DUPLICATE] += len(copies)
                 continue
             if result.error is not None:
-                item.attempts, item.first_failure = 1, letters.now()
+                for item in (lead, *copies):
+                    item.attempts, item.first_failure = 1, letters.now()
                 if not (result.error.retriable and result.error.retry_in_batch):
-                    report.dead_letters.append(self._letter_for(item, result.error))
+                    report.dead_letters.append(self._letter_for(lead, result.error))
+                    report.dead_letters.extend(self._letter_for(item, letters.same_request(result.error, lead.record))
+                                               for item in copies)
                     continue
-            retry.append((item, result.error))
+            retry.append((lead, result.error))
+            retry.extend((item, result.error) for item in copies)     # phase 2 makes them one piece again
         if retry:
             await run.phase2(retry)
             run.lap("phase2")
@@ -312,6 +320,26 @@ class _Run:
             log.exception("internal error on %s[%s]@%s", item.record.topic, item.record.partition,
                           item.record.offset)
             return Result(error=InternalError(f"{exc.__class__.__name__}: {exc}"))
+
+
+def _copies_follow_their_lead(items: list[_Item], results: Sequence[Result]):
+    """``(record, its result, its copies)`` in offset order: a record asking for what an earlier
+    record of the batch asks for (the same request, the same payload) was answered
+    ``duplicate`` by the plan before its lead's calls were made. It ends as its lead does:
+    a duplicate when the lead ends well, dead-lettered with it (or retried with it) when it
+    does not, never read past while the request it repeats failed."""
+    leads: dict[tuple[str, str], tuple[_Item, Result, list[_Item]]] = {}
+    ordered: list[tuple[_Item, Result, list[_Item]]] = []
+    for item, result in zip(items, results):
+        work = item.work
+        first = leads.get(work)
+        if first is not None and result.outcome is Outcome.DUPLICATE:
+            first[2].append(item)
+            continue
+        entry: tuple[_Item, Result, list[_Item]] = (item, result, [])
+        leads.setdefault(work, entry)
+        ordered.append(entry)
+    return ordered
 
 
 def _pieces_of_work(chain: list[tuple[_Item, PipelineError | None]]):

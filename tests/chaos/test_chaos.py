@@ -41,9 +41,15 @@ def test_a_short_storm_loses_nothing_does_nothing_twice_and_moves_no_order_back(
     assert report.kills > 0 and report.rebalances >= 2 and report.cut_seconds > 0 and report.api_503_seconds > 0
 
 
+# The storm on three brokers deploys the providers of the other two contracts: the courier that
+# refuses a repeated reference (signed, enveloped) and an SMS gateway without lookup.
+OTHER_CONTRACTS = {"EFFECTS__WAYBILL__PROVIDER": "express", "EFFECTS__SMS__LOOKUP": "false"}
+
+
 def test_a_short_storm_on_three_brokers_over_sasl_ssl_keeps_every_acknowledged_record():
     seed = int(os.environ.get("CHAOS_SEED") or secrets.randbelow(10**6))
-    report = _passed(run("short", seed, cluster=True), seed)
+    report = _passed(run("short", seed, cluster=True, settings=OTHER_CONTRACTS), seed)
+    assert report.effects["express_calls"] > 0 and report.effects.get("sms_lookup_calls", 0) == 0
     assert report.cluster == {"nodes": 3, "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
                               "proxied": True}
     assert report.kills > 0 and report.rebalances >= 2

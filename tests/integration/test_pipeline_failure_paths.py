@@ -247,6 +247,28 @@ async def test_a_redirect_after_an_sms_was_accepted_is_not_followed(harness, loo
     assert len(harness.fakes.ledger.sms[order]) == 1                   # accepted once, never sent again
 
 
+
+@pytest.mark.parametrize("lookup", [False, True], ids=["no_lookup", "lookup"])
+@pytest.mark.parametrize("copy", ["exact", "republished"])
+async def test_a_copy_of_a_request_in_its_batch_ends_as_the_request_does(harness, lookup, copy):
+    """A CANCEL and its copy (the same bytes, or a new event_id) in one batch; the gateway
+    answers the CANCEL's SMS with a 503, so it may have been sent. The copy never ran on its
+    own: it is dead-lettered with the CANCEL, not read past as a duplicate of something that
+    did not end well."""
+    p = await harness.processor(sms_lookup=lookup, settle=60.0)
+    [order] = await paid_orders(p, 1, f"COPY{copy[0].upper()}{int(lookup)}")
+    harness.fakes.configure({"sms": {"fail_next": 1, "fail_status": 503}})
+    cancel = event(order, "ORDER_CANCEL")
+    again = cancel if copy == "exact" else dict(cancel, event_id=f"{cancel['event_id']}-again")
+    records = [source(cancel), source(again)]
+    report = await harness.batches(p, deadline=2.0).handle(records)
+
+    assert [(letter.record, letter.event_id) for letter in report.dead_letters] == [
+        (records[0], cancel["event_id"]), (records[1], again["event_id"])], report
+    assert "same request as" in report.dead_letters[1].message
+    assert len(harness.fakes.ledger.sms[order]) <= 1                     # never sent twice
+    assert "duplicate" not in report.outcomes
+
 # -- 13. the ledger is per consumer group and per record -----------------------------------------
 
 async def test_ledger_rows_are_per_group_and_survive_a_recreated_topic(harness):

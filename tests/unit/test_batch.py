@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from app.pipeline.batch import BatchHandler, Fatal
-from app.pipeline.errors import EffectRejected, EffectUnavailable, LeaseHeld, PreconditionNotMet, StoreUnavailable
+from app.pipeline.errors import (
+    EffectRejected,
+    EffectUnavailable,
+    LeaseHeld,
+    PreconditionNotMet,
+    StoreUnavailable,
+    UnknownOutcomeNonIdempotent,
+)
+from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import SourceRecord, UnreadableRun
 from app.pipeline.processor import Result
 from harness.events import event, order_no, record
@@ -260,6 +268,48 @@ async def test_copies_of_a_request_that_succeeds_are_duplicates():
     report = await h.handle(records(confirm, dict(confirm, event_id="again")))
     assert report.outcomes == {"applied": 1, "duplicate": 1} and len(processor.runs) == 2
 
+
+
+DUPLICATE = Result(outcome=Outcome.DUPLICATE)     # what the plan answers a copy of a request already in the batch
+
+
+@pytest.mark.parametrize("ending, reason", [(EffectRejected("no"), "effect_rejected"),
+                                            (UnknownOutcomeNonIdempotent("503, may have been sent"),
+                                             "unknown_outcome_non_idempotent")])
+async def test_a_copy_of_a_request_that_fails_for_good_is_dead_lettered_with_it(ending, reason):
+    o = order_no()
+    cancel = event(o, "ORDER_CANCEL")
+    h, _ = handler(ScriptedProcessor({o: [Result(error=ending), DUPLICATE]}))
+    report = await h.handle(records(cancel, dict(cancel, event_id="again")))
+    assert [(letter.record.offset, letter.reason) for letter in report.dead_letters] == [(0, reason), (1, reason)]
+    assert "same request as order-event[0]@0" in report.dead_letters[1].message
+    assert report.outcomes == {"dead_letter": 2}
+
+
+async def test_a_copy_follows_its_request_through_the_retries():
+    o = order_no()
+    cancel = event(o, "ORDER_CANCEL")
+    retried_then_ok = ScriptedProcessor({o: [Result(error=EffectUnavailable("503")), DUPLICATE, OK]})
+    h, _ = handler(retried_then_ok)
+    report = await h.handle(records(cancel, cancel))
+    assert report.outcomes == {"applied": 1, "duplicate": 1} and len(retried_then_ok.runs) == 2
+
+    retried_then_rejected = ScriptedProcessor({o: [Result(error=EffectUnavailable("503")), DUPLICATE,
+                                                   Result(error=EffectRejected("no"))]})
+    h, _ = handler(retried_then_rejected)
+    report = await h.handle(records(cancel, cancel))
+    assert [letter.reason for letter in report.dead_letters] == ["effect_rejected"] * 2
+    assert len(retried_then_rejected.runs) == 2                # the copy is not run on its own
+
+
+async def test_a_duplicate_of_an_earlier_batch_is_not_a_copy_of_another_request():
+    """Two different requests of one order, the first a replay the plan answers ``duplicate``:
+    the second's failure is its own."""
+    o = order_no()
+    h, _ = handler(ScriptedProcessor({o: [DUPLICATE, Result(error=EffectRejected("no"))]}))
+    report = await h.handle(records(event(o, "ORDER_CONFIRM"), event(o, "ORDER_CANCEL")))
+    assert report.outcomes == {"duplicate": 1, "dead_letter": 1}
+    assert [letter.record.offset for letter in report.dead_letters] == [1]
 
 async def test_a_lease_wait_longer_than_the_deadline_is_dead_lettered_for_the_compensator():
     o = order_no()

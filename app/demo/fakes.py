@@ -275,14 +275,20 @@ class FakeServices:
     async def sms_lookup(self, request: web.Request) -> web.Response:
         ref = request.match_info["client_ref"]
         self.ledger.calls.append({"service": "sms_lookup", "client_ref": ref, "at": time.time()})
-        faults = self.faults["sms"]
-        if faults.lookup_fail_next > 0:
-            faults.lookup_fail_next -= 1
-            return web.json_response({"error": "injected failure"}, status=503)
+        if (failure := self._lookup_fault("sms")) is not None:
+            return failure
         message_id = self.ledger.sms_by_ref.get(ref)
         if message_id is None:
             return web.json_response({"error": f"no message with client_ref {ref}"}, status=404)
         return web.json_response({"client_ref": ref, "message_id": message_id, "status": "accepted"})
+
+    def _lookup_fault(self, service: str) -> web.Response | None:
+        """A 503 while the service's ``lookup_fail_next`` counts down."""
+        faults = self.faults[service]
+        if faults.lookup_fail_next <= 0:
+            return None
+        faults.lookup_fail_next -= 1
+        return web.json_response({"error": "injected failure"}, status=503)
 
     def _express_refusal(self, request: web.Request, body: bytes) -> web.Response | None:
         """401 with code 1001 unless the request is signed as the express API wants: its own check,
@@ -336,10 +342,8 @@ class FakeServices:
         self.ledger.calls.append({"service": "express_lookup", "key": ref, "at": time.time()})
         if (refusal := self._express_refusal(request, await request.read())) is not None:
             return refusal
-        faults = self.faults["express"]
-        if faults.lookup_fail_next > 0:
-            faults.lookup_fail_next -= 1
-            return web.json_response({"error": "injected failure"}, status=503)
+        if (failure := self._lookup_fault("express")) is not None:
+            return failure
         waybill_no = self.ledger.express_by_ref.get(ref)
         if waybill_no is None:
             return web.json_response({"code": 1004, "message": f"no order {ref}"})

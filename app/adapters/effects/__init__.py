@@ -9,16 +9,20 @@ event that needs it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
-from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 import aiohttp
 
 from app.observability.metrics import EFFECT_CALLS, EFFECT_SECONDS
-from app.pipeline.errors import PipelineError
+from app.pipeline.errors import EffectBadReceipt, EffectNotDelivered, EffectUnavailable, PipelineError
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
 from app.pipeline.steps import Contract, Effect, effects_used
+from tables.schema import t_waybill_receipt
+
+WAYBILL_NO_MAX = t_waybill_receipt.c.waybill_no.type.length
 
 
 def http_session(connections: int) -> aiohttp.ClientSession:
@@ -37,6 +41,43 @@ def call_timeout(total: float, connect: float) -> aiohttp.ClientTimeout:
     ``aiohttp.ConnectionTimeoutError`` before a byte of the request was written, which the clients
     report as not delivered; only the request that was sent can end with an unknown outcome."""
     return aiohttp.ClientTimeout(total=total, connect=min(connect, total))
+
+
+@contextmanager
+def transport_errors(at: str, timeout: aiohttp.ClientTimeout,
+                     in_doubt: Callable[[str], PipelineError] = EffectUnavailable) -> Iterator[None]:
+    """A call's connection and timeout troubles, read the same way by every client: no connection
+    (refused, or none within ``timeout.connect``) means nothing was sent, so a retry is safe;
+    no answer in time, or a connection lost after the request, is ``in_doubt`` (a client whose
+    provider neither replays nor refuses a repeated call says so: the SMS). A
+    :class:`PipelineError` the call raised itself goes through as it is."""
+    try:
+        yield
+    except PipelineError:
+        raise
+    except aiohttp.ClientConnectorError as exc:
+        raise EffectNotDelivered(f"{at}: {exc}") from None
+    except aiohttp.ConnectionTimeoutError:      # before TimeoutError, which it is too
+        raise EffectNotDelivered(f"{at}: no connection within {timeout.connect:g}s; not sent") from None
+    except TimeoutError:
+        raise in_doubt(f"{at}: no answer within {timeout.total:g}s") from None
+    except aiohttp.ClientError as exc:
+        raise in_doubt(f"{at}: {exc.__class__.__name__}: {exc}") from None
+
+
+def waybill_number(at: str, said: str, value: Any, *, answer: str = "") -> str:
+    """The waybill number a provider answered (``said``: how, e.g. ``200`` or ``code 0``), checked
+    to fit the receipt: missing is a glitch worth a retry (the same token asks again and gets the
+    same waybill); not a string, or longer than the receipt holds, is a bad receipt. ``answer``:
+    an excerpt of the answer, for the message when the number is missing."""
+    if value is None or value == "":
+        raise EffectUnavailable(f"{at}: {said} without a waybill_no" + (f": {answer}" if answer else ""))
+    if not isinstance(value, str):
+        raise EffectBadReceipt(f"{at}: {said} with a waybill_no that is not a string: {value!r:.100}")
+    if len(value) > WAYBILL_NO_MAX:
+        raise EffectBadReceipt(f"{at}: {said} with a waybill_no of {len(value)} characters, longer than "
+                               f"the {WAYBILL_NO_MAX} the receipt holds: {value[:80]!r}...")
+    return value
 
 
 class Client(Protocol):

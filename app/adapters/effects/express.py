@@ -44,22 +44,20 @@ from typing import Any
 import aiohttp
 import orjson
 
-from app.adapters.effects import call_timeout
+from app.adapters.effects import call_timeout, transport_errors, waybill_number
 from app.adapters.effects.provider import Provider, where
 from app.adapters.effects.signing import CredentialsRefused, Envelope, HmacSigner, Reply, Verdict
-from app.pipeline.errors import EffectBadReceipt, EffectNotDelivered, EffectRejected, EffectUnavailable, PipelineError
+from app.pipeline.errors import EffectRejected, EffectUnavailable, PipelineError
 from app.pipeline.excerpts import excerpt
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
 from app.pipeline.steps import ISSUE_WAYBILL, Contract
 from app.settings.effects import ResolvedEffect
-from tables.schema import t_waybill_receipt
 
 ORDERS = "/express/v1/orders"
 ENVELOPE = Envelope(ok=(0,), unauthorised=(1001,), duplicate=(1002,), retry_later=(1003,), not_found=(1004,))
 HEADERS = {"key_header": "X-Express-Key", "timestamp_header": "X-Express-Timestamp",
            "nonce_header": "X-Express-Nonce", "signature_header": "X-Express-Signature"}
-WAYBILL_NO_MAX = t_waybill_receipt.c.waybill_no.type.length
 RETRY_STATUS = {408, 429}
 
 
@@ -77,7 +75,7 @@ class ExpressClient:
 
     async def call(self, job: EffectJob) -> Receipt:
         at = where(job)
-        try:
+        with transport_errors(at, self.timeout):
             # The send and, after a refused duplicate, the lookup share the call's time.
             async with asyncio.timeout(self.total):
                 body = orjson.dumps({"out_order_no": job.token, **job.request})
@@ -91,16 +89,6 @@ class ExpressClient:
                                                 "reference yet")
                     return found
                 raise self._error(at, status, raw, reply)
-        except PipelineError:
-            raise
-        except aiohttp.ClientConnectorError as exc:
-            raise EffectNotDelivered(f"{at}: {exc}") from None
-        except aiohttp.ConnectionTimeoutError:
-            raise EffectNotDelivered(f"{at}: no connection within {self.timeout.connect:g}s; not sent") from None
-        except TimeoutError:
-            raise EffectUnavailable(f"{at}: no answer within {self.total:g}s") from None
-        except aiohttp.ClientError as exc:
-            raise EffectUnavailable(f"{at}: {exc.__class__.__name__}: {exc}") from None
 
     async def _find(self, token: str, at: str) -> Receipt | None:
         status, raw, reply = await self._ask("GET", f"{ORDERS}/{token}", b"", f"{at}: lookup")
@@ -157,15 +145,7 @@ class ExpressClient:
 
 def _waybill_no(at: str, reply: Reply) -> str:
     data: Any = reply.data
-    value = data.get("waybill_no") if isinstance(data, dict) else None
-    if value is None or value == "":
-        raise EffectUnavailable(f"{at}: code {reply.code} without a waybill_no")
-    if not isinstance(value, str):
-        raise EffectBadReceipt(f"{at}: code {reply.code} with a waybill_no that is not a string: {value!r:.100}")
-    if len(value) > WAYBILL_NO_MAX:
-        raise EffectBadReceipt(f"{at}: code {reply.code} with a waybill_no of {len(value)} characters, longer than "
-                               f"the {WAYBILL_NO_MAX} the receipt holds: {value[:80]!r}...")
-    return value
+    return waybill_number(at, f"code {reply.code}", data.get("waybill_no") if isinstance(data, dict) else None)
 
 
 def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> ExpressClient:

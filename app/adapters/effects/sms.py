@@ -34,7 +34,7 @@ from __future__ import annotations
 import aiohttp
 import orjson
 
-from app.adapters.effects import call_timeout
+from app.adapters.effects import call_timeout, transport_errors
 from app.adapters.effects.provider import Provider, where
 from app.pipeline.errors import (
     EffectNotDelivered,
@@ -63,7 +63,7 @@ class SmsClient:
 
     async def call(self, job: EffectJob) -> Receipt:
         at = where(job)
-        try:
+        with transport_errors(at, self.timeout, in_doubt=self._maybe_sent):
             async with self.session.post(self.url, json={**job.request, "client_ref": job.token},
                                          timeout=self.timeout, allow_redirects=False) as resp:
                 body = await resp.read()
@@ -71,22 +71,11 @@ class SmsClient:
                     return Receipt(reference=_message_id(body))
                 if 400 <= resp.status < 500:
                     raise EffectNotDelivered(f"{at}: refused with {resp.status}: {excerpt(body)}")
-                raise self._maybe_sent(f"{at}: answered {resp.status}; it may have been sent")
-        except PipelineError:
-            raise
-        except aiohttp.ClientConnectorError as exc:
-            # The connection never opened: nothing was sent.
-            raise EffectNotDelivered(f"{at}: {exc}") from None
-        except aiohttp.ConnectionTimeoutError:
-            # No connection within its limit (none free in the pool, or a connect that hung): nothing was sent.
-            raise EffectNotDelivered(f"{at}: no connection within {self.timeout.connect:g}s; not sent") from None
-        except TimeoutError:
-            raise self._maybe_sent(f"{at}: no answer within {self.timeout.total}s; it may have been sent") from None
-        except aiohttp.ClientError as exc:
-            raise self._maybe_sent(f"{at}: {exc.__class__.__name__} after the request; it may have been sent") from None
+                raise self._maybe_sent(f"{at}: answered {resp.status}")
 
     def _maybe_sent(self, message: str) -> PipelineError:
         """A call that may have been sent: looked up once the settle has passed (with the lookup)."""
+        message = f"{message}; it may have been sent"
         if self.lookup_enabled:
             return EffectOutcomeUnknown(message, wait_seconds=self.lookup_settle_seconds)
         return UnknownOutcomeNonIdempotent(message)

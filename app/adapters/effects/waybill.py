@@ -30,18 +30,16 @@ from __future__ import annotations
 import aiohttp
 import orjson
 
-from app.adapters.effects import call_timeout
+from app.adapters.effects import call_timeout, transport_errors, waybill_number
 from app.adapters.effects.provider import Provider, where
-from app.pipeline.errors import EffectBadReceipt, EffectNotDelivered, EffectRejected, EffectUnavailable, PipelineError
+from app.pipeline.errors import EffectRejected, EffectUnavailable
 from app.pipeline.excerpts import excerpt
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
 from app.pipeline.steps import ISSUE_WAYBILL, Contract
 from app.settings.effects import ResolvedEffect
-from tables.schema import t_waybill_receipt
 
 RETRY_LATER = {408, 409, 429}
-WAYBILL_NO_MAX = t_waybill_receipt.c.waybill_no.type.length
 
 
 class WaybillClient:
@@ -55,7 +53,7 @@ class WaybillClient:
 
     async def call(self, job: EffectJob) -> Receipt:
         at = where(job)
-        try:
+        with transport_errors(at, self.timeout):
             async with self.session.post(self.url, json=job.request, timeout=self.timeout,
                                          headers={"Idempotency-Key": job.token}, allow_redirects=False) as resp:
                 body = await resp.read()
@@ -64,34 +62,15 @@ class WaybillClient:
                 if 400 <= resp.status < 500 and resp.status not in RETRY_LATER:
                     raise EffectRejected(f"{at}: refused with {resp.status}: {excerpt(body)}")
                 raise EffectUnavailable(f"{at}: answered {resp.status}")
-        except PipelineError:
-            raise
-        except aiohttp.ClientConnectorError as exc:
-            # The connection never opened: nothing was sent (a waybill voided meanwhile needs no one to look).
-            raise EffectNotDelivered(f"{at}: {exc}") from None
-        except aiohttp.ConnectionTimeoutError:
-            raise EffectNotDelivered(f"{at}: no connection within {self.timeout.connect:g}s; not sent") from None
-        except TimeoutError:
-            raise EffectUnavailable(f"{at}: no answer within {self.timeout.total}s") from None
-        except aiohttp.ClientError as exc:
-            raise EffectUnavailable(f"{at}: {exc.__class__.__name__}: {exc}") from None
 
 
-def _waybill_no(where: str, status: int, body: bytes) -> str:
+def _waybill_no(at: str, status: int, body: bytes) -> str:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
         doc = None
     value = doc.get("waybill_no") if isinstance(doc, dict) else None
-    if value is None or value == "":
-        # Perhaps a glitch: the same token asks again and gets the same waybill.
-        raise EffectUnavailable(f"{where}: {status} without a waybill_no: {excerpt(body, 200)}")
-    if not isinstance(value, str):
-        raise EffectBadReceipt(f"{where}: {status} with a waybill_no that is not a string: {value!r:.100}")
-    if len(value) > WAYBILL_NO_MAX:
-        raise EffectBadReceipt(f"{where}: {status} with a waybill_no of {len(value)} characters, longer than "
-                               f"the {WAYBILL_NO_MAX} the receipt holds: {value[:80]!r}...")
-    return value
+    return waybill_number(at, str(status), value, answer=excerpt(body, 200))
 
 
 def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> WaybillClient:

@@ -50,6 +50,14 @@ with ``seed`` (set ``seed`` again to start its sequence over). The draws are
 reproducible; which call meets which draw is not, since calls race each other.
 A countdown still in progress wins over its rate.
 
+A provider's pace, per service: ``latency_median_ms`` and ``latency_sigma`` draw each call's
+latency from a lognormal distribution (median 100, sigma 0.8: mean about 138 ms, p99 about
+640 ms), added to ``latency_ms``; ``timeout_rate`` with ``timeout_ms`` makes a share of calls hang;
+``calls_per_second`` answers ``429`` with ``Retry-After`` (whole seconds) to calls above that rate
+(a bucket holding one second's calls); ``outage_seconds`` starts an outage now, for that long,
+in which every call hangs ``timeout_ms`` and then answers 503 without doing anything. The ledger
+counts the 429s (``rate_limited``) and the calls an outage met (``outage_calls``) per service.
+
 ``GET /__ledger`` returns every raw call, the unique waybills per order, the
 SMS per order (each with ``at``, when it was accepted: the epoch seconds), and the highest number of calls that were in flight at once for
 one idempotency key (or, for SMS, one order); ``POST /__reset`` clears ledger
@@ -64,6 +72,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import math
 import random
 import re
 import time
@@ -78,6 +87,7 @@ ORDER_IN_TEXT = re.compile(r"ORD-\d{8}-[A-Za-z0-9]+")
 # The express fake's accounts: key id -> secret (the provider module's fake settings sign with these).
 EXPRESS_ACCOUNTS = {"demo-merchant": "demo-express-secret-not-for-production"}
 EXPRESS_CLOCK_SKEW_SECONDS = 300
+PACE = ("latency_median_ms", "latency_sigma", "calls_per_second", "outage_seconds")
 
 
 def worker_urls(url: str) -> dict[str, str]:
@@ -108,7 +118,15 @@ class Faults:
     timeout_rate: float = 0.0
     reset_rate: float = 0.0
     seed: int | None = None
+    # A provider's pace (see the module's docstring).
+    latency_median_ms: float = 0.0
+    latency_sigma: float = 0.0
+    calls_per_second: float = 0.0
+    outage_seconds: float = 0.0
     _rng: random.Random = field(default_factory=random.Random, repr=False)
+    _outage_until: float = field(default=0.0, repr=False)
+    _tokens: float = field(default=0.0, repr=False)
+    _tokens_at: float = field(default=0.0, repr=False)
 
     def update(self, changes: dict) -> None:
         for name, value in changes.items():
@@ -116,9 +134,39 @@ class Faults:
                 raise ValueError(f"unknown fault setting {name!r}")
             if name.endswith("_rate") and not 0 <= float(value) <= 1:
                 raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
+            if name in PACE and float(value) < 0:
+                raise ValueError(f"{name} must not be negative, got {value!r}")
             setattr(self, name, set(value) if name.endswith("_orders") else value)
             if name == "seed":
                 self._rng.seed(value)
+            elif name == "outage_seconds":
+                self._outage_until = time.monotonic() + float(value)
+            elif name == "calls_per_second":
+                self._tokens, self._tokens_at = float(value), time.monotonic()
+
+    def latency(self) -> float:
+        """This call's latency in seconds: ``latency_ms``, plus a lognormal draw when a median is set."""
+        ms = self.latency_ms
+        if self.latency_median_ms:
+            ms += self._rng.lognormvariate(math.log(self.latency_median_ms), self.latency_sigma)
+        return ms / 1000
+
+    def in_outage(self) -> bool:
+        return time.monotonic() < self._outage_until
+
+    def retry_after(self) -> int | None:
+        """None when the call is within ``calls_per_second`` (a bucket of one second's calls,
+        refilled at that rate); else the whole seconds after which one is, for ``Retry-After``."""
+        rate = self.calls_per_second
+        if not rate:
+            return None
+        now = time.monotonic()
+        self._tokens = min(float(rate), self._tokens + (now - self._tokens_at) * rate)
+        self._tokens_at = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return None
+        return max(1, math.ceil((1 - self._tokens) / rate))
 
     def take(self, countdown: str, rate: str) -> bool:
         """Whether this call meets the fault: its countdown first, else a draw at its rate."""
@@ -141,10 +189,13 @@ class Ledger:
     refused_signatures: int = 0
     in_flight: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     peak_in_flight: int = 0
+    rate_limited: dict[str, int] = field(default_factory=lambda: defaultdict(int))    # 429s, by service
+    outage_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))    # calls met by an outage
 
     def as_json(self) -> dict:
         return {"calls": self.calls, "waybills": self.waybills, "sms": self.sms,
                 "peak_in_flight_per_key": self.peak_in_flight, "refused_signatures": self.refused_signatures,
+                "rate_limited": self.rate_limited, "outage_calls": self.outage_calls,
                 "counts": {"calls": len(self.calls),
                            "waybills": sum(len(v) for v in self.waybills.values()),
                            "sms": sum(len(v) for v in self.sms.values())}}
@@ -177,8 +228,16 @@ class FakeServices:
         """Apply injected faults; returns a response to send instead of doing the work. ``asked``
         is the request as ``echo_orders`` repeats it."""
         faults = self.faults[service]
-        if faults.latency_ms:
-            await asyncio.sleep(faults.latency_ms / 1000)
+        if faults.in_outage():
+            # Down: the call hangs, then gets nothing done.
+            self.ledger.outage_calls[service] += 1
+            await asyncio.sleep(faults.timeout_ms / 1000)
+            return web.json_response({"error": "provider down"}, status=503)
+        if (wait := faults.retry_after()) is not None:
+            self.ledger.rate_limited[service] += 1
+            return web.json_response({"error": "too many requests"}, status=429, headers={"Retry-After": str(wait)})
+        if latency := faults.latency():
+            await asyncio.sleep(latency)
         if faults.take("timeout_next", "timeout_rate"):
             await asyncio.sleep(faults.timeout_ms / 1000)
         if faults.take("fail_next", "fail_rate"):

@@ -73,8 +73,9 @@ migrate: venv services ## alembic upgrade head
 topics: venv services ## create order-event and order-event-dlq (at TOPIC_REPLICATION; with KAFKA_NODES=3 it defaults to 3)
 	TOPIC_REPLICATION=$${TOPIC_REPLICATION:-$${KAFKA_NODES:-1}} $(PY) -m app.admin create-topics
 
-bench: setup ## the throughput benchmark (minutes; see README)
+bench: setup ## the throughput benchmark, then the rows at a provider's pace (minutes; see README)
 	$(PY) -m bench.run
+	$(PY) -m bench.provider_pace
 
 clean: services-down
 	rm -rf $(VENV) .cache

@@ -1,0 +1,208 @@
+"""``python -m bench.provider_pace``: one worker against a provider at a real provider's pace.
+
+Every other row of ``make bench`` calls a fake that answers in 5 ms. Here the waybill API of
+the fakes (``app.demo.fakes``: its pace settings) answers as real ones do, and one
+``faust -A app worker`` with the defaults works a pre-filled topic of the ``full`` mix (60 %
+CREATED/PAID, 30 % CONFIRM with a waybill call, 10 % duplicates):
+
+p  tail      each call's latency lognormal, median 100 ms and sigma 0.8 (mean about 138 ms,
+             p99 about 640 ms); 1 % of calls hang 5 s, past the client's timeout
+             (``EFFECT_TIMEOUT_SECONDS``, 3 s).
+q  limited   the same, and the provider answers 429 with ``Retry-After`` above 300 calls/s.
+o  outage    5 ms calls, but from the worker's start every call hangs for 60 s (past the
+             client's timeout, then 503 without doing anything); then the provider is back.
+
+Reported per row:
+
+* calls/s: the waybill calls the provider saw, at steady state (between the 5th and 95th
+  percentile of their arrival times), and against the *bound*: ``EFFECT_CONCURRENCY`` over the
+  mean latency, a hung call counted at the client's timeout (row p's figure for p and q);
+* accepted calls/s (not answered 429 nor met by the outage), the 429s, and the dead letters by
+  reason: a dead letter a limit caused is a defect;
+* events/s: the worker's steady rate over the whole topic (``bench.worker``), and for row o
+  the events of effect-free types (CREATED, PAID) settled while the outage lasted, per second
+  (from ``t_idem``'s ``gmt_modified`` of their local steps), next to the seconds from the
+  outage's end until every offset was committed.
+
+A pre-filled topic measures what a worker can do when the provider is its limit. The
+latency from produced to settled needs a producer at a given rate instead; it is not
+measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from datetime import UTC, datetime
+
+from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.topics import topic_specs
+from app.settings import Settings
+from bench.run import DLQ_PARTITIONS, LOGS, PARTITIONS, RESULTS, ROOT, scratch_database
+from bench.worker import run_worker
+from bench.workload import build
+from harness.fakes import FakesProcess
+from harness.services import free_port, worker_env
+
+HANG_MS = 5_000
+TAIL = {"latency_median_ms": 100, "latency_sigma": 0.8, "timeout_rate": 0.01, "timeout_ms": HANG_MS}
+ROWS = {
+    "p": {"waybill": dict(TAIL)},
+    "q": {"waybill": {**TAIL, "calls_per_second": 300}},
+    "o": {"waybill": {"latency_ms": 5, "timeout_ms": 60_000, "outage_seconds": 60}},
+}
+OUTAGE_SECONDS = 60.0
+EFFECT_FREE_STEPS = ("create_order", "mark_paid")       # the local steps of CREATED and PAID
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.provider_pace", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=20_000, help="records in the topic (20000)")
+    parser.add_argument("--rows", default="p,q,o", help="which rows, comma-separated (p,q,o)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds a row may take (900)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a worker setting on top of the defaults, e.g. EFFECT_CONCURRENCY=128")
+    args = parser.parse_args(argv)
+    unknown = set(args.rows.split(",")) - set(ROWS)
+    if unknown:
+        parser.error(f"unknown rows {sorted(unknown)}; use some of {', '.join(ROWS)}")
+    return args
+
+
+def mean_latency(pace: dict, timeout: float) -> float:
+    """A call's mean seconds at this pace, a hung call counted at the client's timeout."""
+    median, sigma = pace.get("latency_median_ms", 0) / 1000, pace.get("latency_sigma", 0.0)
+    answered = pace.get("latency_ms", 0) / 1000 + (median * math.exp(sigma ** 2 / 2) if median else 0.0)
+    hang = pace.get("timeout_rate", 0.0)
+    return (1 - hang) * answered + hang * min(timeout, pace.get("timeout_ms", 0) / 1000)
+
+
+def steady_rate(times: list[float]) -> float | None:
+    """Calls per second between the 5th and 95th percentile of their arrival times."""
+    if len(times) < 20:
+        return None
+    times = sorted(times)
+    lo, hi = int(len(times) * 0.05), int(len(times) * 0.95)
+    return (hi - lo) / (times[hi] - times[lo]) if times[hi] > times[lo] else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings = Settings()
+    stamp, tag = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"), uuid.uuid4().hex[:8]
+    db = scratch_database(settings.database.url, tag)
+    fakes = FakesProcess()
+    topic, dlq = f"bench-pace-{tag}", f"bench-pace-dlq-{tag}"
+    bootstrap = _bootstrap(settings)
+    workload = build("full", args.events, topic=topic, tag=tag)
+    rows = []
+    try:
+        shape = settings.model_copy(update={"order_event_partitions": PARTITIONS, "dlq_partitions": DLQ_PARTITIONS})
+        asyncio.run(kafka_ops.create_topics(bootstrap, topic_specs(shape, events=topic, dlq=dlq)))
+        asyncio.run(kafka_ops.produce(bootstrap, topic, workload.records, linger_ms=20, max_batch_size=1 << 20))
+        ends = asyncio.run(kafka_ops.end_offsets(bootstrap, topic, PARTITIONS))
+        extra = dict(item.split("=", 1) for item in args.set)
+        for name in args.rows.split(","):
+            rows.append(asyncio.run(_row(name, args, settings, db, fakes, workload, ends, dlq, stamp, tag, extra)))
+            print(render([rows[-1]]), flush=True)
+    finally:
+        fakes.stop()
+        try:
+            asyncio.run(kafka_ops.delete_topics(bootstrap, [topic, dlq]))
+        except Exception as exc:
+            print(f"cleanup of topics failed: {exc!r}", file=sys.stderr)
+        db.drop()
+    print("\n" + render(rows))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"pace-{stamp}.json"
+    path.write_text(json.dumps({"timestamp": stamp, "args": vars(args), "rows": rows}, indent=2, default=str) + "\n")
+    print(f"\nresults: {path.relative_to(ROOT)}")
+    return 1 if any(row.get("error") for row in rows) else 0
+
+
+def _bootstrap(settings: Settings):
+    from app.adapters.kafka.connection import KafkaConnection
+    return KafkaConnection.from_settings(settings.kafka)
+
+
+async def _row(name: str, args, settings: Settings, db, fakes: FakesProcess, workload, ends, dlq: str,
+               stamp: str, tag: str, extra: dict) -> dict:
+    print(f"{name}: one worker, provider {ROWS[name]['waybill']} ...", flush=True)
+    for row in db.query("SHOW TABLES"):
+        table = next(iter(row.values()))
+        if table != "alembic_version":
+            db.query(f"TRUNCATE TABLE `{table}`")
+    _post(f"{fakes.url}/__reset", {})
+    group = f"bench-pace-{name}-{tag}"
+    data_dir = tempfile.mkdtemp(prefix="bench-faust-")
+    env = worker_env(order_event_topic=workload.topic, dlq_topic=dlq, app_id=group, mysql_url=db.url, **fakes.env(),
+                     web_port=str(free_port()), worker_id="bench", order_event_partitions=str(PARTITIONS),
+                     dlq_partitions=str(DLQ_PARTITIONS), log_level="warning", data_dir=data_dir,
+                     **{k.lower(): v for k, v in extra.items()})
+    _post(f"{fakes.url}/__config", ROWS[name])
+    configured = time.time()
+    try:
+        run = await run_worker(env, root=ROOT, log_path=LOGS / f"{stamp}-pace-{name}.log", bootstrap=_bootstrap(settings),
+                               group=group, topic=workload.topic, ends=ends, timeout=args.timeout, stall=args.timeout)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    ledger = json.loads(urllib.request.urlopen(f"{fakes.url}/__ledger", timeout=60).read())
+    calls = [c["at"] for c in ledger["calls"] if c["service"] == "waybill"]
+    limited, met = ledger["rate_limited"].get("waybill", 0), ledger["outage_calls"].get("waybill", 0)
+    concurrency = int(extra.get("EFFECT_CONCURRENCY", settings.effects.concurrency))
+    timeout = float(extra.get("EFFECT_TIMEOUT_SECONDS", settings.effects.timeout_seconds))
+    bound = concurrency / mean_latency(ROWS["p" if name == "q" else name]["waybill"], timeout)
+    letters = {r["reason"]: int(r["n"]) for r in db.query(
+        "SELECT reason, COUNT(*) AS n FROM t_compensation GROUP BY reason")}
+    rate = steady_rate(calls)
+    doc = {"row": name, "provider": ROWS[name]["waybill"], "events": run.events, "seconds": run.seconds,
+           "steady_events_per_second": run.steady_events_per_second, "calls": len(calls),
+           "calls_per_second": rate, "bound_calls_per_second": bound,
+           "of_bound": rate / bound if rate and name != "o" else None,
+           "accepted_calls": len(calls) - limited - met, "rate_limited": limited, "outage_calls": met,
+           "waybills": ledger["counts"]["waybills"], "expected_waybills": workload.expected_calls("ORDER_CONFIRM"),
+           "dead_letters": letters, "error": run.error, "log": run.log, "commits": run.commits}
+    if name == "q":
+        doc["of_limit"] = rate / ROWS["q"]["waybill"]["calls_per_second"] if rate else None
+    if name == "o":
+        ended = configured + OUTAGE_SECONDS
+        settled = db.scalar(
+            "SELECT COUNT(*) FROM t_idem WHERE step IN (%s, %s) AND status = 2 "
+            "AND gmt_modified BETWEEN FROM_UNIXTIME(%s) AND FROM_UNIXTIME(%s)", *EFFECT_FREE_STEPS, configured, ended)
+        doc["effect_free_events_per_second_in_outage"] = int(settled or 0) / OUTAGE_SECONDS
+        healthy_at = configured + (run.startup_seconds or 0.0)
+        doc["drain_seconds_after_outage"] = (healthy_at + run.seconds - ended) if run.seconds else None
+    return doc
+
+
+def render(rows: list[dict]) -> str:
+    def f(value, fmt="{:,.0f}"):
+        return "n/a" if value is None else fmt.format(value)
+
+    lines = ["| row | events/s (steady) | calls/s (steady) | bound | of bound | 429s | dead letters | "
+             "effect-free ev/s in outage | drain after outage |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        letters = ", ".join(f"{k} {v}" for k, v in sorted(r["dead_letters"].items())) or "0"
+        lines.append(f"| {r['row']} | {f(r['steady_events_per_second'])} | {f(r['calls_per_second'])} | "
+                     f"{f(r['bound_calls_per_second'])} | {f(r.get('of_bound'), '{:.2f}')} | {r['rate_limited']:,} | "
+                     f"{letters} | {f(r.get('effect_free_events_per_second_in_outage'))} | "
+                     f"{f(r.get('drain_seconds_after_outage'), '{:.1f} s')} |")
+    return "\n".join(lines)
+
+
+def _post(url: str, body: dict) -> None:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=30).read()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

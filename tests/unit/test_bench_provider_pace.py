@@ -1,0 +1,25 @@
+"""The pace benchmark's arithmetic: the bound it holds the worker to, and its steady rate."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.provider_pace import ROWS, TAIL, mean_latency, steady_rate
+
+
+def test_the_bound_counts_a_hung_call_at_the_clients_timeout():
+    # 99 % of calls at the lognormal's mean (100 ms x e^0.32 = 137.7 ms), 1 % at the 3 s timeout.
+    assert mean_latency(TAIL, 3.0) == pytest.approx(0.99 * 0.13771 + 0.01 * 3.0, rel=1e-3)
+    assert 64 / mean_latency(TAIL, 3.0) == pytest.approx(385, abs=1)        # the issue's 64 in flight
+    assert mean_latency({"latency_ms": 5}, 3.0) == pytest.approx(0.005)
+    assert mean_latency({**TAIL, "timeout_ms": 1_000}, 3.0) == pytest.approx(0.99 * 0.13771 + 0.01, rel=1e-3)
+
+
+def test_the_limited_row_is_the_tail_with_a_limit():
+    assert ROWS["q"]["waybill"] == {**ROWS["p"]["waybill"], "calls_per_second": 300}
+
+
+def test_the_steady_rate_leaves_out_the_start_and_the_tail():
+    times = [i / 100 for i in range(1000)] + [100.0]           # 100 calls/s, then one straggler
+    assert steady_rate(times) == pytest.approx(100, rel=0.02)
+    assert steady_rate([1.0] * 5) is None

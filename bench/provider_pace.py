@@ -44,9 +44,10 @@ import uuid
 from datetime import UTC, datetime
 
 from app.adapters.kafka import ops as kafka_ops
+from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.topics import topic_specs
 from app.settings import Settings
-from bench.run import DLQ_PARTITIONS, LOGS, PARTITIONS, RESULTS, ROOT, scratch_database
+from bench.run import DLQ_PARTITIONS, LOGS, PARTITIONS, RESULTS, ROOT, _post, scratch_database
 from bench.worker import run_worker
 from bench.workload import build
 from harness.fakes import FakesProcess
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     db = scratch_database(settings.database.url, tag)
     fakes = FakesProcess()
     topic, dlq = f"bench-pace-{tag}", f"bench-pace-dlq-{tag}"
-    bootstrap = _bootstrap(settings)
+    bootstrap = KafkaConnection.from_settings(settings.kafka)
     workload = build("full", args.events, topic=topic, tag=tag)
     rows = []
     try:
@@ -128,11 +129,6 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(row.get("error") for row in rows) else 0
 
 
-def _bootstrap(settings: Settings):
-    from app.adapters.kafka.connection import KafkaConnection
-    return KafkaConnection.from_settings(settings.kafka)
-
-
 async def _row(name: str, args, settings: Settings, db, fakes: FakesProcess, workload, ends, dlq: str,
                stamp: str, tag: str, extra: dict) -> dict:
     print(f"{name}: one worker, provider {ROWS[name]['waybill']} ...", flush=True)
@@ -150,7 +146,7 @@ async def _row(name: str, args, settings: Settings, db, fakes: FakesProcess, wor
     _post(f"{fakes.url}/__config", ROWS[name])
     configured = time.time()
     try:
-        run = await run_worker(env, root=ROOT, log_path=LOGS / f"{stamp}-pace-{name}.log", bootstrap=_bootstrap(settings),
+        run = await run_worker(env, root=ROOT, log_path=LOGS / f"{stamp}-pace-{name}.log", bootstrap=KafkaConnection.from_settings(settings.kafka),
                                group=group, topic=workload.topic, ends=ends, timeout=args.timeout, stall=args.timeout)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -196,12 +192,6 @@ def render(rows: list[dict]) -> str:
                      f"{letters} | {f(r.get('effect_free_events_per_second_in_outage'))} | "
                      f"{f(r.get('drain_seconds_after_outage'), '{:.1f} s')} |")
     return "\n".join(lines)
-
-
-def _post(url: str, body: dict) -> None:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    urllib.request.urlopen(request, timeout=30).read()
 
 
 if __name__ == "__main__":

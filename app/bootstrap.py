@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 import aiohttp
 
@@ -43,9 +43,10 @@ from app.chaos import cut_hook
 from app.compensation.bulk import BulkRunner
 from app.compensation.compensator import Compensator
 from app.compensation.rules import Backoff
-from app.observability.metrics import PipelineMetrics
+from app.observability.metrics import LIVE_MEMBERS, RATE_SHARE, PipelineMetrics
 from app.pipeline.batch import BatchHandler
 from app.pipeline.capacity import Budget, Inputs, budget
+from app.pipeline.limits import EffectLimit, ProviderLimits
 from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.outage import OutageGuard
 from app.pipeline.plan import keys_per_event
@@ -53,6 +54,7 @@ from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.pipeline.tokens import StepTokens
 from app.settings import Settings
+from app.settings.effects import EffectsSettings
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,12 @@ WORKER_MAX_RATE = 20_000.0
 # (app/adapters/effects/registry.py).
 EFFECT_CLIENTS: dict[str, ClientFactory] = client_factories()
 ALERT_CONNECTIONS = 2        # the stuck sweep's alert webhook: one POST at a time, of one worker
+
+
+def provider_limits(effects: EffectsSettings, names: Iterable[str]) -> ProviderLimits:
+    """The limits of every effect with a client, from ``EFFECTS__<EFFECT>__{CALLS_PER_SECOND,CONCURRENCY}``."""
+    resolved = {name: effects.effect(name) for name in names}
+    return ProviderLimits({name: EffectLimit(r.calls_per_second, r.concurrency) for name, r in resolved.items()})
 
 
 class RuntimeStopping(Exception):
@@ -123,11 +131,14 @@ class Runtime:
             # batches for a pooled connection, nor on a connection a restart or a cut left dead
             # (the next one starts on a fresh connection instead).
             self.fence = SelfFence(s.effects.worker_dead_after_seconds)
+            # Each provider's limits, shared by every caller of this process; a group-wide rate is
+            # shared among the live workers, counted at each heartbeat (app.pipeline.limits).
+            self.limits = provider_limits(s.effects, self.client_factories)
             self.heartbeat_engine = create_engine(s, pool_size=1, max_overflow=0, remembered=self.remembered)
             beats = MySqlStore(self.heartbeat_engine, lock_retries=0, statement_timeout=s.effects.worker_heartbeat_seconds,
                                transaction_timeout=s.effects.worker_heartbeat_seconds)
             self.heartbeat = Heartbeat(beats, self.incarnation, s.worker_id, self.fence,
-                                       every=s.effects.worker_heartbeat_seconds)
+                                       every=s.effects.worker_heartbeat_seconds, on_members=self._members)
             try:
                 await asyncio.wait_for(self.heartbeat.beat_once(), 5)
             except TimeoutError:          # the database may come later: the loop beats then
@@ -202,7 +213,13 @@ class Runtime:
                          effect_concurrency=s.effects.concurrency, effect_timeout=s.effects.timeout_seconds,
                          lease_margin=s.effects.lease_margin_seconds, on_cut=cut_hook(s.operations.chaos_kill_at),
                          attempt_cap=s.operations.idem_max_attempts, retention=self.retention,
-                         observer=PipelineMetrics(), fence=self.fence)
+                         observer=PipelineMetrics(), fence=self.fence, limits=self.limits)
+
+    def _members(self, members: int) -> None:
+        self.limits.set_members(members)
+        LIVE_MEMBERS.set(self.limits.members)
+        for name in self.client_factories:
+            RATE_SHARE.labels(name).set(self.limits.share(name))
 
     async def _bulk_chunk(self, job, row_ids, guard, held):
         """A bulk job's action on a chunk of its rows, as the job's creator (``app.compensation.bulk``)."""

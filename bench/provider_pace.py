@@ -11,14 +11,18 @@ p  tail      each call's latency lognormal, median 100 ms and sigma 0.8 (mean ab
 q  limited   the same, and the provider answers 429 with ``Retry-After`` above 300 calls/s.
 o  outage    5 ms calls, but from the worker's start every call hangs for 60 s (past the
              client's timeout, then 503 without doing anything); then the provider is back.
+r  429s      5 ms calls, and a limit of 100 calls/s, far under what a worker asks at that
+             pace: the worker learns the limit from the provider's 429s alone.
+R  told      the same, the worker told the limit (``EFFECTS__WAYBILL__CALLS_PER_SECOND`` = 95).
 
 Reported per row:
 
 * calls/s: the waybill calls the provider saw, at steady state (between the 5th and 95th
   percentile of their arrival times), and against the *bound*: ``EFFECT_CONCURRENCY`` over the
   mean latency, a hung call counted at the client's timeout (row p's figure for p and q);
-* accepted calls/s (not answered 429 nor met by the outage), the 429s, and the dead letters by
-  reason: a dead letter a limit caused is a defect;
+* accepted calls/s (not answered 429 nor met by the outage), clocked over the worker's run, and
+  for the rows with a limit (r, R) against it; the bound of rows r and R is the limit;
+* the 429s, and the dead letters by reason: a dead letter a limit caused is a defect;
 * events/s: the worker's steady rate over the whole topic (``bench.worker``), and for row o
   the events of effect-free types (CREATED, PAID) settled while the outage lasted, per second
   (from ``t_idem``'s ``gmt_modified`` of their local steps), next to the seconds from the
@@ -54,12 +58,18 @@ from harness.fakes import FakesProcess
 from harness.services import free_port, worker_env
 
 HANG_MS = 5_000
+LIMIT = 100         # rows r and R: a provider that grants 100 calls/s, far under a worker's pace at 5 ms
 TAIL = {"latency_median_ms": 100, "latency_sigma": 0.8, "timeout_rate": 0.01, "timeout_ms": HANG_MS}
 ROWS = {
     "p": {"waybill": dict(TAIL)},
     "q": {"waybill": {**TAIL, "calls_per_second": 300}},
     "o": {"waybill": {"latency_ms": 5, "timeout_ms": 60_000, "outage_seconds": 60}},
+    "r": {"waybill": {"latency_ms": 5, "calls_per_second": LIMIT}},
+    "R": {"waybill": {"latency_ms": 5, "calls_per_second": LIMIT}},
 }
+# The worker's settings of a row, on top of the defaults and --set: row R tells the worker the
+# provider's limit (a little under it), row r leaves it to the provider's 429s.
+ROW_SETTINGS = {"R": {"EFFECTS__WAYBILL__CALLS_PER_SECOND": str(LIMIT * 0.95)}}
 OUTAGE_SECONDS = 60.0
 EFFECT_FREE_STEPS = ("create_order", "mark_paid")       # the local steps of CREATED and PAID
 
@@ -67,7 +77,7 @@ EFFECT_FREE_STEPS = ("create_order", "mark_paid")       # the local steps of CRE
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.provider_pace", description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=20_000, help="records in the topic (20000)")
-    parser.add_argument("--rows", default="p,q,o", help="which rows, comma-separated (p,q,o)")
+    parser.add_argument("--rows", default="p,q,o,r,R", help="which rows, comma-separated (p,q,o,r,R)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a row may take (900)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a worker setting on top of the defaults, e.g. EFFECT_CONCURRENCY=128")
@@ -142,7 +152,7 @@ async def _row(name: str, args, settings: Settings, db, fakes: FakesProcess, wor
     env = worker_env(order_event_topic=workload.topic, dlq_topic=dlq, app_id=group, mysql_url=db.url, **fakes.env(),
                      web_port=str(free_port()), worker_id="bench", order_event_partitions=str(PARTITIONS),
                      dlq_partitions=str(DLQ_PARTITIONS), log_level="warning", data_dir=data_dir,
-                     **{k.lower(): v for k, v in extra.items()})
+                     **{k.lower(): v for k, v in {**ROW_SETTINGS.get(name, {}), **extra}.items()})
     _post(f"{fakes.url}/__config", ROWS[name])
     configured = time.time()
     try:
@@ -155,7 +165,10 @@ async def _row(name: str, args, settings: Settings, db, fakes: FakesProcess, wor
     limited, met = ledger["rate_limited"].get("waybill", 0), ledger["outage_calls"].get("waybill", 0)
     concurrency = int(extra.get("EFFECT_CONCURRENCY", settings.effects.concurrency))
     timeout = float(extra.get("EFFECT_TIMEOUT_SECONDS", settings.effects.timeout_seconds))
+    limit = ROWS[name]["waybill"].get("calls_per_second")
     bound = concurrency / mean_latency(ROWS["p" if name == "q" else name]["waybill"], timeout)
+    if limit and name != "q":
+        bound = min(bound, limit)      # the provider's limit is the bound
     letters = {r["reason"]: int(r["n"]) for r in db.query(
         "SELECT reason, COUNT(*) AS n FROM t_compensation GROUP BY reason")}
     rate = steady_rate(calls)
@@ -164,10 +177,11 @@ async def _row(name: str, args, settings: Settings, db, fakes: FakesProcess, wor
            "calls_per_second": rate, "bound_calls_per_second": bound,
            "of_bound": rate / bound if rate and name != "o" else None,
            "accepted_calls": len(calls) - limited - met, "rate_limited": limited, "outage_calls": met,
+           "accepted_calls_per_second": (len(calls) - limited - met) / run.seconds if run.seconds else None,
            "waybills": ledger["counts"]["waybills"], "expected_waybills": workload.expected_calls("ORDER_CONFIRM"),
            "dead_letters": letters, "error": run.error, "log": run.log, "commits": run.commits}
-    if name == "q":
-        doc["of_limit"] = rate / ROWS["q"]["waybill"]["calls_per_second"] if rate else None
+    if limit:
+        doc["of_limit"] = doc["accepted_calls_per_second"] / limit if run.seconds else None
     if name == "o":
         ended = configured + OUTAGE_SECONDS
         settled = db.scalar(
@@ -183,11 +197,13 @@ def render(rows: list[dict]) -> str:
     def f(value, fmt="{:,.0f}"):
         return "n/a" if value is None else fmt.format(value)
 
-    lines = ["| row | events/s (steady) | calls/s (steady) | bound | of bound | 429s | dead letters | "
-             "effect-free ev/s in outage | drain after outage |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| row | events/s (steady) | calls/s (steady) | accepted calls/s (clocked) | bound | of bound | 429s | "
+             "dead letters | effect-free ev/s in outage | drain after outage |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         letters = ", ".join(f"{k} {v}" for k, v in sorted(r["dead_letters"].items())) or "0"
         lines.append(f"| {r['row']} | {f(r['steady_events_per_second'])} | {f(r['calls_per_second'])} | "
+                     f"{f(r.get('accepted_calls_per_second'))} | "
                      f"{f(r['bound_calls_per_second'])} | {f(r.get('of_bound'), '{:.2f}')} | {r['rate_limited']:,} | "
                      f"{letters} | {f(r.get('effect_free_events_per_second_in_outage'))} | "
                      f"{f(r.get('drain_seconds_after_outage'), '{:.1f} s')} |")

@@ -59,7 +59,7 @@ class Harness:
 
     async def processor(self, *, lease=30.0, timeout=2.0, sms_url=None, owner=None, concurrency=64, margin=0.0,
                         store=None, lease_check=True, sms_lookup=True, settle=30.0,
-                        providers=None) -> Processor:
+                        providers=None, limits=None) -> Processor:
         """``providers``: settings by nested name (``{"effects__waybill__provider": "express"}``).
         ``lease_check=False`` plays a worker that stalls in the middle of a call (a GC pause,
         SIGSTOP) past its lease, which the check before each call cannot prevent."""
@@ -73,7 +73,7 @@ class Harness:
         return Processor(store or self.store(), effects, owner=owner or f"test-{next(_owners)}/main/x",
                          tokens=StepTokens(TEST_TOKEN_SECRET.encode()),
                          lease_seconds=lease, effect_concurrency=concurrency,
-                         effect_timeout=timeout if lease_check else 0.0, lease_margin=margin)
+                         effect_timeout=timeout if lease_check else 0.0, lease_margin=margin, limits=limits)
 
     def batches(self, processor: Processor, sink=None, **options) -> BatchHandler:
         settings = dict(group="test-group", worker_id="test-worker", backoff=(0.05, 0.1, 0.2),

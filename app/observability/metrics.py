@@ -89,6 +89,18 @@ for _check in ("membership", "heartbeat", "fetch"):
         WATCHDOG_ACTIONS.labels(_check, _action)
 
 
+RATE_LIMITED = Counter("order_provider_rate_limited_total",
+                       "Calls a provider answered 429 (not yet): waited for, never an attempt used up, by effect.",
+                       ["effect"])
+LIMIT_WAIT_SECONDS = Counter("order_provider_limit_wait_seconds_total",
+                             "Time calls waited for their provider's limits (its rate share, its concurrency, a "
+                             "Retry-After), by effect.", ["effect"])
+RATE_SHARE = Gauge("order_provider_rate_share_calls_per_second",
+                   "This worker's share of an effect's EFFECTS__<EFFECT>__CALLS_PER_SECOND (the rate over the live "
+                   "workers); 0: no rate set.", ["effect"])
+LIVE_MEMBERS = Gauge("order_provider_limit_members", "Live workers (heartbeats) a provider's rate is shared among.")
+
+
 class PipelineMetrics:
     """The pipeline's observer (``app.pipeline.ports.Observer``): counts each committed T1's claims."""
 
@@ -103,6 +115,12 @@ class PipelineMetrics:
         IDEM_CONFLICTS.inc(conflicts)
         if plan.replayed:
             REPLAYED.inc(plan.replayed)
+
+    def paced(self, effect: str, waited: float, *, rate_limited: float | None = None) -> None:
+        if waited > 0:
+            LIMIT_WAIT_SECONDS.labels(effect).inc(waited)
+        if rate_limited is not None:
+            RATE_LIMITED.labels(effect).inc()
 
 # -- recovery windows ---------------------------------------------------------------------
 STORE_SERVER_CHANGES = Counter(

@@ -8,7 +8,8 @@ phase 2   each record that failed retriably, or was deferred behind a failed
           record of its order, on its own: up to ``len(backoff)`` retries with
           those delays, orders concurrently, an order's records in offset
           order. A record waiting for another worker's lease waits for the
-          lease instead (bounded), without using up its retries. Records of an
+          lease instead (bounded), without using up its retries; so does a
+          record its provider answered "not yet" (429, ``Retry-After``). Records of an
           order that ask for the same thing (same idempotency key and payload)
           are one piece of work: the first one is retried, the others share
           its end. So do they in phase 1, where the plan answers a copy
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from app.pipeline import letters
-from app.pipeline.errors import Fatal, InternalError, LeaseHeld, MalformedEvent, PipelineError
+from app.pipeline.errors import Fatal, InternalError, LeaseHeld, MalformedEvent, PipelineError, RateLimited
 from app.pipeline.events import OrderEvent, check_headers, decode
 from app.pipeline.outage import OutageGuard
 from app.pipeline.outcomes import Outcome
@@ -64,6 +65,7 @@ class BatchReport:
     covered: Counter = field(default_factory=Counter)          # by reason
     retries: Counter = field(default_factory=Counter)         # by error reason
     lease_waits: int = 0
+    rate_limited: int = 0                                     # records that waited out a 429 between tries
     order_waits: int = 0                                      # batches in flight it waited for (same orders)
     infra_wait_seconds: float = 0.0                           # wall clock the database was unreachable
     seconds: dict[str, float] = field(default_factory=dict)   # wall time per phase: decode, phase1, ...
@@ -246,7 +248,7 @@ class _Run:
         if not items:
             return []
         try:
-            return await self.h.processor.run([i.event for i in items], self.guard)
+            return await self.h.processor.run([i.event for i in items], self.guard, not_after=self.deadline)
         except Fatal:
             raise
         except Exception:
@@ -283,11 +285,13 @@ class _Run:
         retries = 0
         lease_waited = 0.0
         while True:
-            wait, lease_wait = 0.0, False
+            wait, lease_wait, not_yet = 0.0, False, False
             if error is None:
                 pass                                       # deferred in phase 1: not tried yet
             elif isinstance(error, LeaseHeld) and lease_waited < h.max_lease_wait:
                 wait, lease_wait = min(error.wait_seconds + 0.05, h.max_lease_wait - lease_waited), True
+            elif isinstance(error, RateLimited):
+                wait, not_yet = error.wait_seconds or 0.0, True    # the provider's "not yet": no retry used
             elif error.retriable and error.retry_in_batch and not isinstance(error, LeaseHeld) \
                     and retries < len(h.backoff):
                 wait = h.backoff[retries]
@@ -298,6 +302,8 @@ class _Run:
             if lease_wait:
                 self.report.lease_waits += 1
                 lease_waited += wait
+            elif not_yet:
+                self.report.rate_limited += 1
             elif error is not None:
                 self.report.retries[error.reason] += 1
                 retries += 1
@@ -312,7 +318,7 @@ class _Run:
 
     async def _run_one(self, item: _Item) -> Result:
         try:
-            [result] = await self.h.processor.run([item.event], self.guard)
+            [result] = await self.h.processor.run([item.event], self.guard, not_after=self.deadline)
             return result
         except Fatal:
             raise

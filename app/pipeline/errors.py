@@ -97,6 +97,14 @@ class EffectNotDelivered(PipelineError):
     not_delivered = True
 
 
+class RateLimited(EffectNotDelivered):
+    """The provider said "not yet" (429): it did nothing; call again once ``wait_seconds`` have passed.
+    A wait, not a failure: it uses up no retry (``app.pipeline.limits``)."""
+
+    reason = "rate_limited"
+    wait_seconds: float = 1.0
+
+
 class EffectBadReceipt(PipelineError):
     """The service answered success with a receipt that breaks its contract (a waybill number that
     is missing, not a string, or too long); retrying returns the same answer, so reconcile by hand."""

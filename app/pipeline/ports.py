@@ -140,9 +140,17 @@ class Observer(Protocol):
         """A T1 committed ``plan``: its claims by result (``plan.claims``) and replayed events."""
         ...
 
+    def paced(self, effect: str, waited: float, *, rate_limited: float | None = None) -> None:
+        """A call of ``effect`` waited ``waited`` seconds for its provider limits (``app.pipeline.limits``);
+        ``rate_limited``: the provider then answered "not yet" for that many seconds (429)."""
+        ...
+
 
 class NoObserver:
     def planned(self, plan: BatchPlan) -> None:
+        pass
+
+    def paced(self, effect: str, waited: float, *, rate_limited: float | None = None) -> None:
         pass
 
 

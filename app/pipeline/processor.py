@@ -49,8 +49,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from app.pipeline.errors import ClaimExpiring, EffectNotDelivered, Fatal, PipelineError, StoreUnavailable
+from app.pipeline.errors import ClaimExpiring, EffectNotDelivered, Fatal, PipelineError, RateLimited, StoreUnavailable
 from app.pipeline.events import OrderEvent
+from app.pipeline.limits import ProviderLimits
 from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.model import BatchPlan, EffectJob
 from app.pipeline.outcomes import Outcome
@@ -91,7 +92,7 @@ class Processor:
                  on_cut: Callable[[str], None] = lambda cut: None,
                  clock: Callable[[], float] = time.monotonic, attempt_cap: int | None = None,
                  retention: Retention | None = None, observer: Observer | None = None,
-                 fence: SelfFence | None = None) -> None:
+                 fence: SelfFence | None = None, limits: ProviderLimits | None = None) -> None:
         self.store = store
         self.effects = effects
         self.owner = owner
@@ -99,6 +100,9 @@ class Processor:
         # A call starts only with this much of the claim's lease left.
         self.call_needs = effect_timeout + lease_margin
         self._slots = asyncio.Semaphore(effect_concurrency)
+        # Each provider's pace (its rate share, its concurrency, its "not yet"), shared by every
+        # processor of this worker: a provider limits the deployment's account, not one caller.
+        self.limits = limits if limits is not None else ProviderLimits()
         self.tokens = tokens                    # a step's token from its key (app.pipeline.tokens)
         self._clock = clock
         self.attempt_cap = attempt_cap          # claims of a key before a person must decide
@@ -113,7 +117,7 @@ class Processor:
         self._on_cut = on_cut
 
     async def run(self, events: Sequence[OrderEvent], guard: Guard = _unguarded, *,
-                  by_person: bool = False, owner: str | None = None) -> list[Result]:
+                  by_person: bool = False, owner: str | None = None, not_after: float | None = None) -> list[Result]:
         """One pass of ``events`` (offset order) through T1, T2 and T3.
 
         ``guard`` runs each database step; the batch handler passes one that waits
@@ -123,6 +127,10 @@ class Processor:
         live lease of its own owner (a batch's retries of its own records), so every
         claimant that may run beside another one of this process needs an owner of its own
         (the compensator gives each redrive one): two claims of one key must never both call.
+        ``not_after``: the caller's deadline (this processor's clock). A call the provider answers
+        "not yet" (429) is made again under the same claim once its ``Retry-After`` has passed, unless
+        that is past ``not_after`` (or the claim's lease would be too short by then): then it ends
+        :class:`RateLimited`, not delivered, and the caller waits.
         """
         # The cutoff once per batch; only an event dated before it is asked about.
         retention = self.retention
@@ -131,12 +139,13 @@ class Processor:
             refused = [retention.refusal(event.order_no, event.part_date) for event in events]
             if any(refused):
                 kept = [event for event, error in zip(events, refused) if error is None]
-                results = iter(await self.run(kept, guard, by_person=by_person, owner=owner) if kept else [])
+                results = iter(await self.run(kept, guard, by_person=by_person, owner=owner, not_after=not_after)
+                               if kept else [])
                 return [Result(error=error) if error is not None else next(results) for error in refused]
-        return await self._run(events, guard, None if by_person else self.attempt_cap, owner or self.owner)
+        return await self._run(events, guard, None if by_person else self.attempt_cap, owner or self.owner, not_after)
 
     async def _run(self, events: Sequence[OrderEvent], guard: Guard, attempt_cap: int | None,
-                   owner: str) -> list[Result]:
+                   owner: str, not_after: float | None = None) -> list[Result]:
         if not events:
             return []
         claimed_at = 0.0
@@ -160,7 +169,7 @@ class Processor:
         jobs = [job for p in plan.events for job in p.jobs]
         if jobs:
             self._on_cut("a_b")
-            finished, skipped = await self._t2(jobs, claimed_at)
+            finished, skipped = await self._t2(jobs, claimed_at, not_after)
             self._on_cut("b_c")
             owned, broken = await self._t3(finished, guard, owner)
             self._on_cut("after_c")
@@ -193,7 +202,8 @@ class Processor:
             self._on_cut("before_a")
         return plan
 
-    async def _t2(self, jobs: list[EffectJob], claimed_at: float) -> tuple[list[Finished], set[int]]:
+    async def _t2(self, jobs: list[EffectJob], claimed_at: float,
+                  not_after: float | None = None) -> tuple[list[Finished], set[int]]:
         """Call every job; an order's jobs one after another in offset order, orders concurrently.
 
         Once a job of an order fails, the order's later jobs are not called (their
@@ -208,8 +218,7 @@ class Processor:
 
         async def run_chain(chain: list[EffectJob]) -> None:
             for position, job in enumerate(chain):
-                async with self._slots:
-                    outcome = await self._call(job, claimed_at)
+                outcome = await self._paced_call(job, claimed_at, not_after)
                 finished.append(outcome)
                 if outcome.error is not None:
                     for later in chain[position + 1:]:
@@ -221,6 +230,31 @@ class Processor:
 
         await asyncio.gather(*(run_chain(chain) for chain in chains.values()))
         return finished, skipped
+
+    async def _paced_call(self, job: EffectJob, claimed_at: float, not_after: float | None) -> Finished:
+        """One job's call at its provider's pace: a slot and a turn of its effect's limits, then one
+        of this worker's ``EFFECT_CONCURRENCY`` slots, then the lease check, then the call. A 429 is
+        "not yet": nothing was done, so the same claim calls again after ``Retry-After``. The lease is
+        checked again before that call; a wait past ``not_after`` is left to the caller."""
+        effect = job.effect.name
+        while True:
+            async with self.limits.call(effect, not_after) as turn:
+                if turn.later is not None:
+                    self.observer.paced(effect, turn.waited)
+                    return Finished(job, error=RateLimited(
+                        f"{job.biz_key}: not called, its provider's limits give it a turn in {turn.later:.1f}s, "
+                        "past its batch's deadline", wait_seconds=turn.later))
+                async with self._slots:
+                    outcome = await self._call(job, claimed_at)
+            error = outcome.error
+            limited = error.wait_seconds if isinstance(error, RateLimited) else None
+            self.observer.paced(effect, turn.waited, rate_limited=limited)
+            if limited is None:
+                return outcome
+            self.limits.hold(effect, limited)
+            wait = self.limits.wait_for(effect)
+            if not_after is not None and self._clock() + wait > not_after:
+                return outcome
 
     async def _call(self, job: EffectJob, claimed_at: float) -> Finished:
         if (short := self._lease_short(job, claimed_at)) is not None:

@@ -45,6 +45,16 @@ class EffectSettings(Group):
     lookup_settle_seconds: float | None = setting("EFFECTS__<EFFECT>__LOOKUP_SETTLE_SECONDS", None, ge=0,
         shown="30", description="How long after a call in doubt the provider is asked (alias "
                                 "`SMS_LOOKUP_SETTLE_SECONDS`).")
+    calls_per_second: float | None = setting("EFFECTS__<EFFECT>__CALLS_PER_SECOND", None, ge=0, shown="none",
+        description="The provider's rate limit for this deployment's account, for the whole consumer group: each "
+                    "worker calls at most its share (this rate over the live workers, counted from their "
+                    "heartbeats). Set it a little under what the provider grants: a call over the limit is answered "
+                    "429, waited for (its `Retry-After`, every call of the effect), never dead-lettered for it. "
+                    "0 or unset: no limit but the provider's 429s.")
+    concurrency: int | None = setting("EFFECTS__<EFFECT>__CONCURRENCY", None, ge=0, shown="`EFFECT_CONCURRENCY`",
+        description="Calls of this effect in flight at once in one worker, under `EFFECT_CONCURRENCY` for all "
+                    "effects (a provider that allows so many connections per account). 0 or unset: "
+                    "`EFFECT_CONCURRENCY`.")
     key_id: str | None = setting("EFFECTS__<EFFECT>__KEY_ID", None, shown="none",
         description="The account (merchant, app key) a signing provider knows this deployment by.")
     secret: SecretStr | None = setting("EFFECTS__<EFFECT>__SECRET", None, shown="none",
@@ -160,7 +170,9 @@ class EffectsSettings(Group):
             connect_timeout_seconds=min(self.connect_timeout_seconds, timeout / 2),
             lookup=bool(pick("lookup", False)),
             lookup_settle_seconds=float(pick("lookup_settle_seconds", DEFAULT_SETTLE_SECONDS)),
-            key_id=nested.key_id, secret=nested.secret)
+            key_id=nested.key_id, secret=nested.secret,
+            calls_per_second=float(nested.calls_per_second or 0.0),
+            concurrency=min(nested.concurrency or self.concurrency, self.concurrency))
 
     def lookups(self) -> list[str]:
         """The effects whose lookup is on (a call in doubt may take two calls: a lookup, then the send)."""
@@ -226,6 +238,8 @@ class ResolvedEffect(Group):
     lookup_settle_seconds: float
     key_id: str | None
     secret: SecretStr | None
+    calls_per_second: float = 0.0
+    concurrency: int = 0
 
 
 def nested_environment(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:

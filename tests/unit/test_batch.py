@@ -10,6 +10,7 @@ from app.pipeline.errors import (
     EffectUnavailable,
     LeaseHeld,
     PreconditionNotMet,
+    RateLimited,
     StoreUnavailable,
     UnknownOutcomeNonIdempotent,
 )
@@ -33,7 +34,7 @@ class ScriptedProcessor:
         self.batch_error = batch_error
         self.runs: list[list[str]] = []
 
-    async def run(self, events, guard=None):
+    async def run(self, events, guard=None, not_after=None):
         async def once():
             self.runs.append([e.order_no for e in events])
             if len(events) > 1 and self.batch_error is not None:
@@ -155,6 +156,20 @@ async def test_lease_wait_does_not_use_up_retries_and_is_bounded():
     [letter] = report.dead_letters
     assert (letter.order_no, letter.reason, letter.retriable) == (p, "lease_held", True)
     assert report.lease_waits == 5
+
+
+async def test_a_provider_not_yet_is_waited_for_without_using_up_retries():
+    """A record its provider answered 429 more times than there are retries waits each Retry-After
+    out and ends well; one still told "not yet" at the deadline goes to the compensator."""
+    o, p = order_no(), order_no()
+    later = Result(error=RateLimited("429", wait_seconds=1.5))
+    h, sleeps = handler(ScriptedProcessor({o: [later] * 5 + [OK], p: [later] * 20}), deadline=15)
+    report = await h.handle(records(event(o, "ORDER_CONFIRM"), event(p, "ORDER_CONFIRM")))
+    assert report.outcomes["applied"] == 1 and not report.retries
+    [letter] = report.dead_letters
+    assert (letter.order_no, letter.reason, letter.retriable) == (p, "deadline_exceeded", True)
+    assert set(sleeps) == {1.5} and len(sleeps) > 5      # every wait its Retry-After; none a backoff
+    assert report.rate_limited == len(sleeps)
 
 
 async def test_a_bug_in_the_batch_is_isolated_to_its_record():
@@ -327,7 +342,7 @@ async def test_records_deferred_past_the_deadline_are_not_tried():
     class Slow(ScriptedProcessor):
         """Each retry of the first record is a call that takes 2 s (virtual)."""
 
-        async def run(self, events, guard=None):
+        async def run(self, events, guard=None, not_after=None):
             if len(events) == 1:
                 sleeps.now += 2.0
             return await super().run(events, guard)
@@ -351,7 +366,7 @@ async def test_a_short_outage_met_by_many_records_at_once_is_waited_out():
     back = real_time.monotonic() + 0.3
 
     class Flaky(ScriptedProcessor):
-        async def run(self, events, guard=None):
+        async def run(self, events, guard=None, not_after=None):
             async def once():
                 if len(events) == 1 and real_time.monotonic() < back:
                     raise StoreUnavailable("down")
@@ -410,7 +425,7 @@ class GatedProcessor(ScriptedProcessor):
         self.running: list[set[str]] = []
         self.overlapped: list[tuple[set[str], set[str]]] = []
 
-    async def run(self, events, guard=None):
+    async def run(self, events, guard=None, not_after=None):
         mine = {e.order_no for e in events}
         for other in self.running:
             self.overlapped.append((other, mine))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.provider_pace import ROWS, TAIL, mean_latency, steady_rate
+from bench.provider_pace import LIMIT, ROW_SETTINGS, ROWS, TAIL, mean_latency, steady_rate
 
 
 def test_the_bound_counts_a_hung_call_at_the_clients_timeout():
@@ -23,3 +23,9 @@ def test_the_steady_rate_leaves_out_the_start_and_the_tail():
     times = [i / 100 for i in range(1000)] + [100.0]           # 100 calls/s, then one straggler
     assert steady_rate(times) == pytest.approx(100, rel=0.02)
     assert steady_rate([1.0] * 5) is None
+
+
+def test_the_rows_at_a_limit_differ_only_in_whether_the_worker_is_told_it():
+    assert ROWS["r"] == ROWS["R"] and ROWS["r"]["waybill"]["calls_per_second"] == LIMIT
+    assert "r" not in ROW_SETTINGS
+    assert float(ROW_SETTINGS["R"]["EFFECTS__WAYBILL__CALLS_PER_SECOND"]) < LIMIT

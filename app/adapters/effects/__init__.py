@@ -11,12 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
 import aiohttp
 
 from app.observability.metrics import EFFECT_CALLS, EFFECT_SECONDS
-from app.pipeline.errors import EffectBadReceipt, EffectNotDelivered, EffectUnavailable, PipelineError
+from app.pipeline.errors import EffectBadReceipt, EffectNotDelivered, EffectUnavailable, PipelineError, RateLimited
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
 from app.pipeline.steps import Contract, Effect, effects_used
@@ -63,6 +65,30 @@ def transport_errors(at: str, timeout: aiohttp.ClientTimeout,
         raise in_doubt(f"{at}: no answer within {timeout.total:g}s") from None
     except aiohttp.ClientError as exc:
         raise in_doubt(f"{at}: {exc.__class__.__name__}: {exc}") from None
+
+
+RETRY_AFTER_DEFAULT = 1.0      # a 429 without a Retry-After the client can read: a second
+RETRY_AFTER_MAX = 60.0         # a longer one is the provider's outage, not a rate: the breaker's business
+
+
+def rate_limited(at: str, headers: Mapping[str, str]) -> RateLimited:
+    """The provider's 429: "not yet", for the seconds its ``Retry-After`` says (a number of seconds,
+    or an HTTP date), a second when it says nothing readable, at most a minute."""
+    said = headers.get("Retry-After", "").strip()
+    wait: float | None = None
+    if said:
+        try:
+            wait = float(said)
+        except ValueError:
+            try:
+                wait = (parsedate_to_datetime(said) - datetime.now(UTC)).total_seconds()
+            except (TypeError, ValueError):
+                wait = None
+    if wait is None or wait != wait:     # unreadable, or NaN
+        wait = RETRY_AFTER_DEFAULT
+    wait = min(max(wait, 0.0), RETRY_AFTER_MAX)
+    return RateLimited(f"{at}: answered 429 (rate limited), Retry-After {said or 'not given'}; not done, "
+                       f"called again in {wait:g}s", wait_seconds=wait)
 
 
 def waybill_number(at: str, said: str, value: Any, *, answer: str = "") -> str:

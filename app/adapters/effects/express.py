@@ -20,9 +20,12 @@ code 0                 done; the waybill number is the receipt
 code 1002 (duplicate)  the reference was used before: its waybill is
                        looked up (inside the same call's time) and is the
                        receipt; not found yet: retry, same token
-code 1003, 429, 408,   not done, or outcome unknown: retry, same token
-5xx, timeout, reset,
-no envelope
+429 to the request    not done, "not yet": called again after its
+                       Retry-After, same token, no retry used up (429 to
+                       the lookup after a duplicate: retry, same token)
+code 1003, 408, 5xx,   not done, or outcome unknown: retry, same token
+timeout, reset, no
+envelope
 code 1001, 401, 403    the signature or the account was refused: the
                        deployment's settings are wrong. Refused at start-up
                        (the worker checks its credentials), and a call
@@ -44,10 +47,10 @@ from typing import Any
 import aiohttp
 import orjson
 
-from app.adapters.effects import call_timeout, transport_errors, waybill_number
+from app.adapters.effects import call_timeout, rate_limited, transport_errors, waybill_number
 from app.adapters.effects.provider import Provider, where
 from app.adapters.effects.signing import CredentialsRefused, Envelope, HmacSigner, Reply, Verdict
-from app.pipeline.errors import EffectRejected, EffectUnavailable, PipelineError
+from app.pipeline.errors import EffectRejected, EffectUnavailable, PipelineError, RateLimited
 from app.pipeline.excerpts import excerpt
 from app.pipeline.model import EffectJob
 from app.pipeline.ports import Receipt
@@ -91,7 +94,11 @@ class ExpressClient:
                 raise self._error(at, status, raw, reply)
 
     async def _find(self, token: str, at: str) -> Receipt | None:
-        status, raw, reply = await self._ask("GET", f"{ORDERS}/{token}", b"", f"{at}: lookup")
+        try:
+            status, raw, reply = await self._ask("GET", f"{ORDERS}/{token}", b"", f"{at}: lookup")
+        except RateLimited as exc:
+            # Only the lookup was refused: the request before it reached the provider (a duplicate).
+            raise EffectUnavailable(f"{exc}; the request was refused as a duplicate before") from None
         if reply.verdict is Verdict.OK:
             return Receipt(reference=_waybill_no(at, reply))
         if reply.verdict is Verdict.NOT_FOUND:
@@ -103,6 +110,8 @@ class ExpressClient:
         async with self.session.request(method, f"{self.base}{path}", data=body or None, headers=headers,
                                         timeout=self.timeout, allow_redirects=False) as resp:
             raw = await resp.read()
+            if resp.status == 429:
+                raise rate_limited(at, resp.headers)
             reply = ENVELOPE.read(raw)
             if reply is None:
                 if resp.status in (401, 403):

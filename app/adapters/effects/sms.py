@@ -34,7 +34,7 @@ from __future__ import annotations
 import aiohttp
 import orjson
 
-from app.adapters.effects import call_timeout, transport_errors
+from app.adapters.effects import call_timeout, rate_limited, transport_errors
 from app.adapters.effects.provider import Provider, where
 from app.pipeline.errors import (
     EffectNotDelivered,
@@ -69,6 +69,8 @@ class SmsClient:
                 body = await resp.read()
                 if 200 <= resp.status < 300:
                     return Receipt(reference=_message_id(body))
+                if resp.status == 429:
+                    raise rate_limited(at, resp.headers)
                 if 400 <= resp.status < 500:
                     raise EffectNotDelivered(f"{at}: refused with {resp.status}: {excerpt(body)}")
                 raise self._maybe_sent(f"{at}: answered {resp.status}")

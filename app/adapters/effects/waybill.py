@@ -9,9 +9,11 @@ what happened          what it means
 2xx, bad waybill_no    failed: effect_bad_receipt (this record only)
 3xx                    outcome unknown: retry, same token
 409                    the same key is still in progress: retry, same token
+429                    not done, "not yet": called again after its
+                       Retry-After, same token, no retry used up
 other 4xx (not 408,    a business refusal: failed for good
 429)
-408, 429, 5xx,         not done, or outcome unknown: retry, same token
+408, 5xx,              not done, or outcome unknown: retry, same token
 timeout, reset
 connection refused,    surely not sent: retry, same token
 no connection within
@@ -30,7 +32,7 @@ from __future__ import annotations
 import aiohttp
 import orjson
 
-from app.adapters.effects import call_timeout, transport_errors, waybill_number
+from app.adapters.effects import call_timeout, rate_limited, transport_errors, waybill_number
 from app.adapters.effects.provider import Provider, where
 from app.pipeline.errors import EffectRejected, EffectUnavailable
 from app.pipeline.excerpts import excerpt
@@ -59,6 +61,8 @@ class WaybillClient:
                 body = await resp.read()
                 if resp.status in (200, 201):
                     return Receipt(reference=_waybill_no(at, resp.status, body))
+                if resp.status == 429:
+                    raise rate_limited(at, resp.headers)
                 if 400 <= resp.status < 500 and resp.status not in RETRY_LATER:
                     raise EffectRejected(f"{at}: refused with {resp.status}: {excerpt(body)}")
                 raise EffectUnavailable(f"{at}: answered {resp.status}")

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from app.adapters.mysql.workers import beat, prune, stopped
+from app.adapters.mysql.workers import beat, live_members, prune, stopped
 from app.pipeline.liveness_fence import SelfFence
 
 if TYPE_CHECKING:
@@ -23,16 +23,22 @@ class Heartbeat:
     feeds the process's ``SelfFence`` (a call starts only while it is recent)."""
 
     def __init__(self, store: MySqlStore, incarnation: str, worker_id: str, fence: SelfFence, *, every: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_members: Callable[[int], None] | None = None) -> None:
         self.store, self.incarnation, self.worker_id = store, incarnation, worker_id
         self.fence, self.every, self.clock = fence, every, clock
+        self.on_members = on_members    # told the live members at each beat (the provider limits' shares)
         self._task: asyncio.Task | None = None
         self._failing = False
 
     async def beat_once(self) -> bool:
         sent = self.clock()
+        async def beat_and_count(tx) -> int | None:
+            await beat(tx._exec, self.incarnation, self.worker_id)
+            return await live_members(tx._exec, self.fence.dead_after) if self.on_members is not None else None
+
         try:
-            await self.store.in_transaction(lambda tx: beat(tx._exec, self.incarnation, self.worker_id))
+            members = await self.store.in_transaction(beat_and_count)
         except Exception as exc:
             if not self._failing:
                 log.warning("this worker's heartbeat did not reach the database (%r): once it is %gs old, the worker "
@@ -43,6 +49,8 @@ class Heartbeat:
             log.info("this worker's heartbeat reaches the database again")
         self._failing = False
         self.fence.beat(sent, self.clock())
+        if members is not None and self.on_members is not None:
+            self.on_members(members)
         return True
 
     def start(self) -> None:

@@ -21,6 +21,16 @@ async def beat(execute: Execute, incarnation: str, worker_id: str) -> None:
                   "ON DUPLICATE KEY UPDATE last_seen = NOW(3)", [incarnation[:160], worker_id[:64]])
 
 
+async def live_members(execute: Execute, dead_after: float) -> int:
+    """The processes beating now (not stopped, a heartbeat younger than ``dead_after``): the members
+    a group-wide rate is shared among. A process of another kind that beats is counted too, which
+    only makes each share smaller."""
+    us = int(dead_after * 1_000_000)
+    result = await execute(f"SELECT COUNT(*) FROM t_worker WHERE stopped_at IS NULL "
+                           f"AND last_seen >= NOW(3) - INTERVAL {us} MICROSECOND", ())
+    return int(next(iter(result))[0])
+
+
 async def stopped(execute: Execute, incarnation: str) -> None:
     """A clean stop: it calls nothing more, so its claims are free at once."""
     await execute("UPDATE t_worker SET stopped_at = NOW(3), last_seen = NOW(3) WHERE incarnation = %s",

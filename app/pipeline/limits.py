@@ -1,0 +1,144 @@
+"""Provider limits: how fast, and how many at once, each effect's provider is called.
+
+Per effect, a deployment may set:
+
+* a rate, ``EFFECTS__<EFFECT>__CALLS_PER_SECOND``, for the whole consumer group: each worker
+  takes its share, the rate over the live members (``t_worker`` heartbeats, counted with every
+  heartbeat: a member that joins or dies changes every worker's share within a heartbeat or two);
+* a concurrency, ``EFFECTS__<EFFECT>__CONCURRENCY``: calls of the effect in flight in this worker,
+  under ``EFFECT_CONCURRENCY`` for all effects;
+* and whatever the provider says: a 429 with ``Retry-After`` holds every call of the effect in
+  this worker until then (the provider counts the account's calls, not this call's).
+
+A call takes its slot and its turn *before* its claim's lease is checked (the processor's
+``call_needs``): a call that waited here never starts with its lease run short.
+
+The rate is spaced, not bucketed: the worker's calls of an effect start at least ``1 / rate``
+apart, with a burst of ``BURST_SECONDS`` of the rate when the effect was idle. A provider that
+counts calls per second (a fixed window, or a bucket of a second) sees at most the rate in any
+second, plus the burst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+BURST_SECONDS = 0.05        # calls allowed back to back after an idle spell: 50 ms of the rate
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A call's turn: the seconds it ``waited`` for it, and ``later`` (seconds) when it has none
+    before its caller's deadline and must not be made now."""
+
+    waited: float
+    later: float | None = None
+
+
+@dataclass(frozen=True)
+class EffectLimit:
+    """One effect's limits as set: ``calls_per_second`` for the group (0: none), ``concurrency``
+    in this worker (0: only ``EFFECT_CONCURRENCY``)."""
+
+    calls_per_second: float = 0.0
+    concurrency: int = 0
+
+
+class _Pace:
+    """One effect's pacing in this worker: its turns, its slots, and the provider's "not before"."""
+
+    def __init__(self, limit: EffectLimit, members: int) -> None:
+        self.limit = limit
+        self.slots = asyncio.Semaphore(limit.concurrency) if limit.concurrency > 0 else None
+        self.next_turn = 0.0         # monotonic time of the next call's turn (the rate)
+        self.not_before = 0.0        # the provider's Retry-After, for every call of the effect
+        self.rate = 0.0
+        self.share(members)
+
+    def share(self, members: int) -> None:
+        self.rate = self.limit.calls_per_second / max(members, 1)
+
+    def turn(self, now: float, not_after: float | None = None) -> float:
+        """The time this call may start; takes the turn, unless it would be past ``not_after``."""
+        start = max(now, self.not_before)
+        if self.rate > 0:
+            start = max(start, self.next_turn - BURST_SECONDS)
+        if not_after is not None and start > not_after:
+            return start                            # not taken: the caller will not wait for it
+        if self.rate > 0:
+            self.next_turn = max(self.next_turn, start) + 1.0 / self.rate
+        return start
+
+
+class ProviderLimits:
+    """Every effect's pace in this worker (:class:`EffectLimit` per effect name)."""
+
+    def __init__(self, limits: Mapping[str, EffectLimit] | None = None, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self._limits = dict(limits or {})
+        self._paces: dict[str, _Pace] = {}
+        self._members = 1
+        self._clock, self._sleep = clock, sleep
+
+    @property
+    def members(self) -> int:
+        return self._members
+
+    def set_members(self, members: int) -> None:
+        """The consumer group's live members (at least this one): each worker's share of a rate."""
+        self._members = max(int(members), 1)
+        for pace in self._paces.values():
+            pace.share(self._members)
+
+    def share(self, effect: str) -> float:
+        """This worker's calls per second of ``effect`` (0: no rate set)."""
+        return self._pace(effect).rate
+
+    def hold(self, effect: str, seconds: float) -> None:
+        """The provider said "not yet" (429, ``Retry-After``): no call of ``effect`` for ``seconds``."""
+        pace = self._pace(effect)
+        pace.not_before = max(pace.not_before, self._clock() + max(seconds, 0.0))
+
+    def wait_for(self, effect: str) -> float:
+        """How long a call of ``effect`` made now would wait for the provider's "not before"."""
+        return max(self._pace(effect).not_before - self._clock(), 0.0)
+
+    @asynccontextmanager
+    async def call(self, effect: str, not_after: float | None = None) -> AsyncIterator[Turn]:
+        """A slot and a turn for one call of ``effect``. The :class:`Turn` says how long they took, and
+        whether the call may go: not when its turn would come after ``not_after`` (the caller's
+        deadline), which it then does not wait for."""
+        pace = self._pace(effect)
+        started = self._clock()
+        if pace.slots is None:
+            later = await self._turn(pace, not_after)
+            yield Turn(self._clock() - started, later)
+            return
+        async with pace.slots:
+            later = await self._turn(pace, not_after)
+            yield Turn(self._clock() - started, later)
+
+    async def _turn(self, pace: _Pace, not_after: float | None) -> float | None:
+        """None once the call may start; else the seconds until its turn, past ``not_after``."""
+        while True:
+            now = self._clock()
+            start = pace.turn(now, not_after)
+            if start <= now:
+                return None
+            if not_after is not None and start > not_after:
+                return start - now
+            await self._sleep(start - now)
+            if self._clock() >= pace.not_before:    # a 429 while this call slept: wait for it too
+                return None
+
+    def _pace(self, effect: str) -> _Pace:
+        pace = self._paces.get(effect)
+        if pace is None:
+            pace = self._paces[effect] = _Pace(self._limits.get(effect, EffectLimit()), self._members)
+        return pace
+

@@ -1,0 +1,72 @@
+"""Provider limits against the fake providers over real HTTP and real MariaDB, the batch handler in
+this process: a provider's 429 is "not yet" (the same claim calls again after its Retry-After, no
+retry nor claim used up, nothing dead-lettered), a worker told the limit stays under it, and a
+group-wide rate is shared among the live workers their heartbeats count. Each test was watched
+failing with what it checks broken."""
+
+from __future__ import annotations
+
+from app.adapters.mysql.heartbeat import Heartbeat
+from app.pipeline.limits import EffectLimit, ProviderLimits
+from app.pipeline.liveness_fence import SelfFence
+from harness.events import event
+from harness.pipeline import paid_orders, source
+
+
+async def test_a_provider_answering_429_is_waited_for_and_nothing_is_dead_lettered(harness):
+    """A provider granting 5 calls/s, a batch of 20 waybills at once: most calls meet a 429. Each
+    is made again under its claim after the Retry-After; every order gets its one waybill, no
+    record is dead-lettered, no retry is used up and no key was claimed twice."""
+    p = await harness.processor()
+    orders = await paid_orders(p, 20, "RL")
+    harness.fakes.configure({"waybill": {"calls_per_second": 5}})
+    report = await harness.batches(p).handle([source(event(o, "ORDER_CONFIRM")) for o in orders])
+
+    assert report.outcomes == {"applied": 20} and not report.dead_letters, report
+    assert not report.retries, report.retries
+    assert harness.fakes.ledger.rate_limited["waybill"] > 0           # the provider did say "not yet"
+    assert {o: len(harness.fakes.ledger.waybills[o]) for o in orders} == {o: 1 for o in orders}
+    attempts = [row["attempt"] for o in orders for row in harness.idem(f"{o}:ORDER_CONFIRM:issue_waybill")]
+    assert attempts == [1] * 20                                        # one claim each: a 429 used none up
+
+
+async def test_a_worker_told_the_limit_makes_no_call_over_it(harness):
+    """The same provider, the worker told 4 calls/s: the provider never answers 429."""
+    p = await harness.processor(limits=ProviderLimits({"waybill": EffectLimit(calls_per_second=4)}))
+    orders = await paid_orders(p, 12, "RT")
+    harness.fakes.configure({"waybill": {"calls_per_second": 5}})
+    report = await harness.batches(p).handle([source(event(o, "ORDER_CONFIRM")) for o in orders])
+
+    assert report.outcomes == {"applied": 12} and not report.dead_letters, report
+    assert harness.fakes.ledger.rate_limited["waybill"] == 0
+    calls = sorted(c["at"] for c in harness.fakes.ledger.calls if c["service"] == "waybill")
+    assert len(calls) == 12 and calls[-1] - calls[0] >= 11 / 4 * 0.9   # spaced at the rate, not at once
+
+
+async def test_an_sms_gateway_answering_429_sends_each_message_once(harness):
+    """The SMS gateway (no idempotency of its own, contract lookup) answers 429: nothing was sent,
+    so the same claim sends again, and each order's SMS goes out once."""
+    p = await harness.processor()
+    orders = await paid_orders(p, 8, "RS")
+    harness.fakes.configure({"sms": {"calls_per_second": 3}})
+    report = await harness.batches(p).handle([source(event(o, "ORDER_CANCEL")) for o in orders])
+
+    assert report.outcomes == {"applied": 8} and not report.dead_letters, report
+    assert harness.fakes.ledger.rate_limited["sms"] > 0
+    assert {o: len(harness.fakes.ledger.sms[o]) for o in orders} == {o: 1 for o in orders}
+
+
+async def test_a_group_rate_is_shared_among_the_live_workers(harness):
+    """Three processes beat; each one's share of a group-wide 30 calls/s is 10. One stops: 15."""
+    # The processes of earlier tests are over; some were killed and would still count for a while.
+    harness.db.query("UPDATE t_worker SET stopped_at = NOW(3) WHERE stopped_at IS NULL")
+    limits = [ProviderLimits({"waybill": EffectLimit(calls_per_second=30)}) for _ in range(3)]
+    beats = [Heartbeat(harness.store(), f"share-{i}/{i}", f"share-{i}", SelfFence(15.0), every=1.0,
+                       on_members=limits[i].set_members) for i in range(3)]
+    for beat in beats:
+        assert await beat.beat_once()
+    assert await beats[0].beat_once() and await beats[1].beat_once()
+    assert [round(limit.share("waybill"), 6) for limit in limits[:2]] == [10.0, 10.0]
+    await beats[2].stop()
+    assert await beats[0].beat_once()
+    assert limits[0].share("waybill") == 15.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 from app.adapters.mysql.heartbeat import Heartbeat
 from app.pipeline.limits import EffectLimit, ProviderLimits
 from app.pipeline.liveness_fence import SelfFence
+from app.pipeline.model import NOT_DELIVERED
 from harness.events import event
 from harness.pipeline import paid_orders, source
 
@@ -70,3 +71,21 @@ async def test_a_group_rate_is_shared_among_the_live_workers(harness):
     await beats[2].stop()
     assert await beats[0].beat_once()
     assert limits[0].share("waybill") == 15.0
+
+
+async def test_a_call_whose_turn_comes_after_the_deadline_is_not_made_and_goes_to_the_compensator(harness):
+    """A worker told 2 calls/s, a batch of 10 waybills and a deadline of 2 s: the calls whose turn
+    comes after the deadline are not made (nor waited for); their records are dead-lettered as
+    retriable (``deadline_exceeded``) for the compensator, their steps left "not delivered"."""
+    p = await harness.processor(limits=ProviderLimits({"waybill": EffectLimit(calls_per_second=2)}))
+    orders = await paid_orders(p, 10, "RD")
+    report = await harness.batches(p, deadline=2).handle([source(event(o, "ORDER_CONFIRM")) for o in orders])
+
+    lettered = {letter.order_no for letter in report.dead_letters}
+    assert 1 <= report.outcomes["applied"] <= 6 and report.outcomes["applied"] + len(lettered) == 10, report
+    assert {(letter.reason, letter.retriable) for letter in report.dead_letters} == {("deadline_exceeded", True)}
+    called = {c["body"]["order_no"] for c in harness.fakes.ledger.calls if c["service"] == "waybill"}
+    assert called == set(orders) - lettered                            # a record past its turn: never called
+    for order in lettered:
+        [row] = harness.idem(f"{order}:ORDER_CONFIRM:issue_waybill")
+        assert (row["status"], row["attempt"], row["outcome"]) == (1, 1, NOT_DELIVERED)

@@ -4,9 +4,15 @@ Durations are in seconds (Prometheus convention); the batch buckets are fine
 below 100 ms because that is where a healthy batch lives.
 """
 
+import logging
+import time
+
 from prometheus_client import Counter, Gauge, Histogram
 
+from app.pipeline.breaker import PROBE_SECONDS, Change
 from app.pipeline.model import CLAIM_RESULTS, CONFLICTS, BatchPlan
+
+log = logging.getLogger(__name__)
 
 EVENTS = Counter("order_events_total", "Events consumed from order-event, by outcome.", ["outcome"])
 MALFORMED = Counter("order_events_malformed_total", "Events that break the contract, by reason.", ["reason"])
@@ -98,6 +104,13 @@ LIMIT_WAIT_SECONDS = Counter("order_provider_limit_wait_seconds_total",
 RATE_SHARE = Gauge("order_provider_rate_share_calls_per_second",
                    "This worker's share of an effect's EFFECTS__<EFFECT>__CALLS_PER_SECOND (the rate over the live "
                    "workers); 0: no rate set.", ["effect"])
+BREAKER_OPEN = Gauge("order_provider_breaker_open",
+                     "1 while this worker's breaker for an effect's provider is open (most calls failed for the "
+                     "provider's sake: its calls are not made, their records dead-lettered as provider_unavailable).",
+                     ["effect"])
+BREAKER_OPENED = Gauge("order_provider_breaker_opened_timestamp_seconds",
+                       "When this worker's breaker for an effect's provider opened (Unix time; 0 while closed).",
+                       ["effect"])
 LIVE_MEMBERS = Gauge("order_provider_limit_members", "Live workers (heartbeats) a provider's rate is shared among.")
 
 
@@ -115,6 +128,17 @@ class PipelineMetrics:
         IDEM_CONFLICTS.inc(conflicts)
         if plan.replayed:
             REPLAYED.inc(plan.replayed)
+
+    def breaker(self, effect: str, change: Change) -> None:
+        opened = change is Change.OPENED
+        BREAKER_OPEN.labels(effect).set(1 if opened else 0)
+        BREAKER_OPENED.labels(effect).set(time.time() if opened else 0)
+        if opened:
+            log.warning("the breaker of %s's provider opened: most of its recent calls failed for the provider's "
+                        "sake; its calls are not made (their records are dead-lettered as provider_unavailable) "
+                        "until a probe, one call every %gs, gets an answer", effect, PROBE_SECONDS)
+        else:
+            log.warning("the breaker of %s's provider closed: its probe got an answer", effect)
 
     def paced(self, effect: str, waited: float, *, rate_limited: float | None = None) -> None:
         if waited > 0:

@@ -20,6 +20,9 @@ class PipelineError(Exception):
     # False when a retry may help, but not within the batch's seconds: the record is
     # dead-lettered at once as retriable, and the compensator retries it later.
     retry_in_batch: bool = True
+    # True when the call failed for the provider's sake (no answer in time, no connection, 5xx,
+    # "busy"): what its breaker counts (``app.pipeline.breaker``). An answer is never that.
+    provider_down: bool = False
     # How soon a retry may help, when the error knows (a lease's end, the settle of an unknown
     # outcome): its dead letter is due then rather than after DLQ_RETRY_AFTER_SECONDS.
     wait_seconds: float | None = None
@@ -87,6 +90,7 @@ class EffectUnavailable(PipelineError):
 
     retriable = True
     reason = "effect_unavailable"
+    provider_down = True
 
 
 class EffectNotDelivered(PipelineError):
@@ -103,6 +107,14 @@ class RateLimited(EffectNotDelivered):
 
     reason = "rate_limited"
     wait_seconds: float = 1.0
+
+
+class ProviderUnavailable(EffectNotDelivered):
+    """Not called: the effect's provider is down (its breaker is open). Dead-lettered as retriable at
+    once, due after the breaker's next probe, so that nothing else waits for the provider."""
+
+    reason = "provider_unavailable"
+    retry_in_batch = False
 
 
 class EffectBadReceipt(PipelineError):

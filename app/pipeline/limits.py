@@ -27,6 +27,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from app.pipeline.breaker import Admit, Breaker, Change, Refusal
+
 BURST_SECONDS = 0.05        # calls allowed back to back after an idle spell: 50 ms of the rate
 
 
@@ -56,6 +58,7 @@ class _Pace:
         self.slots = asyncio.Semaphore(limit.concurrency) if limit.concurrency > 0 else None
         self.next_turn = 0.0         # monotonic time of the next call's turn (the rate)
         self.not_before = 0.0        # the provider's Retry-After, for every call of the effect
+        self.breaker = Breaker()
         self.rate = 0.0
         self.share(members)
 
@@ -103,6 +106,17 @@ class ProviderLimits:
         """The provider said "not yet" (429, ``Retry-After``): no call of ``effect`` for ``seconds``."""
         pace = self._pace(effect)
         pace.not_before = max(pace.not_before, self._clock() + max(seconds, 0.0))
+
+    def admit(self, effect: str) -> tuple[Admit, Refusal | None]:
+        """Whether a call of ``effect`` may go to its provider (``app.pipeline.breaker``)."""
+        return self._pace(effect).breaker.admit(self._clock())
+
+    def ended(self, effect: str, failed: bool | None, *, probe: bool, error: str = "") -> Change | None:
+        """A call of ``effect`` that its breaker admitted ended (``Breaker.ended``)."""
+        return self._pace(effect).breaker.ended(self._clock(), failed, probe=probe, error=error)
+
+    def open_breakers(self) -> list[str]:
+        return sorted(name for name, pace in self._paces.items() if pace.breaker.open)
 
     def wait_for(self, effect: str) -> float:
         """How long a call of ``effect`` made now would wait for the provider's "not before"."""

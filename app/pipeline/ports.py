@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Protocol, TypeVar
 
+from app.pipeline.breaker import Change
 from app.pipeline.errors import PipelineError
 from app.pipeline.frozen import quick_init
 from app.pipeline.model import BatchPlan, EffectJob, IdemRow, LedgerRow, Settlement, SourceKey
@@ -145,12 +146,19 @@ class Observer(Protocol):
         ``rate_limited``: the provider then answered "not yet" for that many seconds (429)."""
         ...
 
+    def breaker(self, effect: str, change: Change) -> None:
+        """The breaker of ``effect``'s provider opened or closed (``app.pipeline.breaker``)."""
+        ...
+
 
 class NoObserver:
     def planned(self, plan: BatchPlan) -> None:
         pass
 
     def paced(self, effect: str, waited: float, *, rate_limited: float | None = None) -> None:
+        pass
+
+    def breaker(self, effect: str, change: Change) -> None:
         pass
 
 

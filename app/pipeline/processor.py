@@ -49,7 +49,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from app.pipeline.errors import ClaimExpiring, EffectNotDelivered, Fatal, PipelineError, RateLimited, StoreUnavailable
+from app.pipeline.breaker import Admit
+from app.pipeline.errors import (
+    ClaimExpiring,
+    EffectNotDelivered,
+    Fatal,
+    PipelineError,
+    ProviderUnavailable,
+    RateLimited,
+    StoreUnavailable,
+)
 from app.pipeline.events import OrderEvent
 from app.pipeline.limits import ProviderLimits
 from app.pipeline.liveness_fence import SelfFence
@@ -238,14 +247,23 @@ class Processor:
         checked again before that call; a wait past ``not_after`` is left to the caller."""
         effect = job.effect.name
         while True:
-            async with self.limits.call(effect, not_after) as turn:
-                if turn.later is not None:
-                    self.observer.paced(effect, turn.waited)
-                    return Finished(job, error=RateLimited(
-                        f"{job.biz_key}: not called, its provider's limits give it a turn in {turn.later:.1f}s, "
-                        "past its batch's deadline", wait_seconds=turn.later))
-                async with self._slots:
-                    outcome = await self._call(job, claimed_at)
+            admit, refusal = self.limits.admit(effect)
+            if refusal is not None:
+                return Finished(job, error=ProviderUnavailable(f"{job.biz_key}: not called, {refusal.why}",
+                                                               wait_seconds=refusal.wait))
+            probe = admit is Admit.PROBE
+            outcome: Finished | None = None
+            try:
+                async with self.limits.call(effect, not_after) as turn:
+                    if turn.later is not None:
+                        self.observer.paced(effect, turn.waited)
+                        return Finished(job, error=RateLimited(
+                            f"{job.biz_key}: not called, its provider's limits give it a turn in {turn.later:.1f}s, "
+                            "past its batch's deadline", wait_seconds=turn.later))
+                    async with self._slots:
+                        outcome = await self._call(job, claimed_at)
+            finally:
+                self._breaker_ended(effect, outcome, probe)
             error = outcome.error
             limited = error.wait_seconds if isinstance(error, RateLimited) else None
             self.observer.paced(effect, turn.waited, rate_limited=limited)
@@ -255,6 +273,16 @@ class Processor:
             wait = self.limits.wait_for(effect)
             if not_after is not None and self._clock() + wait > not_after:
                 return outcome
+
+    def _breaker_ended(self, effect: str, outcome: Finished | None, probe: bool) -> None:
+        error = outcome.error if outcome is not None else None
+        if outcome is None or isinstance(error, ClaimExpiring):
+            failed: bool | None = None                   # no call was made
+        else:
+            failed = error is not None and error.provider_down
+        change = self.limits.ended(effect, failed, probe=probe, error=str(error) if failed else "")
+        if change is not None:
+            self.observer.breaker(effect, change)
 
     async def _call(self, job: EffectJob, claimed_at: float) -> Finished:
         if (short := self._lease_short(job, claimed_at)) is not None:

@@ -6,12 +6,20 @@ failing with what it checks broken."""
 
 from __future__ import annotations
 
+import time
+from collections import Counter
+
 from app.adapters.mysql.heartbeat import Heartbeat
+from app.pipeline.breaker import PROBE_SECONDS
 from app.pipeline.limits import EffectLimit, ProviderLimits
 from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.model import NOT_DELIVERED
-from harness.events import event
+from harness.events import event, order_no
 from harness.pipeline import paid_orders, source
+
+
+def calls(fakes, service: str) -> list[dict]:
+    return [c for c in fakes.ledger.calls if c["service"] == service]
 
 
 async def test_a_provider_answering_429_is_waited_for_and_nothing_is_dead_lettered(harness):
@@ -89,3 +97,32 @@ async def test_a_call_whose_turn_comes_after_the_deadline_is_not_made_and_goes_t
     for order in lettered:
         [row] = harness.idem(f"{order}:ORDER_CONFIRM:issue_waybill")
         assert (row["status"], row["attempt"], row["outcome"]) == (1, 1, NOT_DELIVERED)
+
+
+async def test_a_dead_provider_costs_the_rest_nothing_and_a_probe_brings_it_back(harness):
+    """The waybill provider goes down (every call 503s): once most of its calls have failed, its
+    breaker opens. The records that would call it are dead-lettered as retriable at once, without
+    more calls; the batch's events without effects are applied. When the provider is back, one
+    probe closes the breaker, and the records go through, each order with one waybill."""
+    shift = [0.0]
+    limits = ProviderLimits(clock=lambda: time.monotonic() + shift[0])
+    p = await harness.processor(limits=limits)
+    orders = await paid_orders(p, 25, "BK")
+    fresh = [order_no(prefix="BKF") for _ in range(10)]
+    harness.fakes.configure({"waybill": {"outage_seconds": 600, "timeout_ms": 50}})
+    report = await harness.batches(p).handle([source(event(o, "ORDER_CONFIRM")) for o in orders]
+                                             + [source(event(o, "ORDER_CREATED")) for o in fresh])
+
+    assert report.outcomes["applied"] == 10 and len(report.dead_letters) == 25, report
+    assert all(letter.retriable and letter.order_no in orders for letter in report.dead_letters)
+    assert Counter(letter.reason for letter in report.dead_letters)["provider_unavailable"] > 0
+    assert len(calls(harness.fakes, "waybill")) == 25                 # phase 1's calls only: none retried
+    assert limits.open_breakers() == ["waybill"]
+
+    harness.fakes.configure({"waybill": {"outage_seconds": 0}})      # the provider is back
+    shift[0] += PROBE_SECONDS                                         # the next probe is due
+    first = await harness.batches(p).handle([source(event(orders[0], "ORDER_CONFIRM"))])
+    assert first.outcomes == {"applied": 1} and limits.open_breakers() == []
+    rest = await harness.batches(p).handle([source(event(o, "ORDER_CONFIRM")) for o in orders[1:]])
+    assert rest.outcomes == {"applied": 24} and not rest.dead_letters, rest
+    assert {o: len(harness.fakes.ledger.waybills[o]) for o in orders} == {o: 1 for o in orders}

@@ -58,13 +58,19 @@ def transport_errors(at: str, timeout: aiohttp.ClientTimeout,
     except PipelineError:
         raise
     except aiohttp.ClientConnectorError as exc:
-        raise EffectNotDelivered(f"{at}: {exc}") from None
+        raise _down(EffectNotDelivered(f"{at}: {exc}")) from None
     except aiohttp.ConnectionTimeoutError:      # before TimeoutError, which it is too
-        raise EffectNotDelivered(f"{at}: no connection within {timeout.connect:g}s; not sent") from None
+        raise _down(EffectNotDelivered(f"{at}: no connection within {timeout.connect:g}s; not sent")) from None
     except TimeoutError:
-        raise in_doubt(f"{at}: no answer within {timeout.total:g}s") from None
+        raise _down(in_doubt(f"{at}: no answer within {timeout.total:g}s")) from None
     except aiohttp.ClientError as exc:
-        raise in_doubt(f"{at}: {exc.__class__.__name__}: {exc}") from None
+        raise _down(in_doubt(f"{at}: {exc.__class__.__name__}: {exc}")) from None
+
+
+def _down(error: PipelineError) -> PipelineError:
+    """``error`` marked as the provider's failure (what its breaker counts)."""
+    error.provider_down = True
+    return error
 
 
 RETRY_AFTER_DEFAULT = 1.0      # a 429 without a Retry-After the client can read: a second

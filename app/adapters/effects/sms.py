@@ -73,7 +73,9 @@ class SmsClient:
                     raise rate_limited(at, resp.headers)
                 if 400 <= resp.status < 500:
                     raise EffectNotDelivered(f"{at}: refused with {resp.status}: {excerpt(body)}")
-                raise self._maybe_sent(f"{at}: answered {resp.status}")
+                error = self._maybe_sent(f"{at}: answered {resp.status}")
+                error.provider_down = resp.status >= 500
+                raise error
 
     def _maybe_sent(self, message: str) -> PipelineError:
         """A call that may have been sent: looked up once the settle has passed (with the lookup)."""

@@ -1,0 +1,101 @@
+"""A provider's breaker: when most recent calls of an effect failed for the provider's sake, its
+calls stop for a while, so that a dead provider costs the rest of the worker nothing.
+
+    closed --(at least MIN_CALLS calls in WINDOW_SECONDS, FAILED_SHARE of them failed)--> open
+    open   --(PROBE_SECONDS later: one real call, the probe)--> closed if the provider answered,
+                                                                 open again if it did not
+
+A call fails *for the provider's sake* when it timed out, the connection failed, or the provider
+answered 5xx or "busy" (the error says so: ``provider_down``). A business refusal, a 429 or a
+bad receipt is an answer: the provider is up. While the breaker is open, a call of the effect is
+not made: it ends ``ProviderUnavailable`` (surely not delivered), and its record is dead-lettered
+as retriable at once, due after the next probe, so that its batch does not wait for a provider
+that is down (the batch is still the unit that is committed, see docs/provider-pace.md). Calls
+admitted before the breaker opened end as they end; their outcomes are not counted again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+
+WINDOW_SECONDS = 10.0       # the calls a decision looks at: those that ended in the last 10 s
+MIN_CALLS = 20              # fewer calls than this never open it (a quiet effect's two timeouts)
+FAILED_SHARE = 0.5          # the share of them that failed for the provider's sake
+PROBE_SECONDS = 5.0         # how long it stays open before one call tries the provider again
+
+
+class Admit(Enum):
+    CALL = "call"           # closed: call
+    PROBE = "probe"         # open, and this call is the probe
+    REFUSED = "refused"     # open: no call until the next probe
+
+
+class Change(Enum):
+    OPENED = "opened"
+    CLOSED = "closed"
+
+
+@dataclass
+class Refusal:
+    since: float            # when it opened (the breaker's clock)
+    wait: float             # seconds until a retry may find it closed (the next probe, and its call)
+    why: str
+
+
+class Breaker:
+    """One effect's breaker in this worker. ``now`` is given by the caller (a monotonic clock)."""
+
+    def __init__(self) -> None:
+        self._ended: deque[tuple[float, bool]] = deque()      # (when, failed) of recent calls
+        self._failed = 0
+        self.opened_at: float | None = None
+        self.next_probe = 0.0
+        self.probing = False
+        self.last_failure = ""
+
+    @property
+    def open(self) -> bool:
+        return self.opened_at is not None
+
+    def admit(self, now: float) -> tuple[Admit, Refusal | None]:
+        if self.opened_at is None:
+            return Admit.CALL, None
+        if not self.probing and now >= self.next_probe:
+            self.probing = True
+            return Admit.PROBE, None
+        wait = max(self.next_probe - now, 0.0) + PROBE_SECONDS
+        why = (f"its provider's breaker has been open for {now - self.opened_at:.0f}s (most calls failed: "
+               f"{self.last_failure}); a probe tries it again every {PROBE_SECONDS:g}s")
+        return Admit.REFUSED, Refusal(self.opened_at, wait, why)
+
+    def ended(self, now: float, failed: bool | None, *, probe: bool, error: str = "") -> Change | None:
+        """A call ended: ``failed`` True for the provider's sake, False if the provider answered, None
+        if no call was made after all (its lease ran short, its turn came too late)."""
+        if probe:
+            self.probing = False
+            if failed is None:
+                return None                                   # the probe was not made: the next call probes
+            if failed:
+                self.next_probe = now + PROBE_SECONDS
+                self.last_failure = error or self.last_failure
+                return None
+            self.opened_at, self._failed = None, 0
+            self._ended.clear()
+            return Change.CLOSED
+        if failed is None or self.opened_at is not None:
+            return None
+        self._ended.append((now, failed))
+        self._failed += failed
+        while self._ended and self._ended[0][0] < now - WINDOW_SECONDS:
+            _, old = self._ended.popleft()
+            self._failed -= old
+        if failed:
+            self.last_failure = error or self.last_failure
+        if len(self._ended) >= MIN_CALLS and self._failed >= FAILED_SHARE * len(self._ended):
+            self.opened_at, self.next_probe = now, now + PROBE_SECONDS
+            self._ended.clear()
+            self._failed = 0
+            return Change.OPENED
+        return None

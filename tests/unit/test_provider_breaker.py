@@ -1,0 +1,63 @@
+"""A provider's breaker as a pure rule (``app.pipeline.breaker``): when it opens, what it refuses,
+how its probe closes it, and what it never counts."""
+
+from __future__ import annotations
+
+from app.pipeline.breaker import FAILED_SHARE, MIN_CALLS, PROBE_SECONDS, WINDOW_SECONDS, Admit, Breaker, Change
+
+
+def fail(breaker: Breaker, n: int, now: float, failed: bool = True) -> list[Change | None]:
+    return [breaker.ended(now, failed, probe=False, error="no answer within 3s") for _ in range(n)]
+
+
+def test_it_opens_when_most_recent_calls_failed_for_the_providers_sake():
+    b = Breaker()
+    assert fail(b, MIN_CALLS - 1, 10.0) == [None] * (MIN_CALLS - 1)     # too few calls to judge
+    assert b.admit(10.0) == (Admit.CALL, None)
+    assert fail(b, 1, 10.0) == [Change.OPENED]
+    admit, refusal = b.admit(11.0)
+    assert admit is Admit.REFUSED and refusal is not None
+    assert refusal.wait == PROBE_SECONDS - 1 + PROBE_SECONDS and "no answer within 3s" in refusal.why
+
+
+def test_answers_keep_it_closed_and_old_failures_are_forgotten():
+    b = Breaker()
+    answered = int(MIN_CALLS * (1 - FAILED_SHARE)) + 1
+    fail(b, answered, 0.0, failed=False)
+    assert set(fail(b, MIN_CALLS - answered, 0.0)) == {None}             # under the share: closed
+    fail(b, MIN_CALLS, WINDOW_SECONDS + 1)                               # the earlier ones left the window
+    assert b.open
+
+
+def test_calls_not_made_are_not_counted():
+    b = Breaker()
+    assert set(b.ended(0.0, None, probe=False) for _ in range(MIN_CALLS * 2)) == {None}
+    assert not b.open
+
+
+def test_one_probe_at_a_time_closes_it_when_the_provider_answers():
+    b = Breaker()
+    fail(b, MIN_CALLS, 0.0)
+    assert b.admit(PROBE_SECONDS - 0.1)[0] is Admit.REFUSED
+    assert b.admit(PROBE_SECONDS)[0] is Admit.PROBE
+    assert b.admit(PROBE_SECONDS)[0] is Admit.REFUSED                    # the probe is in flight
+    assert b.ended(PROBE_SECONDS + 3, True, probe=True) is None          # it failed: open, next probe later
+    assert b.admit(PROBE_SECONDS + 4)[0] is Admit.REFUSED
+    assert b.admit(2 * PROBE_SECONDS + 3)[0] is Admit.PROBE
+    assert b.ended(2 * PROBE_SECONDS + 3.1, False, probe=True) is Change.CLOSED
+    assert b.admit(2 * PROBE_SECONDS + 4) == (Admit.CALL, None)
+    assert not fail(b, MIN_CALLS - 1, 20.0)[-1]                         # a fresh window after it closed
+
+
+def test_a_probe_not_made_leaves_the_next_call_to_probe():
+    b = Breaker()
+    fail(b, MIN_CALLS, 0.0)
+    assert b.admit(PROBE_SECONDS)[0] is Admit.PROBE
+    assert b.ended(PROBE_SECONDS, None, probe=True) is None              # its lease ran short: not called
+    assert b.admit(PROBE_SECONDS)[0] is Admit.PROBE
+
+
+def test_outcomes_of_calls_admitted_before_it_opened_do_not_count_again():
+    b = Breaker()
+    fail(b, MIN_CALLS, 0.0)
+    assert set(fail(b, 50, 1.0, failed=False)) == {None} and b.open      # only a probe closes it

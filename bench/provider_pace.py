@@ -40,6 +40,7 @@ import asyncio
 import json
 import math
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,9 +51,10 @@ from datetime import UTC, datetime
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.topics import topic_specs
+from app.pipeline.states import LedgerStatus
 from app.settings import Settings
 from bench.run import DLQ_PARTITIONS, LOGS, PARTITIONS, RESULTS, ROOT, _post, scratch_database
-from bench.worker import run_worker
+from bench.worker import run_worker, stop, worker_command
 from bench.workload import build
 from harness.fakes import FakesProcess
 from harness.services import free_port, worker_env
@@ -184,13 +186,40 @@ async def _row(name: str, args, settings: Settings, db, fakes: FakesProcess, wor
         doc["of_limit"] = doc["accepted_calls_per_second"] / limit if run.seconds else None
     if name == "o":
         ended = configured + OUTAGE_SECONDS
-        settled = db.scalar(
-            "SELECT COUNT(*) FROM t_idem WHERE step IN (%s, %s) AND status = 2 "
+        [found] = db.query(
+            "SELECT COUNT(*) AS n, UNIX_TIMESTAMP(MIN(gmt_modified)) AS first, UNIX_TIMESTAMP(MAX(gmt_modified)) AS last "
+            "FROM t_idem WHERE step IN (%s, %s) AND status = 2 "
             "AND gmt_modified BETWEEN FROM_UNIXTIME(%s) AND FROM_UNIXTIME(%s)", *EFFECT_FREE_STEPS, configured, ended)
-        doc["effect_free_events_per_second_in_outage"] = int(settled or 0) / OUTAGE_SECONDS
+        # Per second while the worker worked in the outage: a topic worked off before the outage
+        # ends would otherwise be divided by seconds in which nothing was left to do.
+        span = float(found["last"] or 0) - float(found["first"] or 0)
+        doc["effect_free_events_per_second_in_outage"] = int(found["n"]) / span if span > 0 else None
         healthy_at = configured + (run.startup_seconds or 0.0)
         doc["drain_seconds_after_outage"] = (healthy_at + run.seconds - ended) if run.seconds else None
+        doc["letters_settled_seconds_after_outage"] = await _letters_settled(env, db, ended, args.timeout, stamp)
     return doc
+
+
+async def _letters_settled(env: dict, db, ended: float, timeout: float, stamp: str) -> float | None:
+    """The seconds from the outage's end until the compensator of a worker (started again) has
+    settled every dead letter the outage caused; None if it did not within ``timeout``."""
+    unsettled = f"SELECT COUNT(*) FROM t_compensation WHERE status IN ({int(LedgerStatus.OPEN)}, {int(LedgerStatus.RETRYING)})"
+    if not int(db.scalar(unsettled) or 0):
+        return 0.0
+    data_dir = tempfile.mkdtemp(prefix="bench-faust-")
+    with open(LOGS / f"{stamp}-pace-o-letters.log", "ab") as log:
+        proc = subprocess.Popen(worker_command(None), cwd=ROOT, env={**env, "DATA_DIR": data_dir},
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + timeout
+            while time.time() < deadline:
+                if not int(db.scalar(unsettled) or 0):
+                    return max(time.time() - ended, 0.0)
+                await asyncio.sleep(1)
+            return None
+        finally:
+            stop(proc)
+            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def render(rows: list[dict]) -> str:
@@ -198,15 +227,16 @@ def render(rows: list[dict]) -> str:
         return "n/a" if value is None else fmt.format(value)
 
     lines = ["| row | events/s (steady) | calls/s (steady) | accepted calls/s (clocked) | bound | of bound | 429s | "
-             "dead letters | effect-free ev/s in outage | drain after outage |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "dead letters | effect-free ev/s in outage | drain after outage | letters settled after outage |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         letters = ", ".join(f"{k} {v}" for k, v in sorted(r["dead_letters"].items())) or "0"
         lines.append(f"| {r['row']} | {f(r['steady_events_per_second'])} | {f(r['calls_per_second'])} | "
                      f"{f(r.get('accepted_calls_per_second'))} | "
                      f"{f(r['bound_calls_per_second'])} | {f(r.get('of_bound'), '{:.2f}')} | {r['rate_limited']:,} | "
                      f"{letters} | {f(r.get('effect_free_events_per_second_in_outage'))} | "
-                     f"{f(r.get('drain_seconds_after_outage'), '{:.1f} s')} |")
+                     f"{f(r.get('drain_seconds_after_outage'), '{:.1f} s')} | "
+                     f"{f(r.get('letters_settled_seconds_after_outage'), '{:.0f} s')} |")
     return "\n".join(lines)
 
 

@@ -59,9 +59,11 @@ class Desk:
 
 
 async def desk(harness, *, retry_after: int = 0, backoff: Backoff = DESK_BACKOFF, lookup: bool = True,
-               settle: float = 0.5, main_lookup: bool | None = None, group: str | None = None) -> Desk:
+               settle: float = 0.5, main_lookup: bool | None = None, group: str | None = None,
+               limits=None) -> Desk:
+    """``limits``: the provider limits both share, as a worker's processors do (default: each its own)."""
     main = await harness.processor(owner=f"main/main/{order_no()}", sms_lookup=lookup if main_lookup is None
-                                   else main_lookup, settle=settle, lease=0.5, timeout=0.4)
+                                   else main_lookup, settle=settle, lease=0.5, timeout=0.4, limits=limits)
     helper = await harness.processor(owner=f"w/compensator/{order_no()}", store=main.store, sms_lookup=lookup,
-                                     settle=settle)
+                                     settle=settle, limits=limits)
     return Desk(harness, main, helper, retry_after=retry_after, backoff=backoff, group=group)

@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from app.compensation.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
 from app.compensation.headers import origin_group, source_of
 from app.compensation.rules import PERSON_ONLY, STEP_OUTCOMES, Backoff, judge_redrive
-from app.pipeline.errors import Fatal, InternalError, MalformedEvent, PipelineError
+from app.pipeline.breaker import Refusal
+from app.pipeline.errors import Fatal, InternalError, MalformedEvent, PipelineError, ProviderUnavailable
 from app.pipeline.events import OrderEvent, decode
 from app.pipeline.model import UNKNOWN, ActionResult, LedgerRow, RedriveVerdict, Settlement, SourceKey
 from app.pipeline.plan import step_keys
@@ -224,6 +225,14 @@ class Compensator:
                 decided[row.id] = Settlement(row.id, RedriveVerdict(LedgerStatus.MANUAL, row.redrives, None,
                                                              f"not an event: {exc.reason}: {exc}"))
                 continue
+            if not by_person and (down := self._provider_down(event)) is not None:
+                # Its provider is down: redriving it now would only claim its step again (each claim
+                # counts towards IDEM_MAX_ATTEMPTS) to be refused. Again after the breaker's next probe,
+                # no redrive counted; a redrive due then may be the probe.
+                decided[row.id] = Settlement(row.id, RedriveVerdict(
+                    LedgerStatus.OPEN, row.redrives, max(down.wait, 1.0),
+                    f"{ProviderUnavailable.reason}: not redriven, {down.why}"))
+                continue
             if row.reason == UNKNOWN:
                 # The call's outcome is unknown and its service could not be asked then.
                 verifiable = self.processor.effects.verifiable
@@ -246,6 +255,12 @@ class Compensator:
                     release = () if verdict.status in LEDGER_SETTLED else tuple(step_keys(event)[1:])
                     decided[row.id] = Settlement(row.id, verdict, release)
         return [Settlement(s.row_id, s.verdict, s.release, note) for s in (decided[row.id] for row in rows)]
+
+    def _provider_down(self, event: OrderEvent) -> Refusal | None:
+        """The refusal of the first provider ``event`` calls whose breaker is open, if any."""
+        limits = self.processor.limits
+        return next((refusal for step in PIPELINES[event.type].effects
+                     if (refusal := limits.refusal(step.effect.name)) is not None), None)
 
     async def _run(self, events: list[OrderEvent], guard, owner: str, by_person: bool) -> list[Result]:
         try:

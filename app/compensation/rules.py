@@ -31,7 +31,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.pipeline.errors import BeyondDedupRetention, LeaseHeld, NotAskableYet, StaleEffectMayExist
+from app.pipeline.errors import (
+    BeyondDedupRetention,
+    LeaseHeld,
+    NotAskableYet,
+    ProviderUnavailable,
+    RateLimited,
+    StaleEffectMayExist,
+)
 from app.pipeline.model import DISCARDED_BY_PERSON, RESOLVED_BY_PERSON, LedgerRow, RedriveVerdict
 from app.pipeline.outcomes import Outcome
 from app.pipeline.processor import Result
@@ -91,9 +98,10 @@ def judge_redrive(row: LedgerRow, result: Result, backoff: Backoff) -> RedriveVe
     if error is None:       # superseded (another worker claimed its key) or deferred: look again soon
         return RedriveVerdict(LedgerStatus.OPEN, row.redrives, backoff.base,
                               f"not finished here ({result.outcome or 'deferred'})")
-    if isinstance(error, (LeaseHeld, NotAskableYet)):
-        # Somebody else is calling it now, or it is too early to ask the service about an earlier
-        # call: not this row's failure. Again once that may have changed.
+    if isinstance(error, (LeaseHeld, NotAskableYet, RateLimited, ProviderUnavailable)):
+        # Somebody else is calling it now, it is too early to ask the service about an earlier
+        # call, or its provider said "not yet" or is down: not this row's failure. Again once that
+        # may have changed, no redrive counted.
         return RedriveVerdict(LedgerStatus.OPEN, row.redrives, max(error.wait_seconds or 0.0, 1.0),
                               f"{error.reason}: {error}")
     if not error.retriable:

@@ -65,10 +65,20 @@ class Breaker:
         if not self.probing and now >= self.next_probe:
             self.probing = True
             return Admit.PROBE, None
+        return Admit.REFUSED, self._refusal(now)
+
+    def _refusal(self, now: float) -> Refusal:
+        assert self.opened_at is not None
         wait = max(self.next_probe - now, 0.0) + PROBE_SECONDS
         why = (f"its provider's breaker has been open for {now - self.opened_at:.0f}s (most calls failed: "
                f"{self.last_failure}); a probe tries it again every {PROBE_SECONDS:g}s")
-        return Admit.REFUSED, Refusal(self.opened_at, wait, why)
+        return Refusal(self.opened_at, wait, why)
+
+    def refusal(self, now: float) -> Refusal | None:
+        """What :meth:`admit` would refuse now, without taking the probe: None if a call would go."""
+        if self.opened_at is None or (not self.probing and now >= self.next_probe):
+            return None
+        return self._refusal(now)
 
     def ended(self, now: float, failed: bool | None, *, probe: bool, error: str = "") -> Change | None:
         """A call ended: ``failed`` True for the provider's sake, False if the provider answered, None

@@ -115,6 +115,10 @@ class ProviderLimits:
         """A call of ``effect`` that its breaker admitted ended (``Breaker.ended``)."""
         return self._pace(effect).breaker.ended(self._clock(), failed, probe=probe, error=error)
 
+    def refusal(self, effect: str) -> Refusal | None:
+        """Whether a call of ``effect`` would be refused now by its breaker (the probe is not taken)."""
+        return self._pace(effect).breaker.refusal(self._clock())
+
     def open_breakers(self) -> list[str]:
         return sorted(name for name, pace in self._paces.items() if pace.breaker.open)
 

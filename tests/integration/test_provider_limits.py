@@ -14,6 +14,7 @@ from app.pipeline.breaker import PROBE_SECONDS
 from app.pipeline.limits import EffectLimit, ProviderLimits
 from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.model import NOT_DELIVERED
+from harness.desk import desk
 from harness.events import event, order_no
 from harness.pipeline import paid_orders, source
 
@@ -125,4 +126,42 @@ async def test_a_dead_provider_costs_the_rest_nothing_and_a_probe_brings_it_back
     assert first.outcomes == {"applied": 1} and limits.open_breakers() == []
     rest = await harness.batches(p).handle([source(event(o, "ORDER_CONFIRM")) for o in orders[1:]])
     assert rest.outcomes == {"applied": 24} and not rest.dead_letters, rest
+    assert {o: len(harness.fakes.ledger.waybills[o]) for o in orders} == {o: 1 for o in orders}
+
+
+async def test_the_compensator_leaves_a_down_providers_letters_and_redrives_them_once_it_is_back(harness):
+    """While the breaker is open, the compensator does not redrive the letters of its provider: no
+    claim (none counts towards IDEM_MAX_ATTEMPTS), no call, no redrive counted. Once a probe closes
+    it, the letters are redriven and each order gets its one waybill."""
+    shift = [0.0]
+    limits = ProviderLimits(clock=lambda: time.monotonic() + shift[0])
+    d = await desk(harness, limits=limits)
+    orders = await paid_orders(d.main, 25, "BC")
+    harness.fakes.configure({"waybill": {"outage_seconds": 600, "timeout_ms": 50}})
+    await d.dead_letters([event(o, "ORDER_CONFIRM") for o in orders])
+    assert limits.open_breakers() == ["waybill"]
+
+    def due_now() -> None:
+        harness.db.query("UPDATE t_compensation SET next_retry_at = NOW(3) - INTERVAL 1 SECOND "
+                         "WHERE consumer_group = %s AND status = 1", d.group)
+
+    def attempts() -> list[int]:
+        return [row["attempt"] for o in orders for row in harness.idem(f"{o}:ORDER_CONFIRM:issue_waybill")]
+
+    made, claimed = len(calls(harness.fakes, "waybill")), attempts()
+    due_now()
+    assert await d.compensator.run_due(100, d.guard) == 25
+    rows = harness.db.query("SELECT id, status, redrives FROM t_compensation WHERE consumer_group = %s", d.group)
+    assert {(r["status"], r["redrives"]) for r in rows} == {(1, 0)}
+    assert all("provider_unavailable: not redriven" in d.history(r["id"])[-1]["detail"] for r in rows)
+    assert len(calls(harness.fakes, "waybill")) == made and attempts() == claimed
+
+    harness.fakes.configure({"waybill": {"outage_seconds": 0}})      # the provider is back
+    shift[0] += PROBE_SECONDS
+    for _ in range(3):                                                # the probe's round, then the rest
+        due_now()
+        await d.compensator.run_due(100, d.guard)
+    statuses = {r["status"] for r in harness.db.query(
+        "SELECT status FROM t_compensation WHERE consumer_group = %s", d.group)}
+    assert statuses == {3}                                            # every letter compensated
     assert {o: len(harness.fakes.ledger.waybills[o]) for o in orders} == {o: 1 for o in orders}

@@ -6,7 +6,15 @@ import pytest
 
 from app.compensation.headers import source_of
 from app.compensation.rules import Backoff, judge_redrive
-from app.pipeline.errors import EffectOutcomeUnknown, EffectUnavailable, LeaseHeld, NotAskableYet, StaleEffectMayExist
+from app.pipeline.errors import (
+    EffectOutcomeUnknown,
+    EffectUnavailable,
+    LeaseHeld,
+    NotAskableYet,
+    ProviderUnavailable,
+    RateLimited,
+    StaleEffectMayExist,
+)
 from app.pipeline.model import LedgerRow
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import SourceRecord
@@ -46,6 +54,13 @@ def test_a_redrive_too_early_to_ask_about_an_earlier_call_waits_for_its_settle_a
     assert (unknown.status, unknown.redrives, unknown.retry_in) == (Status.OPEN, 1, 12)     # sooner than 60 s
     late = judge_redrive(row(), Result(error=EffectOutcomeUnknown("reset", wait_seconds=900)), backoff)
     assert late.retry_in == 60                                                              # never later than backoff
+
+
+@pytest.mark.parametrize("error", [RateLimited("429", wait_seconds=2), ProviderUnavailable("down", wait_seconds=9)])
+def test_a_provider_saying_not_yet_or_down_counts_no_redrive(error):
+    """However long a provider is down or limits calls, its letters are never given up for it."""
+    verdict = judge_redrive(row(redrives=4), Result(error=error), Backoff(60, 3600, 5))
+    assert (verdict.status, verdict.redrives, verdict.retry_in) == (Status.OPEN, 4, error.wait_seconds)
 
 
 def test_a_redrive_that_ran_nothing_says_so():

@@ -61,3 +61,13 @@ def test_outcomes_of_calls_admitted_before_it_opened_do_not_count_again():
     b = Breaker()
     fail(b, MIN_CALLS, 0.0)
     assert set(fail(b, 50, 1.0, failed=False)) == {None} and b.open      # only a probe closes it
+
+
+def test_asking_whether_it_would_refuse_never_takes_the_probe():
+    b = Breaker()
+    assert b.refusal(0.0) is None
+    fail(b, MIN_CALLS, 0.0)
+    assert b.refusal(1.0) is not None and b.refusal(1.0).wait == PROBE_SECONDS - 1 + PROBE_SECONDS
+    assert b.refusal(PROBE_SECONDS) is None                               # a call now would be the probe
+    assert b.admit(PROBE_SECONDS)[0] is Admit.PROBE                        # and still is
+    assert b.refusal(PROBE_SECONDS) is not None                           # while it is in flight

@@ -1,0 +1,70 @@
+"""A real `faust -A app worker` against the fake providers in another process, the waybill
+provider down: its breaker opens, the events without effects go on, the waybill records go to
+the compensator, and once the provider is back every order has its one waybill. The worker's
+share of a group-wide rate is on its metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import urllib.request
+
+from harness.events import event, order_no, record
+from harness.fakes import FakesProcess
+from harness.services import caught_up, produce, wait_for
+
+FAST = {"BATCH_WITHIN_SECONDS": "0.3", "COMPENSATION_BACKOFF_SECONDS": "1", "COMPENSATION_BACKOFF_MAX_SECONDS": "2",
+        "COMPENSATION_TIMER_SECONDS": "0.5", "COMPENSATOR_WITHIN_SECONDS": "0.3",
+        "EFFECTS__WAYBILL__CALLS_PER_SECOND": "60"}
+
+
+def metric(worker, name: str, labels: str = "") -> float | None:
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10).read().decode()
+    except OSError:                  # not serving yet
+        return None
+    found = re.search(rf"^{name}{re.escape(labels)} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else None
+
+
+def test_a_down_provider_holds_up_nothing_else_and_its_orders_are_done_once_it_is_back(
+        settings, topics, spawn_worker, scratch_db):
+    fakes = FakesProcess()
+    try:
+        pair = topics(partitions=2, dlq_partitions=2)
+        confirmed = [order_no(prefix="OUTW") for _ in range(40)]
+        created = [order_no(prefix="OUTC") for _ in range(40)]
+        fakes.configure({"waybill": {"outage_seconds": 3600, "timeout_ms": 50}})
+        docs = [event(o, t) for o in confirmed for t in ("ORDER_CREATED", "ORDER_PAID")]
+        docs += [event(o, "ORDER_CONFIRM") for o in confirmed] + [event(o, "ORDER_CREATED") for o in created]
+        asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
+        worker = spawn_worker(pair, **fakes.env(), **FAST)
+        waybill = '{effect="waybill"}'
+
+        wait_for(lambda: metric(worker, "order_provider_breaker_open", waybill) == 1.0, timeout=90,
+                 what="the waybill provider's breaker open", workers=[worker])
+        wait_for(lambda: caught_up(settings, pair.events, pair.group, 2), timeout=90,
+                 what="order-event committed while the provider is down", workers=[worker])
+        marks = ", ".join(["%s"] * len(created))
+        assert scratch_db.scalar(f"SELECT COUNT(*) FROM t_order WHERE order_no IN ({marks})", *created) == 40
+        reasons = {r["reason"] for r in scratch_db.query(
+            "SELECT reason FROM t_compensation WHERE order_no LIKE 'ORD-%%-OUTW%%'")}
+        assert "provider_unavailable" in reasons
+        share, members = (metric(worker, "order_provider_rate_share_calls_per_second", waybill),
+                          metric(worker, "order_provider_limit_members"))
+        assert members and members >= 1 and share == 60 / members
+
+        fakes.configure({"waybill": {"outage_seconds": 0}})              # the provider is back
+
+        def settled() -> bool:
+            return scratch_db.scalar("SELECT COUNT(*) FROM t_compensation WHERE order_no LIKE 'ORD-%%-OUTW%%' "
+                                     "AND status <> 3") == 0
+
+        wait_for(settled, timeout=120, what="every waybill letter compensated", workers=[worker])
+        wait_for(lambda: metric(worker, "order_provider_breaker_open", waybill) == 0.0, timeout=30,
+                 what="the breaker closed", workers=[worker])
+        book = fakes.ledger()
+        assert {o: len(book["waybills"][o]) for o in confirmed} == {o: 1 for o in confirmed}
+        assert worker.alive
+    finally:
+        fakes.stop()

@@ -109,7 +109,14 @@ class ProviderLimits:
 
     def admit(self, effect: str) -> tuple[Admit, Refusal | None]:
         """Whether a call of ``effect`` may go to its provider (``app.pipeline.breaker``)."""
-        return self._pace(effect).breaker.admit(self._clock())
+        breaker = self._pace(effect).breaker
+        return (Admit.CALL, None) if breaker.opened_at is None else breaker.admit(self._clock())
+
+    def unpaced(self, effect: str) -> bool:
+        """True when a call of ``effect`` has nothing to wait for: no rate, no concurrency limit, no
+        "not yet" of its provider in force (then :meth:`call` would return at once)."""
+        pace = self._pace(effect)
+        return pace.rate <= 0 and pace.slots is None and (pace.not_before == 0.0 or pace.not_before <= self._clock())
 
     def ended(self, effect: str, failed: bool | None, *, probe: bool, error: str = "") -> Change | None:
         """A call of ``effect`` that its breaker admitted ended (``Breaker.ended``)."""
@@ -135,11 +142,18 @@ class ProviderLimits:
         started = self._clock()
         if pace.slots is None:
             later = await self._turn(pace, not_after)
+        else:
+            await pace.slots.acquire()
+            try:
+                later = await self._turn(pace, not_after)
+            except BaseException:
+                pace.slots.release()
+                raise
+        try:
             yield Turn(self._clock() - started, later)
-            return
-        async with pace.slots:
-            later = await self._turn(pace, not_after)
-            yield Turn(self._clock() - started, later)
+        finally:
+            if pace.slots is not None:
+                pace.slots.release()
 
     async def _turn(self, pace: _Pace, not_after: float | None) -> float | None:
         """None once the call may start; else the seconds until its turn, past ``not_after``."""

@@ -253,20 +253,28 @@ class Processor:
                                                                wait_seconds=refusal.wait))
             probe = admit is Admit.PROBE
             outcome: Finished | None = None
+            waited = 0.0
             try:
-                async with self.limits.call(effect, not_after) as turn:
-                    if turn.later is not None:
-                        self.observer.paced(effect, turn.waited)
-                        return Finished(job, error=RateLimited(
-                            f"{job.biz_key}: not called, its provider's limits give it a turn in {turn.later:.1f}s, "
-                            "past its batch's deadline", wait_seconds=turn.later))
+                if self.limits.unpaced(effect):
+                    # No limit set and no "not yet" in force: no turn to take (the common case, kept cheap).
                     async with self._slots:
                         outcome = await self._call(job, claimed_at)
+                else:
+                    async with self.limits.call(effect, not_after) as turn:
+                        waited = turn.waited
+                        if turn.later is not None:
+                            self.observer.paced(effect, waited)
+                            return Finished(job, error=RateLimited(
+                                f"{job.biz_key}: not called, its provider's limits give it a turn in "
+                                f"{turn.later:.1f}s, past its batch's deadline", wait_seconds=turn.later))
+                        async with self._slots:
+                            outcome = await self._call(job, claimed_at)
             finally:
                 self._breaker_ended(effect, outcome, probe)
             error = outcome.error
             limited = error.wait_seconds if isinstance(error, RateLimited) else None
-            self.observer.paced(effect, turn.waited, rate_limited=limited)
+            if waited or limited is not None:
+                self.observer.paced(effect, waited, rate_limited=limited)
             if limited is None:
                 return outcome
             self.limits.hold(effect, limited)

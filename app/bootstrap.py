@@ -43,7 +43,7 @@ from app.chaos import cut_hook
 from app.compensation.bulk import BulkRunner
 from app.compensation.compensator import Compensator
 from app.compensation.rules import Backoff
-from app.observability.metrics import LIVE_MEMBERS, RATE_SHARE, PipelineMetrics
+from app.observability.metrics import BREAKER_OPEN, BREAKER_OPENED, LIVE_MEMBERS, RATE_SHARE, PipelineMetrics
 from app.pipeline.batch import BatchHandler
 from app.pipeline.capacity import Budget, Inputs, budget
 from app.pipeline.limits import EffectLimit, ProviderLimits
@@ -134,6 +134,9 @@ class Runtime:
             # Each provider's limits, shared by every caller of this process; a group-wide rate is
             # shared among the live workers, counted at each heartbeat (app.pipeline.limits).
             self.limits = provider_limits(s.effects, self.client_factories)
+            for name in self.client_factories:      # every effect's breaker has its series from the start
+                BREAKER_OPEN.labels(name).set(0)
+                BREAKER_OPENED.labels(name).set(0)
             self.heartbeat_engine = create_engine(s, pool_size=1, max_overflow=0, remembered=self.remembered)
             beats = MySqlStore(self.heartbeat_engine, lock_retries=0, statement_timeout=s.effects.worker_heartbeat_seconds,
                                transaction_timeout=s.effects.worker_heartbeat_seconds)

@@ -1,12 +1,14 @@
 """A provider's breaker: when most recent calls of an effect failed for the provider's sake, its
 calls stop for a while, so that a dead provider costs the rest of the worker nothing.
 
-    closed --(at least MIN_CALLS calls in WINDOW_SECONDS, FAILED_SHARE of them failed)--> open
+    closed --(at least MIN_CALLS requests in WINDOW_SECONDS, FAILED_SHARE of them failed)--> open
     open   --(PROBE_SECONDS later: one real call, the probe)--> closed if the provider answered,
                                                                  open again if it did not
 
 A call fails *for the provider's sake* when it timed out, the connection failed, or the provider
-answered 5xx or "busy" (the error says so: ``provider_down``). A business refusal, a 429 or a
+answered 5xx or "busy" (the error says so: ``provider_down``). It counts *requests* (step keys), each
+by how its latest call ended: a few requests the provider keeps failing, retried again and again,
+are a few requests, not a dead provider. A business refusal, a 429 or a
 bad receipt is an answer: the provider is up. While the breaker is open, a call of the effect is
 not made: it ends ``ProviderUnavailable`` (surely not delivered), and its record is dead-lettered
 as retriable at once, due after the next probe, so that its batch does not wait for a provider
@@ -16,7 +18,7 @@ admitted before the breaker opened end as they end; their outcomes are not count
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
 
@@ -48,7 +50,8 @@ class Breaker:
     """One effect's breaker in this worker. ``now`` is given by the caller (a monotonic clock)."""
 
     def __init__(self) -> None:
-        self._ended: deque[tuple[float, bool]] = deque()      # (when, failed) of recent calls
+        # Each recent request's latest call: key -> (when, failed), oldest first.
+        self._ended: OrderedDict[str, tuple[float, bool]] = OrderedDict()
         self._failed = 0
         self.opened_at: float | None = None
         self.next_probe = 0.0
@@ -80,9 +83,9 @@ class Breaker:
             return None
         return self._refusal(now)
 
-    def ended(self, now: float, failed: bool | None, *, probe: bool, error: str = "") -> Change | None:
-        """A call ended: ``failed`` True for the provider's sake, False if the provider answered, None
-        if no call was made after all (its lease ran short, its turn came too late)."""
+    def ended(self, now: float, failed: bool | None, *, probe: bool, key: str = "", error: str = "") -> Change | None:
+        """A call of request ``key`` ended: ``failed`` True for the provider's sake, False if the provider
+        answered, None if no call was made after all (its lease ran short, its turn came too late)."""
         if probe:
             self.probing = False
             if failed is None:
@@ -96,11 +99,16 @@ class Breaker:
             return Change.CLOSED
         if failed is None or self.opened_at is not None:
             return None
-        self._ended.append((now, failed))
+        earlier = self._ended.pop(key, None)
+        if earlier is not None:
+            self._failed -= earlier[1]
+        self._ended[key] = (now, failed)
         self._failed += failed
-        while self._ended and self._ended[0][0] < now - WINDOW_SECONDS:
-            _, old = self._ended.popleft()
-            self._failed -= old
+        while self._ended:
+            oldest = next(iter(self._ended.values()))
+            if oldest[0] >= now - WINDOW_SECONDS:
+                break
+            self._failed -= self._ended.popitem(last=False)[1][1]
         if failed:
             self.last_failure = error or self.last_failure
         if len(self._ended) >= MIN_CALLS and self._failed >= FAILED_SHARE * len(self._ended):

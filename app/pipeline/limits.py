@@ -118,9 +118,10 @@ class ProviderLimits:
         pace = self._pace(effect)
         return pace.rate <= 0 and pace.slots is None and (pace.not_before == 0.0 or pace.not_before <= self._clock())
 
-    def ended(self, effect: str, failed: bool | None, *, probe: bool, error: str = "") -> Change | None:
-        """A call of ``effect`` that its breaker admitted ended (``Breaker.ended``)."""
-        return self._pace(effect).breaker.ended(self._clock(), failed, probe=probe, error=error)
+    def ended(self, effect: str, failed: bool | None, *, probe: bool, key: str = "",
+              error: str = "") -> Change | None:
+        """A call of ``effect`` (request ``key``) that its breaker admitted ended (``Breaker.ended``)."""
+        return self._pace(effect).breaker.ended(self._clock(), failed, probe=probe, key=key, error=error)
 
     def refusal(self, effect: str) -> Refusal | None:
         """Whether a call of ``effect`` would be refused now by its breaker (the probe is not taken)."""

@@ -270,7 +270,7 @@ class Processor:
                         async with self._slots:
                             outcome = await self._call(job, claimed_at)
             finally:
-                self._breaker_ended(effect, outcome, probe)
+                self._breaker_ended(effect, job.biz_key, outcome, probe)
             error = outcome.error
             limited = error.wait_seconds if isinstance(error, RateLimited) else None
             if waited or limited is not None:
@@ -282,13 +282,13 @@ class Processor:
             if not_after is not None and self._clock() + wait > not_after:
                 return outcome
 
-    def _breaker_ended(self, effect: str, outcome: Finished | None, probe: bool) -> None:
+    def _breaker_ended(self, effect: str, key: str, outcome: Finished | None, probe: bool) -> None:
         error = outcome.error if outcome is not None else None
         if outcome is None or isinstance(error, ClaimExpiring):
             failed: bool | None = None                   # no call was made
         else:
             failed = error is not None and error.provider_down
-        change = self.limits.ended(effect, failed, probe=probe, error=str(error) if failed else "")
+        change = self.limits.ended(effect, failed, probe=probe, key=key, error=str(error) if failed else "")
         if change is not None:
             self.observer.breaker(effect, change)
 

@@ -3,11 +3,17 @@ how its probe closes it, and what it never counts."""
 
 from __future__ import annotations
 
+import itertools
+
 from app.pipeline.breaker import FAILED_SHARE, MIN_CALLS, PROBE_SECONDS, WINDOW_SECONDS, Admit, Breaker, Change
+
+_keys = itertools.count()
 
 
 def fail(breaker: Breaker, n: int, now: float, failed: bool = True) -> list[Change | None]:
-    return [breaker.ended(now, failed, probe=False, error="no answer within 3s") for _ in range(n)]
+    """``n`` requests of their own ended."""
+    return [breaker.ended(now, failed, probe=False, key=f"k{next(_keys)}", error="no answer within 3s")
+            for _ in range(n)]
 
 
 def test_it_opens_when_most_recent_calls_failed_for_the_providers_sake():
@@ -31,7 +37,7 @@ def test_answers_keep_it_closed_and_old_failures_are_forgotten():
 
 def test_calls_not_made_are_not_counted():
     b = Breaker()
-    assert set(b.ended(0.0, None, probe=False) for _ in range(MIN_CALLS * 2)) == {None}
+    assert set(b.ended(0.0, None, probe=False, key=f"n{i}") for i in range(MIN_CALLS * 2)) == {None}
     assert not b.open
 
 
@@ -71,3 +77,13 @@ def test_asking_whether_it_would_refuse_never_takes_the_probe():
     assert b.refusal(PROBE_SECONDS) is None                               # a call now would be the probe
     assert b.admit(PROBE_SECONDS)[0] is Admit.PROBE                        # and still is
     assert b.refusal(PROBE_SECONDS) is not None                           # while it is in flight
+
+
+def test_a_few_requests_failing_again_and_again_are_not_a_dead_provider():
+    """Five requests the provider keeps answering 503, each retried many times: five requests."""
+    b = Breaker()
+    for attempt in range(MIN_CALLS):
+        for key in ("a", "b", "c", "d", "e"):
+            assert b.ended(float(attempt) / 10, True, probe=False, key=key) is None
+    assert not b.open
+    assert fail(b, MIN_CALLS - 5, 3.0)[-1] is Change.OPENED           # with 15 more, 20 requests failed

@@ -143,18 +143,11 @@ class ProviderLimits:
         started = self._clock()
         if pace.slots is None:
             later = await self._turn(pace, not_after)
-        else:
-            await pace.slots.acquire()
-            try:
-                later = await self._turn(pace, not_after)
-            except BaseException:
-                pace.slots.release()
-                raise
-        try:
             yield Turn(self._clock() - started, later)
-        finally:
-            if pace.slots is not None:
-                pace.slots.release()
+            return
+        async with pace.slots:
+            later = await self._turn(pace, not_after)
+            yield Turn(self._clock() - started, later)
 
     async def _turn(self, pace: _Pace, not_after: float | None) -> float | None:
         """None once the call may start; else the seconds until its turn, past ``not_after``."""

@@ -69,3 +69,24 @@ def test_the_commit_is_as_far_as_is_safe_and_no_further(case):
     # and so never past a record that was not acknowledged
     if got is not None:
         assert all(kinds[o] == "hole" or o in acked_set for o in range(committed, got))
+
+
+def test_a_partition_never_committed_starts_where_its_records_began_not_at_the_first_acknowledged():
+    # Records are acknowledged as they finish: a partition's first records may still be in flight
+    # when later ones are done. Its first commit must not start at the first one acknowledged.
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    from app.adapters.kafka.consumer import HOLES, _new_offset
+
+    tp = TP("first-commit", 0)
+    consumer = SimpleNamespace(_acked={tp: [3, 4, 2]}, _acked_index={tp: {2, 3, 4}},
+                               _committed_offset={tp: None}, _gap={})
+    HOLES.started(tp, 0)                       # the first fetch was drained from offset 0
+    try:
+        assert _new_offset(consumer, tp) is None                    # 0 and 1 are in flight
+        consumer._acked[tp] += [1, 0]
+        assert _new_offset(consumer, tp) == 5
+    finally:
+        HOLES.forget([tp])

@@ -29,6 +29,13 @@ compacted one), known exactly and at once. :func:`commit_offset` then commits th
 acknowledged offsets and holes only, in order from the committed offset: never past an
 offset that was handed out and not acknowledged, and all the way past trailing markers.
 
+**The first commit of a partition.** Faust's ``_new_offset`` (like :func:`commit_offset` given
+``None``) starts a partition that has no committed offset at the first offset acknowledged. That
+is right only while records are acknowledged in offset order; ours are acknowledged as they
+finish, so the first records may still be in flight when later ones are acknowledged. The
+commit starts instead where the records handed out begin: the position the first fetch was
+drained from (:meth:`Holes.first`).
+
 **Acknowledged offsets forgotten on a rebalance.** ``Consumer.on_partitions_revoked`` drops
 the acknowledged offsets of the revoked partitions before the app commits; they are
 committed first here (:func:`_forgetting_holes`).
@@ -112,6 +119,19 @@ class Holes:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_tp: dict[tuple[str, int], list[Hole]] = {}
+        self._first: dict[tuple[str, int], int] = {}     # the position of the first fetch drained
+
+    def started(self, tp, position: int) -> None:
+        """A fetch of ``tp`` is drained from ``position``: the first one is where its records begin."""
+        key = (tp.topic, tp.partition)
+        if key not in self._first:
+            with self._lock:
+                self._first.setdefault(key, position)
+
+    def first(self, tp) -> int | None:
+        """Where the records handed out for ``tp`` begin (since it was last forgotten), if known."""
+        with self._lock:
+            return self._first.get((tp.topic, tp.partition))
 
     def add(self, tp, holes: Iterable[Hole]) -> None:
         key = (tp.topic, tp.partition)
@@ -139,6 +159,7 @@ class Holes:
         with self._lock:
             for tp in tps:
                 self._by_tp.pop((tp.topic, tp.partition), None)
+                self._first.pop((tp.topic, tp.partition), None)
 
 
 HOLES = Holes()
@@ -176,6 +197,8 @@ def _watching_holes(getall):
         state = self._assignment.state_value(self._topic_partition)
         before = state.position if state is not None and state.has_valid_position else None
         records = getall(self, max_records)
+        if before is not None and (records or (state.has_valid_position and state.position > before)):
+            HOLES.started(self._topic_partition, before)
         if before is not None and state.has_valid_position and state.position > before:
             holes = holes_between(before, state.position, [record.offset for record in records])
             if holes:
@@ -191,7 +214,12 @@ def _new_offset(self, tp):
     if not acked and not holes:
         return None
     acked.sort()
-    offset = commit_offset(self._committed_offset[tp], acked, holes)
+    committed = self._committed_offset[tp]
+    if committed is None:
+        # Nothing committed yet: the commit starts where the records handed out begin, not at the
+        # first one acked (records are acked out of order: the first ones may still be in flight).
+        committed = HOLES.first(tp)
+    offset = commit_offset(committed, acked, holes)
     if offset is None:
         return None
     done = bisect_left(acked, offset)

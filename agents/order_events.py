@@ -1,14 +1,15 @@
 """The ``order-event`` agent: hand each batch to the batch handler, record what happened.
 
 With ``FETCH_BATCHES`` (the default) the agent takes whole fetches from Faust's consumer
-(``app.adapters.kafka.batches``): a batch is acked only by ``batch.ack()``, after the batch
-handler returned (its ledger rows and dead letters written), never implicitly. Up to
-``BATCHES_IN_FLIGHT`` batches are worked at once, each in a task of its own: the feed never
-hands out two batches with a partition in common (so each partition is still worked, acked
-and committed in offset order), and the batch handler makes a batch that shares an order with
-one in flight wait for it (an order's events never run in two batches at once, whatever
-partitions they came from). Without ``FETCH_BATCHES`` it reads Faust's stream with
-``take_events()``, one batch at a time, and the facts below hold as they are.
+(``app.adapters.kafka.batches``): a record is acked only when the batch handler says it is
+finished (its outcomes committed, or its dead letter written), never implicitly, and the batch
+is acked whole when the handler returns. Up to ``BATCHES_IN_FLIGHT`` batches' worth of records
+are in flight, each batch in a task of its own: a partition may have records in several of
+them, Faust's commit never passes the lowest record not acked, and the batch handler keeps an
+order's records in order (an order's records in a later batch wait for that order in the
+earlier one, whatever partitions they came from; other orders do not wait). Without
+``FETCH_BATCHES`` it reads Faust's stream with ``take_events()``, one batch at a time, and the
+facts below hold as they are.
 
 Faust facts this agent is built around (faust-streaming 0.15.3):
 
@@ -59,6 +60,7 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
     if settings.batches.fetch:
         feed = kafka_batches.Feed(app, settings.kafka.topic, max_records=settings.batches.size,
                                   within=settings.batches.within_seconds)
+        metrics.IN_FLIGHT_RECORDS.set_function(lambda: feed.unacked)
 
     @app.agent(topic, name="order_events", concurrency=1)
     async def process_order_events(stream):
@@ -67,7 +69,7 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
         in_flight = settings.batches.in_flight if feed else 1
         log.info("consuming %s as %s (event loop: %s; %s)", settings.kafka.topic, rt.owner,
                  type(asyncio.get_running_loop()).__module__,
-                 f"whole fetches, up to {in_flight} batches of disjoint partitions at once" if feed
+                 f"whole fetches, up to {in_flight} batches' worth of records in flight" if feed
                  else "Faust's stream, record by record")
         trips = _RoundTrips(rt.store)
 
@@ -75,8 +77,10 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
             try:
                 started = time.perf_counter()
                 metrics.IN_FLIGHT_BATCH.inc()
-                report = await rt.batches.handle([source_record(message) for message in batch.messages])
-                # Only now: the batch's ledger rows and dead letters are written.
+                # Each order's records are acked as soon as they are finished (their outcomes
+                # committed, or their dead letters written); the batch is acked whole at the end.
+                report = await rt.batches.handle([source_record(message) for message in batch.messages],
+                                                 finished=batch.ack_some)
                 batch.ack()
                 seconds = time.perf_counter() - started
                 metrics.IN_FLIGHT_BATCH.dec()
@@ -91,8 +95,8 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
             async for batch in (feed.batches(stream) if feed else _stream_batches(stream, settings)):
                 await work(batch)
             return
-        # Several batches at once, of disjoint partitions (the feed sees to it), each in a task;
-        # the feed hands out the next one once fewer than `in_flight` are unacked.
+        # Several batches at once, each in a task; the feed hands out the next one once a whole
+        # batch fits under `in_flight` batches' worth of unacked records.
         tasks: set[asyncio.Task] = set()
         try:
             async for batch in feed.batches(stream, in_flight=in_flight):
@@ -116,6 +120,9 @@ class _StreamBatch:
 
     def __len__(self) -> int:
         return len(self.messages)
+
+    def ack_some(self, indices) -> None:
+        pass
 
     def ack(self) -> None:
         pass

@@ -216,7 +216,8 @@ class Runtime:
                          effect_concurrency=s.effects.concurrency, effect_timeout=s.effects.timeout_seconds,
                          lease_margin=s.effects.lease_margin_seconds, on_cut=cut_hook(s.operations.chaos_kill_at),
                          attempt_cap=s.operations.idem_max_attempts, retention=self.retention,
-                         observer=PipelineMetrics(), fence=self.fence, limits=self.limits)
+                         observer=PipelineMetrics(), fence=self.fence, limits=self.limits,
+                         settle_group=s.batches.settle_group, settle_after=s.batches.settle_after_ms / 1000)
 
     def _members(self, members: int) -> None:
         self.limits.set_members(members)

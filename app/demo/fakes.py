@@ -28,7 +28,9 @@ Faults are injected per service through ``POST /__config`` (or ``--config``)::
 
 ``reject_orders`` answer 422 (a business refusal) for those orders, every
 time; ``fail_orders`` answer ``fail_status`` for them, every time;
-``echo_orders`` answer 422 repeating the request back (its JSON, and the
+``hang_orders`` hang ``timeout_ms`` for those orders, every time, and then do the work (a
+slow call for one order while the others go on); ``echo_orders`` answer 422 repeating the
+request back (its JSON, and the
 ``Idempotency-Key``), as UTF-8 without escapes and as a form-encoded trace, the
 way a service that quotes what it refused does (personal data and tokens in a
 message: what a viewer must not see).
@@ -109,6 +111,7 @@ class Faults:
     reject_orders: set[str] = field(default_factory=set)
     fail_orders: set[str] = field(default_factory=set)
     echo_orders: set[str] = field(default_factory=set)
+    hang_orders: set[str] = field(default_factory=set)
     ignore_idempotency_key: bool = False
     conflict_next: int = 0
     redirect_next: int = 0
@@ -238,7 +241,7 @@ class FakeServices:
             return web.json_response({"error": "too many requests"}, status=429, headers={"Retry-After": str(wait)})
         if latency := faults.latency():
             await asyncio.sleep(latency)
-        if faults.take("timeout_next", "timeout_rate"):
+        if faults.take("timeout_next", "timeout_rate") or order_no in faults.hang_orders:
             await asyncio.sleep(faults.timeout_ms / 1000)
         if faults.take("fail_next", "fail_rate"):
             return web.json_response({"error": "injected failure"}, status=faults.fail_status)

@@ -29,6 +29,8 @@ EFFECT_CALLS = Counter("order_effect_calls_total", "External calls, by effect an
 LEASE_WAITS = Counter("order_lease_waits_total", "Records that waited for another worker's lease.")
 INFRA_WAIT_SECONDS = Counter("order_infra_wait_seconds_total", "Time batches spent waiting for the database.")
 IN_FLIGHT_BATCH = Gauge("order_batch_in_flight", "Batches being processed (up to BATCHES_IN_FLIGHT).")
+IN_FLIGHT_RECORDS = Gauge("order_records_in_flight",
+                          "Records taken and not finished (up to BATCHES_IN_FLIGHT x BATCH_SIZE).")
 COMPENSATIONS = Counter("order_compensations_total",
                         "Dead letters the compensator handled, by what became of them.", ["result"])
 

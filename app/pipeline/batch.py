@@ -47,11 +47,12 @@ from datetime import datetime
 from app.pipeline import letters
 from app.pipeline.errors import Fatal, InternalError, LeaseHeld, MalformedEvent, PipelineError, RateLimited
 from app.pipeline.events import OrderEvent, check_headers, decode
+from app.pipeline.groups import Group
 from app.pipeline.outage import OutageGuard
 from app.pipeline.outcomes import Outcome
 from app.pipeline.plan import step_keys
 from app.pipeline.ports import DeadLetter, DeadLetterSink, SourceRecord, Store
-from app.pipeline.processor import Processor, Result
+from app.pipeline.processor import Processor, Result, Settled
 
 __all__ = ["BatchHandler", "BatchReport", "Fatal"]
 log = logging.getLogger(__name__)
@@ -107,83 +108,61 @@ class BatchHandler:
         self._clock = clock
         self._gate = _OrderGate()
 
-    async def handle(self, records: Sequence[SourceRecord]) -> BatchReport:
-        """Process ``records`` (offset order per partition) until the batch may be committed."""
+    async def handle(self, records: Sequence[SourceRecord],
+                     finished: Callable[[list[int]], None] | None = None) -> BatchReport:
+        """Process ``records`` (offset order per partition) until every one of them is finished.
+
+        ``finished`` is told the indices of records (into ``records``) as soon as they are: their
+        steps' outcomes are committed, or their dead letters are in the ledger and on the topic. An
+        order's records finish together; other orders do not wait for them. The batch's report is
+        returned once all are."""
         report = BatchReport()
         run = _Run(self, report)
+        tell = finished or _nobody
 
         items: list[_Item] = []
-        runs: dict[tuple[str, int, int], list[SourceRecord]] = defaultdict(list)
+        loose: list[tuple[DeadLetter, list[int]]] = []            # letters of records without an order
+        runs: dict[tuple[str, int, int], list[tuple[int, SourceRecord]]] = defaultdict(list)
         retention = self.processor.retention
         latest = retention.latest() if retention is not None else None
         for index, record in enumerate(records):
             if record.unreadable is not None:
-                runs[record.topic, record.partition, record.unreadable.first].append(record)
+                runs[record.topic, record.partition, record.unreadable.first].append((index, record))
                 continue
             try:
                 if record.headers:
                     check_headers(record.headers)
                 event = decode(record.key, record.value, max_bytes=self.max_event_bytes, latest=latest)
             except MalformedEvent as exc:
-                report.dead_letters.append(self._letter(record, exc))
+                loose.append((self._letter(record, exc), [index]))
                 continue
             except Exception as exc:   # a decoder bug: this record goes aside, the worker goes on
                 log.exception("decoder failed on %s[%s]@%s", record.topic, record.partition, record.offset)
                 error = InternalError(f"decoder: {exc.__class__.__name__}: {exc}")
-                report.dead_letters.append(self._letter(record, error))
+                loose.append((self._letter(record, error), [index]))
                 continue
             items.append(_Item(index, record, event))
         for unread in runs.values():
-            letter = self._run_letter(unread)
-            report.dead_letters.append(letter)
+            letter = self._run_letter([record for _, record in unread])
+            loose.append((letter, [index for index, _ in unread]))
             if len(unread) > 1:
                 report.covered[letter.reason] += len(unread) - 1      # the run's reason
         run.lap("decode")
-        entry, earlier = self._gate.enter({item.event.order_no for item in items})
+        orders: dict[str, list[_Item]] = defaultdict(list)
+        for item in items:
+            orders[item.event.order_no].append(item)
+        # Entered before the first await: a later batch finds these orders held by this one.
+        places = self._gate.enter(list(orders))
         try:
-            if earlier:
-                report.order_waits = len(earlier)
-                for done in earlier:
-                    await done.wait()
-                run.lap("order_wait")
-            await self._work(run, report, items)
+            await run.work(orders, places, loose, tell)
+        except BaseExceptionGroup as group:         # the first of what broke the batch, as it was raised
+            raise _first(group) from None
         finally:
-            self._gate.leave(entry)
+            for order, (_, mine) in places.items():
+                self._gate.leave(order, mine)
+        run.lap("work")
         report.infra_wait_seconds = run.guard.waited
         return report
-
-    async def _work(self, run: _Run, report: BatchReport, items: list[_Item]) -> None:
-        results = await run.phase1(items)
-        run.lap("phase1")
-        retry: list[tuple[_Item, PipelineError | None]] = []
-        for lead, result, copies in _copies_follow_their_lead(items, results):
-            if result.ok:
-                report.outcomes[result.outcome] += 1
-                if copies:
-                    report.outcomes[Outcome.DUPLICATE] += len(copies)
-                continue
-            if result.error is not None:
-                for item in (lead, *copies):
-                    item.attempts, item.first_failure = 1, letters.now()
-                if not (result.error.retriable and result.error.retry_in_batch):
-                    report.dead_letters.append(self._letter_for(lead, result.error))
-                    report.dead_letters.extend(self._letter_for(item, letters.same_request(result.error, lead.record))
-                                               for item in copies)
-                    continue
-            retry.append((lead, result.error))
-            retry.extend((item, result.error) for item in copies)     # phase 2 makes them one piece again
-        if retry:
-            await run.phase2(retry)
-            run.lap("phase2")
-        if report.dead_letters:
-            last_of_order = {item.event.order_no: item.index for item in items}
-            letters.flag_overtaken(report.dead_letters, {id(item.record): item.index for item in items},
-                                   last_of_order)
-            report.dead_letters = await letters.deliver(report.dead_letters, store=self.store, sink=self.sink,
-                                                        group=self.group, owner=self.processor.owner,
-                                                        retry_after=self.dlq_retry_after, guard=run.guard)
-            report.outcomes[Outcome.DEAD_LETTER] += len(report.dead_letters) + sum(report.covered.values())
-            run.lap("dead_letters")
 
     def _letter(self, record: SourceRecord, error: PipelineError) -> DeadLetter:
         return letters.for_record(record, error, attempts=1, first=letters.now(), worker_id=self.worker_id)
@@ -206,25 +185,32 @@ class BatchHandler:
 
 
 class _OrderGate:
-    """Batches in flight at once never work on the same order: a batch with an order that an
-    earlier one still in flight has waits for that one to finish. Its claims are this worker's
-    (the same owner), so without the wait the later batch would take the earlier one's pending
-    claim for its own and call the effect a second time. An order's events are in one partition
-    when producers key by order, but not always (a topic given more partitions, a producer
-    with another key). Each batch waits only for batches that entered before it: no cycle."""
+    """An order's records in batches in flight at once are worked one batch after another, in the
+    order the batches came: an order's records in a later batch start only once the earlier batch
+    is done with that order (its records there finished). Their claims are this worker's (the same
+    owner), so without the wait the later batch would take the earlier one's pending claim for its
+    own and call the effect a second time. Other orders of the two batches do not wait for each
+    other. An order's events are in one partition when producers key by order, but not always (a
+    topic given more partitions, a producer with another key)."""
 
     def __init__(self) -> None:
-        self._held: list[tuple[set[str], asyncio.Event]] = []
+        self._last: dict[str, asyncio.Event] = {}      # order -> set when its latest holder is done
 
-    def enter(self, orders: set[str]) -> tuple[tuple[set[str], asyncio.Event], list[asyncio.Event]]:
-        earlier = [done for held, done in self._held if not held.isdisjoint(orders)]
-        entry = (orders, asyncio.Event())
-        self._held.append(entry)
-        return entry, earlier
+    def enter(self, orders: list[str]) -> dict[str, tuple[asyncio.Event | None, asyncio.Event]]:
+        """For each order: the event of the batch before this one that holds it (None: none does), and
+        this batch's, to set by :meth:`leave`."""
+        places: dict[str, tuple[asyncio.Event | None, asyncio.Event]] = {}
+        last = self._last
+        for order in orders:
+            mine = asyncio.Event()
+            places[order] = (last.get(order), mine)
+            last[order] = mine
+        return places
 
-    def leave(self, entry: tuple[set[str], asyncio.Event]) -> None:
-        self._held.remove(entry)
-        entry[1].set()
+    def leave(self, order: str, mine: asyncio.Event) -> None:
+        mine.set()
+        if self._last.get(order) is mine:
+            del self._last[order]
 
 
 class _Run:
@@ -236,19 +222,118 @@ class _Run:
         self.started = self._mark = handler._clock()
         self.deadline = self.started + handler.deadline
         self.guard = OutageGuard(handler.infra_budget, clock=handler._clock, sleep=handler._sleep)
+        self.slots = asyncio.Semaphore(handler.concurrency)      # orders retrying at once
 
     def lap(self, phase: str) -> None:
         now = self.h._clock()
         self.report.seconds[phase] = now - self._mark
         self._mark = now
 
-    # -- phases ----------------------------------------------------------------
+    # -- the orders of the batch -------------------------------------------------
 
-    async def phase1(self, items: list[_Item]) -> list[Result]:
+    async def work(self, orders: dict[str, list[_Item]],
+                   places: dict[str, tuple[asyncio.Event | None, asyncio.Event]],
+                   loose: list[tuple[DeadLetter, list[int]]], tell: Callable[[list[int]], None]) -> None:
+        """Every order on its own: those no earlier batch holds start together (one T1), the others
+        as their earlier batch lets them go; each order is finished (retried, dead-lettered) and told
+        as soon as its results are in. Dead letters are sent in groups."""
+        letters_out = Group(500, 0.02, producers=len(orders) + (1 if loose else 0))
+
+        async def send_letters() -> None:
+            while (taken := await letters_out.next()) is not None:
+                some = [letter for batch, _ in taken for letter in batch]
+                self.report.dead_letters.extend(await letters.deliver(
+                    some, store=self.h.store, sink=self.h.sink, group=self.h.group, owner=self.h.processor.owner,
+                    retry_after=self.h.dlq_retry_after, guard=self.guard))
+                for _, sent in taken:
+                    sent.set_result(None)
+
+        async def orders_and_loose() -> None:
+            try:
+                async with asyncio.TaskGroup() as tasks:
+                    if loose:
+                        tasks.create_task(self._send_loose(loose, letters_out, tell))
+                    starter = _Starter(self, tasks)
+                    free = [item for order, its in orders.items() if places[order][0] is None for item in its]
+                    for order, its in orders.items():
+                        earlier = places[order][0]
+                        results = starter.results_of(order) if earlier is None else None
+                        tasks.create_task(self._order(its, places[order], results, starter, letters_out, tell))
+                    if free:
+                        tasks.create_task(starter.run(free))
+            finally:
+                letters_out.close()
+
+        async with asyncio.TaskGroup() as both:
+            both.create_task(send_letters())
+            both.create_task(orders_and_loose())
+
+    async def _send_loose(self, loose: list[tuple[DeadLetter, list[int]]], letters_out: Group,
+                          tell: Callable[[list[int]], None]) -> None:
+        sent = asyncio.get_running_loop().create_future()
+        letters_out.add(([letter for letter, _ in loose], sent), len(loose))
+        await sent
+        self.report.outcomes[Outcome.DEAD_LETTER] += len(loose) + sum(self.report.covered.values())
+        tell([index for _, indices in loose for index in indices])
+
+    async def _order(self, items: list[_Item], place: tuple[asyncio.Event | None, asyncio.Event],
+                     results: asyncio.Future | None, starter: _Starter, letters_out: Group,
+                     tell: Callable[[list[int]], None]) -> None:
+        """One order of the batch, from its first try to its records' end; then the order's records in
+        a later batch may start."""
+        earlier, mine = place
+        try:
+            if not await self._order_work(items, earlier, results, starter, letters_out, tell):
+                letters_out.leave()
+        finally:
+            self.h._gate.leave(items[0].event.order_no, mine)
+
+    async def _order_work(self, items: list[_Item], earlier: asyncio.Event | None, results: asyncio.Future | None,
+                          starter: _Starter, letters_out: Group, tell: Callable[[list[int]], None]) -> bool:
+        """The order's work; whether it sent letters."""
+        if earlier is not None:
+            self.report.order_waits += 1
+            await earlier.wait()
+            results = starter.results_of(items[0].event.order_no)
+            starter.later(items)
+        assert results is not None
+        dead: list[DeadLetter] = []
+        retry: list[tuple[_Item, PipelineError | None]] = []
+        for lead, result, copies in _copies_follow_their_lead(items, await results):
+            if result.ok:
+                self.report.outcomes[result.outcome] += 1
+                if copies:
+                    self.report.outcomes[Outcome.DUPLICATE] += len(copies)
+                continue
+            if result.error is not None:
+                for item in (lead, *copies):
+                    item.attempts, item.first_failure = 1, letters.now()
+                if not (result.error.retriable and result.error.retry_in_batch):
+                    dead.append(self.h._letter_for(lead, result.error))
+                    dead.extend(self.h._letter_for(item, letters.same_request(result.error, lead.record))
+                                for item in copies)
+                    continue
+            retry.append((lead, result.error))
+            retry.extend((item, result.error) for item in copies)     # one piece of work again below
+        if retry:
+            async with self.slots:
+                await self._retry_order(retry, dead)
+        if dead:
+            letters.flag_overtaken(dead, {id(item.record): item.index for item in items},
+                                   {items[0].event.order_no: items[-1].index})
+            sent = asyncio.get_running_loop().create_future()
+            letters_out.add((dead, sent), len(dead))
+            await sent
+            self.report.outcomes[Outcome.DEAD_LETTER] += len(dead)
+        tell([item.index for item in items])
+        return bool(dead)
+
+    async def phase1(self, items: list[_Item], settled: Settled | None = None) -> list[Result]:
         if not items:
             return []
         try:
-            return await self.h.processor.run([i.event for i in items], self.guard, not_after=self.deadline)
+            return await self.h.processor.run([i.event for i in items], self.guard, not_after=self.deadline,
+                                              settled=settled)
         except Fatal:
             raise
         except Exception:
@@ -256,28 +341,20 @@ class _Run:
             log.exception("phase 1 failed on a batch of %d; retrying its records one by one", len(items))
             return [Result(deferred=True)] * len(items)
 
-    async def phase2(self, retry: list[tuple[_Item, PipelineError | None]]) -> None:
-        chains: dict[str, list[tuple[_Item, PipelineError | None]]] = defaultdict(list)
-        for item, error in retry:
-            chains[item.event.order_no].append((item, error))
-        slots = asyncio.Semaphore(self.h.concurrency)
-
-        async def run_chain(chain: list[tuple[_Item, PipelineError | None]]) -> None:
-            async with slots:
-                for lead, error, same in _pieces_of_work(chain):     # in offset order of their first record
-                    retried = await self._retry(lead, error)
-                    if isinstance(retried, Result):
-                        self.report.outcomes[retried.outcome] += 1
-                        if same:
-                            self.report.outcomes[Outcome.DUPLICATE] += len(same)
-                        continue
-                    self.report.dead_letters.append(self.h._letter_for(lead, retried))
-                    for item in same:
-                        item.attempts, item.first_failure = lead.attempts, lead.first_failure
-                        self.report.dead_letters.append(self.h._letter_for(item, letters.same_request(retried,
-                                                                                                  lead.record)))
-
-        await asyncio.gather(*(run_chain(chain) for chain in chains.values()))
+    async def _retry_order(self, retry: list[tuple[_Item, PipelineError | None]], dead: list[DeadLetter]) -> None:
+        """An order's records that failed retriably, or were deferred behind one that did, on their own:
+        in offset order, each retried with backoff until it ends well or must be dead-lettered."""
+        for lead, error, same in _pieces_of_work(retry):     # in offset order of their first record
+            retried = await self._retry(lead, error)
+            if isinstance(retried, Result):
+                self.report.outcomes[retried.outcome] += 1
+                if same:
+                    self.report.outcomes[Outcome.DUPLICATE] += len(same)
+                continue
+            dead.append(self.h._letter_for(lead, retried))
+            for item in same:
+                item.attempts, item.first_failure = lead.attempts, lead.first_failure
+                dead.append(self.h._letter_for(item, letters.same_request(retried, lead.record)))
 
     async def _retry(self, item: _Item, error: PipelineError | None) -> Result | PipelineError:
         """Retry one record until it succeeds (the result) or must be dead-lettered (the error)."""
@@ -326,6 +403,63 @@ class _Run:
             log.exception("internal error on %s[%s]@%s", item.record.topic, item.record.partition,
                           item.record.offset)
             return Result(error=InternalError(f"{exc.__class__.__name__}: {exc}"))
+
+
+class _Starter:
+    """Starts orders' first tries: the orders no earlier batch holds at once, in one run; the others
+    as they are let go, those let go together in one run. Each order's results come as soon as its
+    calls are recorded (``Processor.run``'s ``settled``), not when the whole run is over."""
+
+    GATHER = 0.005          # orders let go this close together share a T1
+
+    def __init__(self, run: _Run, tasks: asyncio.TaskGroup) -> None:
+        self.run_ = run
+        self.tasks = tasks
+        self._results: dict[str, asyncio.Future] = {}
+        self._later: list[_Item] = []
+
+    def results_of(self, order: str) -> asyncio.Future:
+        future = self._results.get(order)
+        if future is None:
+            future = self._results[order] = asyncio.get_running_loop().create_future()
+        return future
+
+    def later(self, items: list[_Item]) -> None:
+        if not self._later:
+            self.tasks.create_task(self._gather_later())
+        self._later.extend(items)
+
+    async def _gather_later(self) -> None:
+        await asyncio.sleep(self.GATHER)
+        items, self._later = self._later, []
+        await self.run(items)
+
+    async def run(self, items: list[_Item]) -> None:
+        def settled(indices: list[int], results: list[Result]) -> None:
+            self._tell(items[indices[0]].event.order_no, results)
+
+        results = await self.run_.phase1(items, settled)
+        by_order: dict[str, list[Result]] = defaultdict(list)
+        for item, result in zip(items, results):
+            by_order[item.event.order_no].append(result)
+        for order, its in by_order.items():           # those not told yet (a run without calls, a broken one)
+            self._tell(order, its)
+
+    def _tell(self, order: str, results: list[Result]) -> None:
+        future = self._results[order]
+        if not future.done():
+            future.set_result(results)
+
+
+def _nobody(indices: list[int]) -> None:
+    pass
+
+
+def _first(group: BaseExceptionGroup) -> BaseException:
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 def _copies_follow_their_lead(items: list[_Item], results: Sequence[Result]):

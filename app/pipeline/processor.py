@@ -60,6 +60,7 @@ from app.pipeline.errors import (
     StoreUnavailable,
 )
 from app.pipeline.events import OrderEvent
+from app.pipeline.groups import Group
 from app.pipeline.limits import ProviderLimits
 from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.model import BatchPlan, EffectJob
@@ -72,6 +73,9 @@ from app.pipeline.states import IdemStatus
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Guard = Callable[[Callable[[], Awaitable[T]]], Awaitable[T]]
+
+
+Settled = Callable[[list[int], list["Result"]], None]
 
 
 async def _unguarded(work: Callable[[], Awaitable[T]]) -> T:
@@ -101,7 +105,8 @@ class Processor:
                  on_cut: Callable[[str], None] = lambda cut: None,
                  clock: Callable[[], float] = time.monotonic, attempt_cap: int | None = None,
                  retention: Retention | None = None, observer: Observer | None = None,
-                 fence: SelfFence | None = None, limits: ProviderLimits | None = None) -> None:
+                 fence: SelfFence | None = None, limits: ProviderLimits | None = None,
+                 settle_group: int = 100, settle_after: float = 0.02) -> None:
         self.store = store
         self.effects = effects
         self.owner = owner
@@ -124,9 +129,14 @@ class Processor:
         # Called at each cut point of a batch that makes external calls
         # ("before_a", "a_b", "b_c", "after_c"); the chaos tests kill the process there.
         self._on_cut = on_cut
+        # With a ``settled`` callback, finished calls are recorded (T3) in groups of up to this many
+        # outcomes, or once the oldest has waited this long: a slow call holds up only its order.
+        self.settle_group = settle_group
+        self.settle_after = settle_after
 
     async def run(self, events: Sequence[OrderEvent], guard: Guard = _unguarded, *,
-                  by_person: bool = False, owner: str | None = None, not_after: float | None = None) -> list[Result]:
+                  by_person: bool = False, owner: str | None = None, not_after: float | None = None,
+                  settled: Settled | None = None) -> list[Result]:
         """One pass of ``events`` (offset order) through T1, T2 and T3.
 
         ``guard`` runs each database step; the batch handler passes one that waits
@@ -140,6 +150,9 @@ class Processor:
         "not yet" (429) is made again under the same claim once its ``Retry-After`` has passed, unless
         that is past ``not_after`` (or the claim's lease would be too short by then): then it ends
         :class:`RateLimited`, not delivered, and the caller waits.
+        ``settled``: called with the indices of an order's events (and the results) as soon as every
+        one of them has its result, while other orders' calls go on. Without it, T3 waits for every
+        call of the run and records them at once.
         """
         # The cutoff once per batch; only an event dated before it is asked about.
         retention = self.retention
@@ -149,12 +162,13 @@ class Processor:
             if any(refused):
                 kept = [event for event, error in zip(events, refused) if error is None]
                 results = iter(await self.run(kept, guard, by_person=by_person, owner=owner, not_after=not_after)
-                               if kept else [])
+                               if kept else [])     # the caller hears of every result when this returns
                 return [Result(error=error) if error is not None else next(results) for error in refused]
-        return await self._run(events, guard, None if by_person else self.attempt_cap, owner or self.owner, not_after)
+        return await self._run(events, guard, None if by_person else self.attempt_cap, owner or self.owner, not_after,
+                               settled)
 
     async def _run(self, events: Sequence[OrderEvent], guard: Guard, attempt_cap: int | None,
-                   owner: str, not_after: float | None = None) -> list[Result]:
+                   owner: str, not_after: float | None = None, settled: Settled | None = None) -> list[Result]:
         if not events:
             return []
         claimed_at = 0.0
@@ -176,7 +190,10 @@ class Processor:
             Result(deferred=True) if p.deferred else None
             for p in plan.events]
         jobs = [job for p in plan.events for job in p.jobs]
-        if jobs:
+        if jobs and settled is not None:
+            await self._settle_as_they_finish(events, plan, jobs, results, claimed_at, not_after, guard, owner,
+                                              settled)
+        elif jobs:
             self._on_cut("a_b")
             finished, skipped = await self._t2(jobs, claimed_at, not_after)
             self._on_cut("b_c")
@@ -213,32 +230,76 @@ class Processor:
 
     async def _t2(self, jobs: list[EffectJob], claimed_at: float,
                   not_after: float | None = None) -> tuple[list[Finished], set[int]]:
-        """Call every job; an order's jobs one after another in offset order, orders concurrently.
-
-        Once a job of an order fails, the order's later jobs are not called (their
-        events are deferred to phase 2, so they still run after it, in order); they
-        are recorded as not delivered, which they surely are.
-        """
-        chains: dict[str, list[EffectJob]] = defaultdict(list)
-        for job in jobs:
-            chains[job.order_no].append(job)
+        """Call every job; an order's jobs one after another in offset order, orders concurrently."""
         finished: list[Finished] = []
         skipped: set[int] = set()
 
         async def run_chain(chain: list[EffectJob]) -> None:
-            for position, job in enumerate(chain):
-                outcome = await self._paced_call(job, claimed_at, not_after)
-                finished.append(outcome)
-                if outcome.error is not None:
-                    for later in chain[position + 1:]:
-                        finished.append(Finished(later, error=EffectNotDelivered(
-                            f"{later.biz_key}: not called, an earlier call of order {later.order_no} failed")))
-                        if later.index != job.index:
-                            skipped.add(later.index)
-                    return
+            done, passed = await self._call_chain(chain, claimed_at, not_after)
+            finished.extend(done)
+            skipped.update(passed)
 
-        await asyncio.gather(*(run_chain(chain) for chain in chains.values()))
+        await asyncio.gather(*(run_chain(chain) for chain in _chains(jobs).values()))
         return finished, skipped
+
+    async def _call_chain(self, chain: list[EffectJob], claimed_at: float,
+                          not_after: float | None) -> tuple[list[Finished], set[int]]:
+        """One order's jobs, one after another in offset order. Once a job fails, the order's later
+        jobs are not called (their events are deferred to phase 2, so they still run after it, in
+        order); they are recorded as not delivered, which they surely are."""
+        finished: list[Finished] = []
+        skipped: set[int] = set()
+        for position, job in enumerate(chain):
+            outcome = await self._paced_call(job, claimed_at, not_after)
+            finished.append(outcome)
+            if outcome.error is not None:
+                for later in chain[position + 1:]:
+                    finished.append(Finished(later, error=EffectNotDelivered(
+                        f"{later.biz_key}: not called, an earlier call of order {later.order_no} failed")))
+                    if later.index != job.index:
+                        skipped.add(later.index)
+                break
+        return finished, skipped
+
+    async def _settle_as_they_finish(self, events: Sequence[OrderEvent], plan: BatchPlan, jobs: list[EffectJob],
+                                     results: list[Result | None], claimed_at: float, not_after: float | None,
+                                     guard: Guard, owner: str, settled: Settled) -> None:
+        """T2 and T3 without the barrier: each order's chain of calls runs on its own, and what has
+        finished is recorded in groups (``settle_group`` outcomes, or ``settle_after`` seconds after
+        the first of a group finished, whichever comes first); each order is told its results as
+        soon as its group's T3 has committed. Orders without calls are told at once."""
+        of_order: dict[str, list[int]] = defaultdict(list)
+        for index, event in enumerate(events):
+            of_order[event.order_no].append(index)
+        chains = _chains(jobs)
+        for order, indices in of_order.items():
+            if order not in chains:
+                settled(indices, [results[i] for i in indices])     # type: ignore[misc]
+        group = Group(self.settle_group, self.settle_after, producers=len(chains))
+
+        async def record() -> None:
+            while (taken := await group.next()) is not None:
+                finished = [outcome for _, done, _ in taken for outcome in done]
+                skipped = {index for _, _, passed in taken for index in passed}
+                self._on_cut("b_c")
+                owned, broken = await self._t3(finished, guard, owner)
+                self._on_cut("after_c")
+                indices = [i for order, _, _ in taken for i in of_order[order]]
+                self._settle(plan, finished, skipped, owned, broken, results, only=indices)
+                for order, _, _ in taken:
+                    settled(of_order[order], [results[i] for i in of_order[order]])   # type: ignore[misc]
+
+        async def run_chain(order: str, chain: list[EffectJob]) -> None:
+            done, passed = await self._call_chain(chain, claimed_at, not_after)
+            group.add((order, done, passed), len(done))
+
+        self._on_cut("a_b")
+        recorder = asyncio.ensure_future(record())
+        try:
+            await asyncio.gather(*(run_chain(order, chain) for order, chain in chains.items()))
+        finally:
+            group.close()           # what finished is recorded even if a chain broke: its calls were made
+            await recorder
 
     async def _paced_call(self, job: EffectJob, claimed_at: float, not_after: float | None) -> Finished:
         """One job's call at its provider's pace: a slot and a turn of its effect's limits, then one
@@ -360,11 +421,13 @@ class Processor:
         return owned, broken
 
     def _settle(self, plan: BatchPlan, finished: list[Finished], skipped: set[int], owned: set[str],
-                broken: dict[str, PipelineError], results: list[Result | None]) -> None:
+                broken: dict[str, PipelineError], results: list[Result | None],
+                only: Sequence[int] | None = None) -> None:
         by_event: dict[int, list[Finished]] = defaultdict(list)
         for item in finished:
             by_event[item.job.index].append(item)
-        for index, event_plan in enumerate(plan.events):
+        for index in (range(len(plan.events)) if only is None else only):
+            event_plan = plan.events[index]
             if results[index] is not None:
                 continue
             done = by_event[index]
@@ -387,3 +450,11 @@ class Processor:
                 results[index] = Result(deferred=True)
             else:
                 results[index] = Result(outcome=Outcome.APPLIED)
+
+
+def _chains(jobs: list[EffectJob]) -> dict[str, list[EffectJob]]:
+    """Each order's jobs, in offset order."""
+    chains: dict[str, list[EffectJob]] = defaultdict(list)
+    for job in jobs:
+        chains[job.order_no].append(job)
+    return chains

@@ -24,9 +24,18 @@ class BatchesSettings(Group):
                     "([Benchmark](#benchmark)); `false`: Faust's stream and `take_events()`, record by record.")
 
     in_flight: int = setting("BATCHES_IN_FLIGHT", 2, ge=1, le=8,
-        description='With `FETCH_BATCHES`, batches the order agent works at once (1-8): never two with a partition in'
-                    " common, and a batch with an order of one in flight waits for it ([The layer in Faust's "
-                    'path](#the-layer-in-fausts-path)); `1`: one batch at a time.')
+        description="With `FETCH_BATCHES`, the records in flight (taken, not finished) are at most this many batches'"
+                    ' worth (1-8): the next batch is taken once a whole one fits. Records are acked as they finish;'
+                    " an order's records in a later batch wait for that order in the earlier one, nothing else "
+                    'does ([Records finish on their own](#records-finish-on-their-own)); `1`: one batch at a time.')
+
+    settle_group: int = setting("SETTLE_GROUP", 100, ge=1,
+        description='Finished calls are recorded (T3) in groups of up to this many outcomes...')
+
+    settle_after_ms: int = setting("SETTLE_AFTER_MS", 20, ge=0, le=1000,
+        description='... or once the first of the group finished this long ago, whichever comes first (or once '
+                    'no other call of the run is left); an order is finished, and its records acked, when its '
+                    "group's T3 has committed.")
 
     retry_backoff_ms: str = setting("RETRY_BACKOFF_MS", "200,800,3200",
         description='Per-record retry delays; their count is the retry limit.')

@@ -34,7 +34,7 @@ class ScriptedProcessor:
         self.batch_error = batch_error
         self.runs: list[list[str]] = []
 
-    async def run(self, events, guard=None, not_after=None):
+    async def run(self, events, guard=None, not_after=None, settled=None):
         async def once():
             self.runs.append([e.order_no for e in events])
             if len(events) > 1 and self.batch_error is not None:
@@ -342,7 +342,7 @@ async def test_records_deferred_past_the_deadline_are_not_tried():
     class Slow(ScriptedProcessor):
         """Each retry of the first record is a call that takes 2 s (virtual)."""
 
-        async def run(self, events, guard=None, not_after=None):
+        async def run(self, events, guard=None, not_after=None, settled=None):
             if len(events) == 1:
                 sleeps.now += 2.0
             return await super().run(events, guard)
@@ -366,7 +366,7 @@ async def test_a_short_outage_met_by_many_records_at_once_is_waited_out():
     back = real_time.monotonic() + 0.3
 
     class Flaky(ScriptedProcessor):
-        async def run(self, events, guard=None, not_after=None):
+        async def run(self, events, guard=None, not_after=None, settled=None):
             async def once():
                 if len(events) == 1 and real_time.monotonic() < back:
                     raise StoreUnavailable("down")
@@ -425,7 +425,7 @@ class GatedProcessor(ScriptedProcessor):
         self.running: list[set[str]] = []
         self.overlapped: list[tuple[set[str], set[str]]] = []
 
-    async def run(self, events, guard=None, not_after=None):
+    async def run(self, events, guard=None, not_after=None, settled=None):
         mine = {e.order_no for e in events}
         for other in self.running:
             self.overlapped.append((other, mine))
@@ -455,4 +455,56 @@ async def test_a_batch_with_an_order_of_a_batch_in_flight_waits_for_it_and_other
     reports = await asyncio.gather(first, other, same)
     assert not any(x & y for x, y in processor.overlapped), processor.overlapped
     assert [r.order_waits for r in reports] == [0, 0, 1]
-    assert "order_wait" in reports[2].seconds
+
+
+class OrderByOrderProcessor(ScriptedProcessor):
+    """Tells each order's results (``settled``) when the test lets that order go."""
+
+    def __init__(self):
+        super().__init__()
+        import asyncio
+        self.gates: dict[str, asyncio.Event] = {}
+
+    def gate(self, order):
+        import asyncio
+        return self.gates.setdefault(order, asyncio.Event())
+
+    async def run(self, events, guard=None, not_after=None, settled=None):
+        import asyncio
+        self.runs.append([e.order_no for e in events])
+        by_order: dict[str, list[int]] = {}
+        for index, e in enumerate(events):
+            by_order.setdefault(e.order_no, []).append(index)
+
+        async def one(order, indices):
+            await self.gate(order).wait()
+            if settled is not None:
+                settled(indices, [OK for _ in indices])
+
+        await asyncio.gather(*(one(order, indices) for order, indices in by_order.items()))
+        return [OK for _ in events]
+
+
+async def test_each_order_is_finished_as_soon_as_its_own_calls_are_and_a_slow_one_holds_only_its_order():
+    import asyncio
+    slow, fast, later = order_no(), order_no(), order_no()
+    processor = OrderByOrderProcessor()
+    h, _ = handler(processor)
+    told: list[list[int]] = []
+    batch = records(event(slow, "ORDER_CONFIRM"), event(fast, "ORDER_CREATED"), event(slow, "ORDER_PAID"),
+                    event(fast, "ORDER_CONFIRM"))
+    first = asyncio.create_task(h.handle(batch, finished=told.append))
+    second = asyncio.create_task(h.handle(records(event(fast, "ORDER_PAID"), event(later, "ORDER_CREATED")),
+                                          finished=told.append))
+    processor.gate(fast).set()
+    processor.gate(later).set()
+    for _ in range(500):
+        if len(told) == 3:
+            break
+        await asyncio.sleep(0.01)
+    # the fast order, then its record in the next batch once the first batch was done with it
+    assert sorted(map(sorted, told)) == [[0], [1], [1, 3]], told
+    assert not first.done() and second.done()
+    processor.gate(slow).set()
+    await first
+    assert told[-1] == [0, 2]

@@ -253,7 +253,7 @@ def test_acking_a_batch_leaves_faust_consumer_as_its_own_ack_one_by_one_does():
     run(scenario())
 
 
-def test_batches_in_flight_at_once_never_share_a_partition():
+def test_records_in_flight_are_bounded_and_acked_one_by_one_in_any_order():
     async def scenario():
         app = FakeApp()
         feed = Feed(app, TOPIC, max_records=3, within=0.05)
@@ -261,26 +261,27 @@ def test_batches_in_flight_at_once_never_share_a_partition():
         feed.offer(messages(range(5), partition=0) + messages(range(2), partition=1))
         first = await it.__anext__()
         assert [(m.partition, m.offset) for m in first.messages] == [(0, 0), (0, 1), (0, 2)]
-        second = await it.__anext__()        # partition 0 is in flight: only partition 1's records
-        assert [(m.partition, m.offset) for m in second.messages] == [(1, 0), (1, 1)]
-        assert first.partitions.isdisjoint(second.partitions)
-        feed.offer(messages([2, 3], partition=1))
+        second = await it.__anext__()        # a partition may be in two batches at once
+        assert [(m.partition, m.offset) for m in second.messages] == [(0, 3), (0, 4), (1, 0)]
         third = asyncio.create_task(it.__anext__())
         await asyncio.sleep(0.1)
-        assert not third.done()              # two unacked: the third waits (no error)
-        first.ack()
+        assert not third.done()              # 6 unacked: a third batch of 3 would pass 2 x 3
+        first.ack_some([2])
+        await asyncio.sleep(0.1)
+        assert not third.done()              # 5 unacked
+        second.ack_some([0, 2])              # 3 unacked: room for a batch of 3
         third = await asyncio.wait_for(third, 1)
-        # partition 1 is still in flight: partition 0 goes on, in offset order
-        assert [(m.partition, m.offset) for m in third.messages] == [(0, 3), (0, 4)]
-        second.ack()
-        third.ack()
-        fourth = await it.__anext__()
-        assert [(m.partition, m.offset) for m in fourth.messages] == [(1, 2), (1, 3)]
-        assert app.consumer.acked == [0, 1, 2, 0, 1, 3, 4]
+        assert [(m.partition, m.offset) for m in third.messages] == [(1, 1)]
+        assert app.consumer.acked == [2, 3, 0]
+        assert {(m.partition, m.offset) for m in app.consumer._unacked_messages} == {(0, 0), (0, 1), (0, 4), (1, 1)}
+        first.ack()                           # the rest of the batch, once
+        first.ack()
+        first.ack_some([0])
+        assert app.consumer.acked == [2, 3, 0, 0, 1]
     run(scenario())
 
 
-def test_records_of_a_partition_in_flight_wait_for_its_ack_even_when_within_passes():
+def test_a_partitions_later_records_are_handed_out_while_its_earlier_ones_are_in_flight():
     async def scenario():
         app = FakeApp()
         feed = Feed(app, TOPIC, max_records=10, within=0.02)
@@ -288,12 +289,10 @@ def test_records_of_a_partition_in_flight_wait_for_its_ack_even_when_within_pass
         feed.offer(messages([0, 1], partition=0))
         first = await it.__anext__()
         feed.offer(messages([2], partition=0))
-        second = asyncio.create_task(it.__anext__())
-        await asyncio.sleep(0.1)                      # several `within`s
-        assert not second.done()
-        first.ack()
-        second = await asyncio.wait_for(second, 1)
+        second = await asyncio.wait_for(it.__anext__(), 1)
         assert [m.offset for m in second.messages] == [2]
+        second.ack()
+        assert app.consumer.acked == [2] and not first.acked
     run(scenario())
 
 
@@ -317,8 +316,7 @@ def test_the_buffer_holds_two_batches_per_batch_in_flight_before_the_fetcher_wai
     run(scenario())
 
 
-def test_a_full_buffer_of_partitions_in_flight_hands_out_what_is_ready_at_once():
-    # Waiting for a full batch would wait for the batch in flight: no more records can come.
+def test_a_full_buffer_hands_out_a_batch_at_once_once_records_in_flight_leave_room():
     async def scenario():
         app = FakeApp()
         feed = Feed(app, TOPIC, max_records=2, within=30)
@@ -326,11 +324,15 @@ def test_a_full_buffer_of_partitions_in_flight_hands_out_what_is_ready_at_once()
         feed.offer(messages(range(7), partition=0) + messages([0], partition=1))
         assert not feed.has_room()
         first = await it.__anext__()
-        assert [m.partition for m in first.messages] == [0, 0]
-        second = asyncio.create_task(it.__anext__())
+        second = await asyncio.wait_for(it.__anext__(), 1)      # a full batch is there: not after `within`
+        assert [m.offset for m in first.messages + second.messages] == [0, 1, 2, 3]
+        third = asyncio.create_task(it.__anext__())
         await asyncio.sleep(0.05)
-        assert not second.done()                   # room for more: it waits for a full batch
-        feed.offer(messages([7, 8], partition=0))   # the fetcher fills the buffer with partition 0
-        second = await asyncio.wait_for(second, 1)  # at once, not after `within` (30 s)
-        assert [(m.partition, m.offset) for m in second.messages] == [(1, 0)]
+        assert not third.done()                    # 4 unacked, a bound of 2 x 2
+        second.ack_some([0])
+        await asyncio.sleep(0.05)
+        assert not third.done()
+        first.ack()
+        third = await asyncio.wait_for(third, 1)   # at once, not after `within` (30 s)
+        assert [(m.partition, m.offset) for m in third.messages] == [(0, 4), (0, 5)]
     run(scenario())

@@ -28,23 +28,25 @@ What is kept of Faust, so that its commits, rebalances and stop work as before:
   with ``clear_on_resume=True``) or when its generation is no longer the consumer's.
   A dropped record is never acked, so nothing is committed past it, and the seek to the
   committed offsets after the rebalance fetches it again.
-* **Acks**: :meth:`Batch.ack` acks each record as ``Consumer.ack`` does, Faust's own
-  bookkeeping of acked offsets, for the whole batch at once (:func:`ack_all`; then ``_new_offset``, corrected in
-  ``app.adapters.kafka.consumer``, computes what may be committed). Nothing is acked
-  implicitly: not when the agent asks for the next batch, not when it raises or is
-  cancelled (``take_events`` acks in a ``finally``); asking for the next batch with the
-  last one unacked is an error (with ``in_flight=1``). So a batch is acked only after
-  the agent's own work for it (its ledger rows and dead letters written) is done.
-* **Batches in flight at once** (``in_flight=n``, the worker's ``BATCHES_IN_FLIGHT``): the
-  next batch is handed out while up to ``n - 1`` are still being worked, but never with a
-  record of a partition one of them holds; those records wait in the buffer until that
-  batch is acked. So each partition is worked, acked and committed one batch at a time in
-  offset order, exactly as with one batch in flight, and Faust's commit (the lowest
-  unacked offset per partition, ``Consumer._new_offset``) never passes an unfinished
-  record. (Faust's own ``concurrency > 1`` gives no such guarantee: its actors share one
-  queue and ack out of order, faust-streaming#606.) Every taken record is tracked, so a
-  rebalance and a stop wait for all the batches in flight. The buffer holds two batches
-  per batch in flight, so that other partitions' records are there while some wait.
+* **Acks**: :meth:`Batch.ack_some` and :meth:`Batch.ack` ack records as ``Consumer.ack`` does,
+  Faust's own bookkeeping of acked offsets, many at once (:func:`ack_all`; then
+  ``_new_offset``, corrected in ``app.adapters.kafka.consumer``, computes what may be
+  committed). Nothing is acked implicitly: not when the agent asks for the next batch, not
+  when it raises or is cancelled (``take_events`` acks in a ``finally``); asking for the
+  next batch with the last one unacked is an error (with ``in_flight=1``). So a record is
+  acked only after the agent's own work for it (its outcomes or its dead letter written)
+  is done.
+* **Records in flight** (``in_flight=n``, the worker's ``BATCHES_IN_FLIGHT``): at most ``n``
+  batches' worth of records are taken and not acked; the next batch is handed out once a
+  whole one fits under that bound. Records are acked one by one as they finish
+  (:meth:`Batch.ack_some`), in any order, and a partition may have records in several
+  batches at once: Faust's commit (``Consumer._new_offset``, corrected in
+  ``app.adapters.kafka.consumer``) never passes the lowest record not acked, so never an
+  unfinished one. (Faust's own ``concurrency > 1`` gives no such guarantee: its commit may
+  step over one unacked offset, faust-streaming#606.) An order's records are kept in order
+  by the batch handler's order gate, not here. Every taken record is tracked, so a
+  rebalance and a stop wait for all the records in flight. The buffer holds two batches
+  per batch in flight.
 * **Back-pressure and flow control**: the fetcher waits while the buffer holds a full
   batch (like the conductor waits on a full stream queue), while Faust's flow control is
   suspended (the conductor's ``acquire``), and gives up the wait when the consumer stops
@@ -90,9 +92,10 @@ def feeds_of(app) -> dict[str, Feed]:
 
 
 class Batch:
-    """Records an agent took from a :class:`Feed`; :meth:`ack` once their work is done."""
+    """Records an agent took from a :class:`Feed`; :meth:`ack_some` as records finish, :meth:`ack`
+    for the rest once the batch's work is done."""
 
-    __slots__ = ("messages", "partitions", "_consumer", "_feed", "acked")
+    __slots__ = ("messages", "partitions", "_consumer", "_feed", "acked", "_left")
 
     def __init__(self, messages: list, consumer, feed: Feed | None = None, partitions: frozenset = frozenset()) -> None:
         self.messages = messages
@@ -100,24 +103,42 @@ class Batch:
         self._consumer = consumer
         self._feed = feed
         self.acked = False
+        self._left = len(messages)              # records not acked yet
 
     def __len__(self) -> int:
         return len(self.messages)
 
-    def ack(self) -> None:
-        """Tell Faust's consumer every record of the batch is done: their offsets may be committed,
-        and the feed may hand out its partitions' next records."""
+    def ack_some(self, indices: Sequence[int]) -> None:
+        """Tell Faust's consumer these records (indices into :attr:`messages`) are done: their offsets
+        may be committed once every record before them in their partition is done too."""
         if self.acked:
             return
+        fresh = [message for message in (self.messages[i] for i in indices) if not message.acked]
+        if fresh:
+            self._ack(fresh)
+
+    def ack(self) -> None:
+        """Tell Faust's consumer every record of the batch is done."""
+        if self.acked:
+            return
+        rest = [message for message in self.messages if not message.acked]
+        if rest:
+            self._ack(rest)
         self.acked = True
-        consumer = self._consumer
-        if getattr(type(consumer), "ack", None) is _FAUST_ACK:
-            ack_all(consumer, self.messages)
-        else:                                   # a consumer with an ack of its own: ask it, one by one
-            for message in self.messages:
-                consumer.ack(message)
         if self._feed is not None:
             self._feed._done(self)
+
+    def _ack(self, messages: list) -> None:
+        consumer = self._consumer
+        if getattr(type(consumer), "ack", None) is _FAUST_ACK:
+            ack_all(consumer, messages)
+        else:                                   # a consumer with an ack of its own: ask it, one by one
+            for message in messages:
+                consumer.ack(message)
+                message.acked = True
+        self._left -= len(messages)
+        if self._feed is not None:
+            self._feed._acked(len(messages))
 
 
 def ack_all(consumer, messages: Sequence) -> int:
@@ -163,13 +184,15 @@ class Feed:
     """The records of one topic, a fetch at a time, for the one agent that reads it.
 
     Register it before the worker starts (``Feed(app, topic_name, ...)``); in the agent,
-    ``async for batch in feed.batches(stream)`` then ``batch.ack()``.
+    ``async for batch in feed.batches(stream)`` then ``batch.ack_some(...)`` as records finish
+    and ``batch.ack()`` at the end.
 
-    With ``in_flight=n`` the agent may work on up to ``n`` batches at once (each in a task of
-    its own): two batches in flight never hold records of the same partition, so each
-    partition's records are still worked and acked in offset order, one batch at a time, and
-    Faust never commits past a record that is not finished. A partition's records wait in the
-    buffer while a batch holding that partition is in flight."""
+    With ``in_flight=n`` the agent may have up to ``n`` batches' worth of records
+    (``n * max_records``) taken and not acked: the next batch is handed out once a whole one
+    fits under that bound, whatever partitions it holds. Records of one partition may be in
+    several batches in flight and be acked out of order: Faust's commit goes no further than
+    the lowest record not acked (``app.adapters.kafka.consumer.commit_offset``). Keeping an
+    order's records in order across batches is the agent's (the batch handler's order gate)."""
 
     def __init__(self, app, topic: str, *, max_records: int, within: float) -> None:
         if max_records < 1 or within <= 0:
@@ -182,8 +205,8 @@ class Feed:
         self.capacity = max_records            # buffered records before the fetcher waits
         self._parts: dict = {}                 # TP -> deque of records, partitions in order of arrival
         self._count = 0
-        self._busy: set = set()                # partitions of the batches in flight
         self._in_flight: list[Batch] = []
+        self._unacked = 0                      # records handed out and not acked yet
         self._arrived = asyncio.Event()      # records were added, or a batch in flight was acked
         self._room = asyncio.Event()         # the buffer is below its capacity
         self._room.set()
@@ -192,6 +215,11 @@ class Feed:
         feeds[topic] = self
         # Cleared like the streams' queues when Faust clears or resumes its flow.
         app.flow_control.manage_queue(self)
+
+    @property
+    def unacked(self) -> int:
+        """Records handed out and not acked yet."""
+        return self._unacked
 
     # -- the fetcher's side -------------------------------------------------------
 
@@ -247,13 +275,15 @@ class Feed:
         """Batches of up to ``max_records``: as soon as that many are there, else what came within
         ``within`` seconds (like ``take_events``). Each is acked by :meth:`Batch.ack`, never
         implicitly. With ``in_flight=1`` the last batch must be acked before the next is asked for;
-        with more, the next is handed out once fewer than ``in_flight`` are unacked."""
+        with more, the next is handed out once at most ``(in_flight - 1) * max_records`` records are
+        unacked (acked one by one with :meth:`Batch.ack_some`, or with their batch)."""
         if in_flight < 1:
             raise ValueError("in_flight must be >= 1")
         if self._taking:
             raise RuntimeError(f"feed {self.topic} already has an agent taking from it")
         self._taking = True
         self.capacity = self.max_records * (2 * in_flight if in_flight > 1 else 1)
+        bound = (in_flight - 1) * self.max_records      # unacked records the next batch may be added to
         if self._count < self.capacity:
             self._room.set()
         # Iterating the agent's channel subscribes its topic (what Stream.__aiter__ does);
@@ -262,35 +292,35 @@ class Feed:
         consumer = self.app.consumer
         try:
             while True:
-                if len(self._in_flight) >= in_flight:
-                    if in_flight == 1:
-                        raise RuntimeError("the previous batch was not acked: a batch is acked only by Batch.ack()")
-                    while len(self._in_flight) >= in_flight:
-                        self._arrived.clear()
-                        await self._arrived.wait()
+                if in_flight == 1 and self._in_flight:
+                    raise RuntimeError("the previous batch was not acked: a batch is acked only by Batch.ack()")
+                while self._unacked > bound:
+                    self._arrived.clear()
+                    await self._arrived.wait()
                 messages, partitions = await self._take()
                 if not messages:               # all of an older generation: nothing to hand out
                     continue
                 batch = Batch(messages, consumer, self, partitions)
                 self._in_flight.append(batch)
-                self._busy |= partitions
+                self._unacked += len(messages)
                 yield batch
         finally:
             self._taking = False
 
+    def _acked(self, n: int) -> None:
+        """Records of a batch in flight were acked: room for the next batch, maybe."""
+        self._unacked -= n
+        self._arrived.set()
+
     def _done(self, batch: Batch) -> None:
-        """A batch was acked: its partitions' next records may be handed out."""
+        """A batch was acked whole."""
         if batch in self._in_flight:
             self._in_flight.remove(batch)
-            self._busy -= batch.partitions
             self._arrived.set()
 
     def _ready(self) -> int:
-        """Records that may go into the next batch: those of partitions no batch in flight holds."""
-        busy = self._busy
-        if not busy:
-            return self._count
-        return sum(len(queue) for tp, queue in self._parts.items() if tp not in busy)
+        """Records that may go into the next batch."""
+        return self._count
 
     async def _take(self) -> tuple[list, frozenset]:
         if self._ready() < self.max_records:
@@ -298,7 +328,7 @@ class Feed:
             deadline = loop.time() + self.within
             while (ready := self._ready()) < self.max_records:
                 if ready and not self.has_room():
-                    break          # the buffer is full (of partitions in flight): no more can come
+                    break          # the buffer is full: no more can come
                 left = deadline - loop.time()
                 if left <= 0:
                     if ready:
@@ -313,14 +343,14 @@ class Feed:
         return self._track(self.max_records)
 
     def _track(self, n: int) -> tuple[list, frozenset]:
-        """Take up to ``n`` records of the consumer's current generation, of partitions no batch in
-        flight holds, whole partitions first in the order they arrived, and mark them unacked (what
-        ``wait_empty`` waits for), in one step: no await between the two."""
-        parts, busy, generation = self._parts, self._busy, self.app.consumer_generation_id
+        """Take up to ``n`` records of the consumer's current generation, whole partitions first in
+        the order they arrived, and mark them unacked (what ``wait_empty`` waits for), in one step:
+        no await between the two."""
+        parts, generation = self._parts, self.app.consumer_generation_id
         unacked = self.app.consumer._unacked_messages
         taken: list = []
         partitions = set()
-        for tp in [tp for tp in parts if tp not in busy]:
+        for tp in list(parts):
             if len(taken) >= n:
                 break
             queue = parts[tp]

@@ -14,6 +14,9 @@ o  outage    5 ms calls, but from the worker's start every call hangs for 60 s (
 r  429s      5 ms calls, and a limit of 100 calls/s, far under what a worker asks at that
              pace: the worker learns the limit from the provider's 429s alone.
 R  told      the same, the worker told the limit (``EFFECTS__WAYBILL__CALLS_PER_SECOND`` = 95).
+l  latency   row p's provider, but the records produced while the worker runs, at ``--rate``
+             events/s (1,000 by default, about 40 % of what row p's worker does): each event's
+             latency from its send to its last step settled (``t_idem.gmt_modified``).
 
 Reported per row:
 
@@ -28,9 +31,9 @@ Reported per row:
   (from ``t_idem``'s ``gmt_modified`` of their local steps), next to the seconds from the
   outage's end until every offset was committed.
 
-A pre-filled topic measures what a worker can do when the provider is its limit. The
-latency from produced to settled needs a producer at a given rate instead; it is not
-measured here.
+A pre-filled topic measures what a worker can do when the provider is its limit; row l
+measures what an event waits below that: p50, p99 and the largest latency from send to settled
+of every event that is not a duplicate (a duplicate settles nothing of its own).
 """
 
 from __future__ import annotations
@@ -48,9 +51,13 @@ import urllib.request
 import uuid
 from datetime import UTC, datetime
 
+from aiokafka import AIOKafkaProducer
+
 from app.adapters.kafka import ops as kafka_ops
-from app.adapters.kafka.connection import KafkaConnection
+from app.adapters.kafka.connection import KafkaConnection, connection_of
 from app.adapters.kafka.topics import topic_specs
+from app.pipeline.events import decode
+from app.pipeline.plan import step_keys
 from app.pipeline.states import LedgerStatus
 from app.settings import Settings
 from bench.run import DLQ_PARTITIONS, LOGS, PARTITIONS, RESULTS, ROOT, _post, scratch_database
@@ -68,6 +75,7 @@ ROWS = {
     "o": {"waybill": {"latency_ms": 5, "timeout_ms": 60_000, "outage_seconds": 60}},
     "r": {"waybill": {"latency_ms": 5, "calls_per_second": LIMIT}},
     "R": {"waybill": {"latency_ms": 5, "calls_per_second": LIMIT}},
+    "l": {"waybill": dict(TAIL)},
 }
 # The worker's settings of a row, on top of the defaults and --set: row R tells the worker the
 # provider's limit (a little under it), row r leaves it to the provider's 429s.
@@ -79,7 +87,8 @@ EFFECT_FREE_STEPS = ("create_order", "mark_paid")       # the local steps of CRE
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.provider_pace", description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=20_000, help="records in the topic (20000)")
-    parser.add_argument("--rows", default="p,q,o,r,R", help="which rows, comma-separated (p,q,o,r,R)")
+    parser.add_argument("--rows", default="p,q,o,r,R,l", help="which rows, comma-separated (p,q,o,r,R,l)")
+    parser.add_argument("--rate", type=float, default=1000.0, help="row l: events produced per second (1000)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a row may take (900)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a worker setting on top of the defaults, e.g. EFFECT_CONCURRENCY=128")
@@ -124,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         ends = asyncio.run(kafka_ops.end_offsets(bootstrap, topic, PARTITIONS))
         extra = dict(item.split("=", 1) for item in args.set)
         for name in args.rows.split(","):
-            rows.append(asyncio.run(_row(name, args, settings, db, fakes, workload, ends, dlq, stamp, tag, extra)))
-            print(render([rows[-1]]), flush=True)
+            row = _latency_row if name == "l" else _row
+            rows.append(asyncio.run(row(name, args, settings, db, fakes, workload, ends, dlq, stamp, tag, extra)))
+            print(render_latency([rows[-1]]) if name == "l" else render([rows[-1]]), flush=True)
     finally:
         fakes.stop()
         try:
@@ -133,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:
             print(f"cleanup of topics failed: {exc!r}", file=sys.stderr)
         db.drop()
-    print("\n" + render(rows))
+    print("\n" + render([r for r in rows if r["row"] != "l"]))
+    if any(r["row"] == "l" for r in rows):
+        print("\n" + render_latency([r for r in rows if r["row"] == "l"]))
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"pace-{stamp}.json"
     path.write_text(json.dumps({"timestamp": stamp, "args": vars(args), "rows": rows}, indent=2, default=str) + "\n")
@@ -200,6 +212,112 @@ async def _row(name: str, args, settings: Settings, db, fakes: FakesProcess, wor
     return doc
 
 
+async def _latency_row(name: str, args, settings: Settings, db, fakes: FakesProcess, workload, ends, dlq: str,
+                       stamp: str, tag: str, extra: dict) -> dict:
+    """Row l: the workload produced at ``args.rate`` while one worker runs; each event's latency."""
+    print(f"{name}: one worker, provider {ROWS[name]['waybill']}, {args.rate:,.0f} events/s produced ...", flush=True)
+    for row in db.query("SHOW TABLES"):
+        table = next(iter(row.values()))
+        if table != "alembic_version":
+            db.query(f"TRUNCATE TABLE `{table}`")
+    _post(f"{fakes.url}/__reset", {})
+    _post(f"{fakes.url}/__config", ROWS[name])
+    bootstrap = KafkaConnection.from_settings(settings.kafka)
+    topic, group = f"bench-pace-lat-{tag}", f"bench-pace-{name}-{tag}"
+    shape = settings.model_copy(update={"order_event_partitions": PARTITIONS, "dlq_partitions": DLQ_PARTITIONS})
+    await kafka_ops.create_topics(bootstrap, topic_specs(shape, events=topic, dlq=f"{dlq}-lat"))
+    data_dir = tempfile.mkdtemp(prefix="bench-faust-")
+    port = free_port()
+    env = worker_env(order_event_topic=topic, dlq_topic=f"{dlq}-lat", app_id=group, mysql_url=db.url, **fakes.env(),
+                     web_port=str(port), worker_id="bench", order_event_partitions=str(PARTITIONS),
+                     dlq_partitions=str(DLQ_PARTITIONS), log_level="warning", data_dir=data_dir,
+                     **{k.lower(): v for k, v in extra.items()})
+    doc: dict = {"row": name, "provider": ROWS[name]["waybill"], "rate": args.rate, "events": len(workload.records),
+                 "error": None}
+    with open(LOGS / f"{stamp}-pace-{name}.log", "ab") as log:
+        proc = subprocess.Popen(worker_command(None), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + args.timeout
+            while not _answers(f"http://127.0.0.1:{port}/health"):
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError("the worker did not start")
+                await asyncio.sleep(0.2)
+            sent = await _paced_produce(bootstrap, topic, workload.records, args.rate)
+            ends: dict[int, int] = {}
+            for _, partition, offset in sent:
+                ends[partition] = max(ends.get(partition, 0), offset + 1)
+            while await kafka_ops.committed_offsets(bootstrap, group, topic, PARTITIONS) != \
+                    {p: ends.get(p, 0) for p in range(PARTITIONS)}:
+                if proc.poll() is not None or time.time() > deadline:
+                    doc["error"] = "the worker did not commit every record in time"
+                    break
+                await asyncio.sleep(0.5)
+        finally:
+            stop(proc)
+            shutil.rmtree(data_dir, ignore_errors=True)
+            try:
+                await kafka_ops.delete_topics(bootstrap, [topic, f"{dlq}-lat"])
+            except Exception as exc:
+                print(f"cleanup of topics failed: {exc!r}", file=sys.stderr)
+    settled = {r["biz_key"]: float(r["at"]) for r in db.query(
+        "SELECT biz_key, UNIX_TIMESTAMP(gmt_modified) AS at FROM t_idem WHERE status = 2")}
+    latencies, unsettled = event_latencies(workload.records, [at for at, _, _ in sent], settled)
+
+    def share(q: float) -> float | None:
+        return latencies[min(int(len(latencies) * q), len(latencies) - 1)] if latencies else None
+
+    letters = {r["reason"]: int(r["n"]) for r in db.query(
+        "SELECT reason, COUNT(*) AS n FROM t_compensation GROUP BY reason")}
+    doc.update({"measured": len(latencies), "unsettled": unsettled, "latency_p50": share(0.5),
+                "latency_p99": share(0.99), "latency_max": latencies[-1] if latencies else None,
+                "dead_letters": letters})
+    return doc
+
+
+def event_latencies(records, sent_at: list[float], settled: dict[str, float]) -> tuple[list[float], int]:
+    """Each event's seconds from its send to its last step settled, sorted, and how many events have
+    a step not settled. A duplicate (its first step key seen before) settles nothing of its own."""
+    latencies, seen, unsettled = [], set(), 0
+    for (key, value), at in zip(records, sent_at):
+        keys = step_keys(decode(key, value, max_bytes=1 << 22))
+        if keys[0] in seen:
+            continue
+        seen.add(keys[0])
+        if all(k in settled for k in keys):
+            latencies.append(max(settled[k] for k in keys) - at)
+        else:
+            unsettled += 1
+    return sorted(latencies), unsettled
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=2).read()
+        return True
+    except OSError:
+        return False
+
+
+async def _paced_produce(bootstrap: KafkaConnection, topic: str, records, rate: float) -> list[tuple[float, int, int]]:
+    """Send ``records`` at ``rate`` per second (in ticks of 10 ms), an order's records to one partition;
+    each record's send time (``time.time()``), partition and offset."""
+    producer = AIOKafkaProducer(acks="all", enable_idempotence=True, linger_ms=2,
+                                **connection_of(bootstrap).client_options())
+    await producer.start()
+    try:
+        started = time.monotonic()
+        pending: list[tuple[float, asyncio.Future]] = []
+        for i, (key, value) in enumerate(records):
+            due = started + i / rate
+            if (wait := due - time.monotonic()) > 0.01:
+                await asyncio.sleep(wait)
+            pending.append((time.time(), await producer.send(topic, value=value, key=key)))
+        return [(at, meta.partition, meta.offset) for at, meta in
+                zip([at for at, _ in pending], await asyncio.gather(*(f for _, f in pending)))]
+    finally:
+        await producer.stop()
+
+
 async def _letters_settled(env: dict, db, ended: float, timeout: float, stamp: str) -> float | None:
     """The seconds from the outage's end until the compensator of a worker (started again) has
     settled every dead letter the outage caused; None if it did not within ``timeout``."""
@@ -237,6 +355,18 @@ def render(rows: list[dict]) -> str:
                      f"{letters} | {f(r.get('effect_free_events_per_second_in_outage'))} | "
                      f"{f(r.get('drain_seconds_after_outage'), '{:.1f} s')} | "
                      f"{f(r.get('letters_settled_seconds_after_outage'), '{:.0f} s')} |")
+    return "\n".join(lines)
+
+
+def render_latency(rows: list[dict]) -> str:
+    lines = ["| row | produced ev/s | events measured | p50 | p99 | max | unsettled | dead letters |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        letters = ", ".join(f"{k} {v}" for k, v in sorted(r.get("dead_letters", {}).items())) or "0"
+        ms = [("n/a" if r.get(k) is None else f"{r[k] * 1000:,.0f} ms") for k in ("latency_p50", "latency_p99",
+                                                                               "latency_max")]
+        lines.append(f"| {r['row']} | {r['rate']:,.0f} | {r.get('measured', 0):,} | {ms[0]} | {ms[1]} | {ms[2]} | "
+                     f"{r.get('unsettled', 'n/a')} | {letters} |")
     return "\n".join(lines)
 
 

@@ -29,3 +29,19 @@ def test_the_rows_at_a_limit_differ_only_in_whether_the_worker_is_told_it():
     assert ROWS["r"] == ROWS["R"] and ROWS["r"]["waybill"]["calls_per_second"] == LIMIT
     assert "r" not in ROW_SETTINGS
     assert float(ROW_SETTINGS["R"]["EFFECTS__WAYBILL__CALLS_PER_SECOND"]) < LIMIT
+
+
+def test_an_events_latency_runs_to_its_last_step_settled_and_a_duplicate_counts_for_nothing():
+    from app.pipeline.events import decode
+    from app.pipeline.plan import step_keys
+    from bench.provider_pace import event_latencies
+    from harness.events import event, order_no, record
+
+    o = order_no()
+    created, confirm = record(event(o, "ORDER_CREATED")), record(event(o, "ORDER_CONFIRM"))
+    keys = step_keys(decode(*confirm, max_bytes=1 << 20))
+    [local] = step_keys(decode(*created, max_bytes=1 << 20))
+    settled = {local: 10.5, keys[0]: 11.0, keys[1]: 12.0}
+    latencies, unsettled = event_latencies([created, confirm, confirm], [10.0, 10.1, 10.2], settled)
+    assert latencies == pytest.approx([0.5, 1.9]) and unsettled == 0
+    assert event_latencies([confirm], [10.0], {keys[0]: 11.0}) == ([], 1)

@@ -90,3 +90,40 @@ def test_a_partition_never_committed_starts_where_its_records_began_not_at_the_f
         assert _new_offset(consumer, tp) == 5
     finally:
         HOLES.forget([tp])
+
+
+def test_records_acked_after_their_partition_was_revoked_commit_from_its_last_commit_or_not_at_all():
+    # Faust forgets a revoked partition's committed offset before it waits for the records in flight;
+    # those acked then must not be committed from the first one acked: the ones before it may be
+    # records this worker never worked (dropped from its buffer by the rebalance).
+    import asyncio
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    from app.adapters.kafka.consumer import HOLES, _forgetting_holes, _new_offset
+
+    kept, fresh = TP("revoked", 0), TP("revoked", 1)
+    consumer = SimpleNamespace(app=SimpleNamespace(should_stop=False), _committed_offset={kept: 393, fresh: None},
+                               _acked={}, _acked_index={}, _gap={})
+
+    async def commit():
+        return True
+
+    async def faust_revoked(self, tps):       # what Consumer.on_partitions_revoked forgets
+        for tp in tps:
+            self._committed_offset.pop(tp, None)
+
+    consumer.commit = commit
+    HOLES.started(fresh, 380)
+    try:
+        asyncio.run(_forgetting_holes(faust_revoked)(consumer, {kept, fresh}))
+        consumer._acked = {kept: [402, 403], fresh: [402, 403]}
+        consumer._acked_index = {kept: {402, 403}, fresh: {402, 403}}
+        consumer._committed_offset = {kept: None, fresh: None}
+        assert _new_offset(consumer, kept) is None          # 393..401 were never acked
+        assert _new_offset(consumer, fresh) is None         # nothing known to start from
+        consumer._acked[kept] += list(range(393, 402))
+        assert _new_offset(consumer, kept) == 404
+    finally:
+        HOLES.forget([kept, fresh])

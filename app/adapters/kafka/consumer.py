@@ -128,6 +128,12 @@ class Holes:
             with self._lock:
                 self._first.setdefault(key, position)
 
+    def restart(self, tp, position: int) -> None:
+        """What follows ``position`` is all that may be committed for ``tp`` from now on (its last commit
+        before it was revoked: what this worker finishes of it later counts from there)."""
+        with self._lock:
+            self._first[(tp.topic, tp.partition)] = position
+
     def first(self, tp) -> int | None:
         """Where the records handed out for ``tp`` begin (since it was last forgotten), if known."""
         with self._lock:
@@ -216,9 +222,14 @@ def _new_offset(self, tp):
     acked.sort()
     committed = self._committed_offset[tp]
     if committed is None:
-        # Nothing committed yet: the commit starts where the records handed out begin, not at the
-        # first one acked (records are acked out of order: the first ones may still be in flight).
+        # Nothing committed yet, or the partition was revoked (Faust forgets its committed offset
+        # then, and records still in flight are acked after): the commit starts where the records
+        # handed out begin, or at the last commit before the revoke, never at the first offset
+        # acked (records are acked out of order: earlier ones may never have been worked). Neither
+        # known: no commit.
         committed = HOLES.first(tp)
+        if committed is None:
+            return None
     offset = commit_offset(committed, acked, holes)
     if offset is None:
         return None
@@ -250,6 +261,12 @@ def _forgetting_holes(revoked):
                     await self.commit()
             except Exception as exc:
                 log.warning("commit before the partitions were revoked failed: %r", exc)
+        # Faust forgets the revoked partitions' committed offsets; records of theirs still in flight
+        # are acked later (wait_empty) and committed from what was committed last, or not at all.
+        last = {tp: self._committed_offset.get(tp) for tp in tps}
         HOLES.forget(tps)
+        for tp, offset in last.items():
+            if offset is not None:
+                HOLES.restart(tp, offset)
         return await revoked(self, tps)
     return on_partitions_revoked

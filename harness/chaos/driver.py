@@ -219,7 +219,8 @@ class ChaosRun:
         # Its connections still hung at the end are cancelled when it stops: not worth a traceback.
         self.proxy._loop.call_soon_threadsafe(self.proxy._loop.set_exception_handler, lambda loop, context: None)
         self.fakes = FakesProcess({service: {"latency_ms": self.profile.latency_ms, "timeout_ms": self.profile.hang_ms,
-                                             "seed": self.seed + i} for i, service in enumerate(("waybill", "sms", "express"))})
+                                             "seed": self.seed + i, **self.profile.pace.get(service, {})}
+                                   for i, service in enumerate(("waybill", "sms", "express"))})
         self.timings["cluster_seconds"] = round(time.monotonic() - clock, 1)
         if self.db_failover:
             replication = ("semi-synchronous, AFTER_SYNC" if self.mariadb.semisync else "asynchronous")

@@ -108,6 +108,7 @@ class Profile:
     default_settings: bool = False
     hang_ms: float = 2500                # a "timeout" of the fake APIs: past the client's timeout
     latency_ms: float = 5
+    pace: dict = field(default_factory=dict)     # per fake API, its pace from the start (``app.demo.fakes``)
 
 
 PROFILES = {
@@ -126,6 +127,15 @@ PROFILES["defaults"] = Profile("defaults", min_events=0, min_orders=5_000, rate=
                                big=("restart_mariadb", "restart_kafka"),
                                api_rates={"reset_rate": 0.02, "timeout_rate": 0.01}, faulty=("sms",),
                                default_settings=True, hang_ms=5_000, latency_ms=100)
+TAIL = {"latency_median_ms": 100, "latency_sigma": 0.8}
+# The long run at a real provider's pace (``make chaos MODE=pace``): every API answers after a
+# lognormal latency (median 100 ms, sigma 0.8: a long tail), 1 % of calls hang 5 s, past the
+# client's 3 s timeout, and the waybill API answers 429 above 150 calls/s; a slow call holds up
+# only its order, so this is the run where records of one partition finish out of order.
+PROFILES["pace"] = Profile("pace", min_events=30_000, min_orders=6_000, rate=150, kill_every=(6, 12), cut_seconds=20,
+                           api_503_seconds=30, drain_timeout=900, duplicate_within=2000, hang_ms=5_000, latency_ms=0,
+                           pace={"waybill": {**TAIL, "calls_per_second": 150}, "sms": TAIL, "express": TAIL},
+                           api_rates={"fail_rate": 0.02, "reset_rate": 0.02, "timeout_rate": 0.01})
 # --cluster: three faults more in the long run, so it produces more slowly to give each its slot.
 CLUSTER_PROFILES = {
     "long": Profile("long", min_events=50_000, min_orders=10_000, rate=200, kill_every=(6, 12), cut_seconds=20,

@@ -34,7 +34,9 @@ offset that was handed out and not acknowledged, and all the way past trailing m
 is right only while records are acknowledged in offset order; ours are acknowledged as they
 finish, so the first records may still be in flight when later ones are acknowledged. The
 commit starts instead where the records handed out begin: the position the first fetch was
-drained from (:meth:`Holes.first`).
+drained from (:meth:`Holes.first`). And when a partition is revoked, Faust forgets its committed
+offset before it waits for the records in flight: what is acked then is committed from the
+last commit before the revoke (:func:`_forgetting_holes` keeps it), or not at all.
 
 **Acknowledged offsets forgotten on a rebalance.** ``Consumer.on_partitions_revoked`` drops
 the acknowledged offsets of the revoked partitions before the app commits; they are

@@ -103,8 +103,9 @@ def test_records_acked_after_their_partition_was_revoked_commit_from_its_last_co
 
     from app.adapters.kafka.consumer import HOLES, _forgetting_holes, _new_offset
 
-    kept, fresh = TP("revoked", 0), TP("revoked", 1)
-    consumer = SimpleNamespace(app=SimpleNamespace(should_stop=False), _committed_offset={kept: 393, fresh: None},
+    kept, fresh, unknown = TP("revoked", 0), TP("revoked", 1), TP("revoked", 2)
+    consumer = SimpleNamespace(app=SimpleNamespace(should_stop=False),
+                               _committed_offset={kept: 393, fresh: None, unknown: None},
                                _acked={}, _acked_index={}, _gap={})
 
     async def commit():
@@ -115,15 +116,18 @@ def test_records_acked_after_their_partition_was_revoked_commit_from_its_last_co
             self._committed_offset.pop(tp, None)
 
     consumer.commit = commit
-    HOLES.started(fresh, 380)
+    HOLES.started(fresh, 380)                 # never committed here: its first fetch began at 380
     try:
-        asyncio.run(_forgetting_holes(faust_revoked)(consumer, {kept, fresh}))
-        consumer._acked = {kept: [402, 403], fresh: [402, 403]}
-        consumer._acked_index = {kept: {402, 403}, fresh: {402, 403}}
-        consumer._committed_offset = {kept: None, fresh: None}
+        asyncio.run(_forgetting_holes(faust_revoked)(consumer, {kept, fresh, unknown}))
+        consumer._acked = {tp: [402, 403] for tp in (kept, fresh, unknown)}
+        consumer._acked_index = {tp: {402, 403} for tp in (kept, fresh, unknown)}
+        consumer._committed_offset = {kept: None, fresh: None, unknown: None}
         assert _new_offset(consumer, kept) is None          # 393..401 were never acked
-        assert _new_offset(consumer, fresh) is None         # nothing known to start from
+        assert _new_offset(consumer, fresh) is None         # nor 380..401
+        assert _new_offset(consumer, unknown) is None       # nothing known to start from
         consumer._acked[kept] += list(range(393, 402))
+        consumer._acked[fresh] += list(range(380, 402))
         assert _new_offset(consumer, kept) == 404
+        assert _new_offset(consumer, fresh) == 404          # the records in flight at the revoke: committed
     finally:
-        HOLES.forget([kept, fresh])
+        HOLES.forget([kept, fresh, unknown])

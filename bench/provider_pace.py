@@ -156,11 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 async def _row(name: str, args, settings: Settings, db, fakes: FakesProcess, workload, ends, dlq: str,
                stamp: str, tag: str, extra: dict) -> dict:
     print(f"{name}: one worker, provider {ROWS[name]['waybill']} ...", flush=True)
-    for row in db.query("SHOW TABLES"):
-        table = next(iter(row.values()))
-        if table != "alembic_version":
-            db.query(f"TRUNCATE TABLE `{table}`")
-    _post(f"{fakes.url}/__reset", {})
+    _start_afresh(db, fakes)
     group = f"bench-pace-{name}-{tag}"
     data_dir = tempfile.mkdtemp(prefix="bench-faust-")
     env = worker_env(order_event_topic=workload.topic, dlq_topic=dlq, app_id=group, mysql_url=db.url, **fakes.env(),
@@ -212,15 +208,20 @@ async def _row(name: str, args, settings: Settings, db, fakes: FakesProcess, wor
     return doc
 
 
-async def _latency_row(name: str, args, settings: Settings, db, fakes: FakesProcess, workload, ends, dlq: str,
-                       stamp: str, tag: str, extra: dict) -> dict:
-    """Row l: the workload produced at ``args.rate`` while one worker runs; each event's latency."""
-    print(f"{name}: one worker, provider {ROWS[name]['waybill']}, {args.rate:,.0f} events/s produced ...", flush=True)
+def _start_afresh(db, fakes: FakesProcess) -> None:
+    """Empty every table but the migrations' and reset the fakes: each row starts from nothing."""
     for row in db.query("SHOW TABLES"):
         table = next(iter(row.values()))
         if table != "alembic_version":
             db.query(f"TRUNCATE TABLE `{table}`")
     _post(f"{fakes.url}/__reset", {})
+
+
+async def _latency_row(name: str, args, settings: Settings, db, fakes: FakesProcess, workload, ends, dlq: str,
+                       stamp: str, tag: str, extra: dict) -> dict:
+    """Row l: the workload produced at ``args.rate`` while one worker runs; each event's latency."""
+    print(f"{name}: one worker, provider {ROWS[name]['waybill']}, {args.rate:,.0f} events/s produced ...", flush=True)
+    _start_afresh(db, fakes)
     _post(f"{fakes.url}/__config", ROWS[name])
     bootstrap = KafkaConnection.from_settings(settings.kafka)
     topic, group = f"bench-pace-lat-{tag}", f"bench-pace-{name}-{tag}"

@@ -221,7 +221,7 @@ def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> Process
     # The bound on a decompressed record batch (app.adapters.kafka.records) and the consumer's
     # isolation level (app.adapters.kafka.consumer), read by the replacements installed next.
     kafka_records.configure(settings.batches.max_batch_bytes)
-    kafka_consumer.configure(settings.kafka.isolation_level)
+    kafka_consumer.configure(settings.kafka.isolation_level, settings.kafka.revoke_grace_seconds)
     # Every replacement of Faust's, mode's and aiokafka's internals, in one place, checked against
     # the installed versions (exit 78 on others): app.adapters.kafka.upstream.
     upstream.install()

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pymysql
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from alembic import command
 from alembic.config import Config
 
@@ -205,6 +206,19 @@ async def rewind_group(settings: Settings, group: str, topic: str, partitions: i
         await consumer.commit({tp: 0 for tp in tps})
     finally:
         await consumer.stop()
+
+
+async def group_state(settings: Settings, group: str) -> tuple[str, int]:
+    """The consumer group's state as the broker sees it ("Stable", "PreparingRebalance", ...) and how
+    many members it has."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        [described] = await admin.describe_consumer_groups([group])
+        _, _, state, _, _, members = described.groups[0][:6]
+        return state, len(members)
+    finally:
+        await admin.close()
 
 
 def caught_up(settings: Settings, topic: str, group: str, partitions: int) -> bool:

@@ -239,6 +239,11 @@ class Settings(BaseSettings):
                 f"BROKER_REBALANCE_TIMEOUT_SECONDS={kafka.rebalance_timeout_seconds:g}: a rebalance waits "
                 "for the batch in flight, and a member that does not rejoin in time is evicted and its batch "
                 "done again by another. Raise BROKER_REBALANCE_TIMEOUT_SECONDS or lower one of the others.")
+        if kafka.revoke_grace_seconds >= kafka.rebalance_timeout_seconds:
+            raise ValueError(
+                f"KAFKA_REVOKE_GRACE_SECONDS={kafka.revoke_grace_seconds:g} must stay under "
+                f"BROKER_REBALANCE_TIMEOUT_SECONDS={kafka.rebalance_timeout_seconds:g}: a member still waiting for "
+                "its records when the group gives up on it is evicted")
         if self.batches.deadline_seconds >= kafka.session_timeout_seconds:
             raise ValueError(
                 f"BATCH_DEADLINE_SECONDS={self.batches.deadline_seconds:g} must stay under "

@@ -148,6 +148,14 @@ class KafkaSettings(Group):
                     'again by another (safe, but work twice); the price of a long timeout: a member that dies in the '
                     'middle of a rebalance holds the group up until it runs out.')
 
+    revoke_grace_seconds: float = setting("KAFKA_REVOKE_GRACE_SECONDS", 10.0, gt=0,
+        description='On a rebalance, how long a worker waits for the records of its revoked partitions still in '
+                    'flight (slow calls, retries, dead letters on their way) before it gives them up; the whole group '
+                    'waits meanwhile. Records finished within it are committed; the ones given up are never acked, so '
+                    'never committed: whoever gets their partitions reads them again, and their claims in `t_idem` '
+                    'keep the effects to one ([Records finish on their own](#records-finish-on-their-own)). Must stay '
+                    'under `BROKER_REBALANCE_TIMEOUT_SECONDS`.')
+
     commit_every: int = setting("BROKER_COMMIT_EVERY", 10_000, ge=1,
         description='Also commit as soon as this many events were acked; with the interval, it bounds what a kill -9 '
                     'replays ([the budget](#the-capacity-budget)).')

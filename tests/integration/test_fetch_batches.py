@@ -58,7 +58,10 @@ def test_a_rebalance_waits_for_the_batch_in_flight_and_nothing_runs_twice(settin
     docs = [event(o, t) for o in orders for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
     asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
     fakes.configure({"waybill": {"latency_ms": 150}})
+    # A grace long enough for the batch in flight: the rebalance waits for it (past the grace, its records
+    # would be given up and read again by the next owner, as duplicates).
     env = dict(FAST, BATCH_SIZE="60", EFFECT_CONCURRENCY="4", EFFECT_TIMEOUT_SECONDS="1", LEASE_SECONDS="100",
+               KAFKA_REVOKE_GRACE_SECONDS="60",
                LOGISTICS_URL=fakes.url)
 
     first = spawn_worker(pair, "first", **env)

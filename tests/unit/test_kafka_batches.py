@@ -281,6 +281,31 @@ def test_records_in_flight_are_bounded_and_acked_one_by_one_in_any_order():
     run(scenario())
 
 
+def test_records_of_revoked_partitions_given_up_are_never_acked_and_count_in_flight_until_their_work_ends():
+    async def scenario():
+        app = FakeApp()
+        feed = Feed(app, TOPIC, max_records=3, within=0.05)
+        it = feed.batches(FakeStream(), in_flight=2)
+        feed.offer(messages(range(3), partition=0) + messages(range(3), partition=1))
+        first = await it.__anext__()
+        second = await it.__anext__()
+        first.ack_some([0])
+        revoked = {TP(TOPIC, 0)}
+        assert feed.give_up(revoked) == 2                      # offsets 1 and 2 of partition 0
+        # wait_empty no longer waits for them; the other partition's records are still waited for
+        assert {(m.partition, m.offset) for m in app.consumer._unacked_messages} == {(1, 0), (1, 1), (1, 2)}
+        assert feed.unacked == 5                              # their work still runs: still in flight
+        first.ack_some([1])                                   # its work ended: not acked, no longer in flight
+        assert app.consumer.acked == [0] and feed.unacked == 4
+        first.ack()                                           # the batch's end: the last given-up one too
+        first.ack_some([2])
+        assert app.consumer.acked == [0] and feed.unacked == 3
+        assert feed.give_up(revoked) == 0
+        second.ack()
+        assert app.consumer.acked == [0, 0, 1, 2] and feed.unacked == 0
+    run(scenario())
+
+
 def test_a_partitions_later_records_are_handed_out_while_its_earlier_ones_are_in_flight():
     async def scenario():
         app = FakeApp()

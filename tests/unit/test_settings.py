@@ -71,6 +71,12 @@ def test_a_batch_the_rebalance_cannot_wait_for_is_refused():
     assert "BROKER_SESSION_TIMEOUT_SECONDS=30" in refused(batch_deadline_seconds=30)
 
 
+def test_a_revoke_grace_the_rebalance_cannot_wait_for_is_refused():
+    assert "KAFKA_REVOKE_GRACE_SECONDS=300 must stay under BROKER_REBALANCE_TIMEOUT_SECONDS=300" in \
+        refused(kafka_revoke_grace_seconds=300)
+    assert Settings(kafka_revoke_grace_seconds=0.5).kafka.revoke_grace_seconds == 0.5
+
+
 def test_a_statement_timeout_shorter_than_the_lock_wait_is_refused():
     assert "must exceed DB_LOCK_WAIT_TIMEOUT_SECONDS" in refused(db_statement_timeout_seconds=10)
     assert "DB_TRANSACTION_TIMEOUT_SECONDS=12 must be at least" in refused(db_transaction_timeout_seconds=12)

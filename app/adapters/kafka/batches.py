@@ -95,7 +95,7 @@ class Batch:
     """Records an agent took from a :class:`Feed`; :meth:`ack_some` as records finish, :meth:`ack`
     for the rest once the batch's work is done."""
 
-    __slots__ = ("messages", "partitions", "_consumer", "_feed", "acked", "_left")
+    __slots__ = ("messages", "partitions", "_consumer", "_feed", "acked", "_left", "_given_up")
 
     def __init__(self, messages: list, consumer, feed: Feed | None = None, partitions: frozenset = frozenset()) -> None:
         self.messages = messages
@@ -104,29 +104,67 @@ class Batch:
         self._feed = feed
         self.acked = False
         self._left = len(messages)              # records not acked yet
+        self._given_up: set[int] | None = None   # indices of records given up and still being worked
 
     def __len__(self) -> int:
         return len(self.messages)
 
     def ack_some(self, indices: Sequence[int]) -> None:
         """Tell Faust's consumer these records (indices into :attr:`messages`) are done: their offsets
-        may be committed once every record before them in their partition is done too."""
+        may be committed once every record before them in their partition is done too. A record given
+        up (:meth:`give_up`) is not acked: it only stops counting as in flight."""
         if self.acked:
             return
+        given_up = self._given_up
+        if given_up:
+            ended = [i for i in indices if i in given_up]
+            if ended:
+                given_up.difference_update(ended)
+                self._ended(len(ended))
         fresh = [message for message in (self.messages[i] for i in indices) if not message.acked]
         if fresh:
             self._ack(fresh)
 
     def ack(self) -> None:
-        """Tell Faust's consumer every record of the batch is done."""
+        """Tell Faust's consumer every record of the batch is done (except those given up)."""
         if self.acked:
             return
         rest = [message for message in self.messages if not message.acked]
         if rest:
             self._ack(rest)
+        if self._given_up:
+            self._ended(len(self._given_up))
+            self._given_up = None
         self.acked = True
         if self._feed is not None:
             self._feed._done(self)
+
+    def give_up(self, tps) -> int:
+        """The records of partitions ``tps`` not acked yet will never be acked by this batch: their
+        partitions were revoked. They leave what Faust's ``wait_empty`` waits for at once, and count
+        as in flight until their work ends (:meth:`ack_some` or :meth:`ack` for them). Their offsets
+        are never recorded as acked, so never committed: whoever owns the partitions next reads
+        them again. Returns how many."""
+        if self.acked:
+            return 0
+        unacked = getattr(self._consumer, "_unacked_messages", None)
+        given: list[int] = []
+        for i, message in enumerate(self.messages):
+            if not message.acked and message.tp in tps:
+                message.acked = True                 # what keeps every later ack of it a no-op
+                if unacked is not None:
+                    unacked.discard(message)
+                given.append(i)
+        if given:
+            if self._given_up is None:
+                self._given_up = set()
+            self._given_up.update(given)
+        return len(given)
+
+    def _ended(self, n: int) -> None:
+        self._left -= n
+        if self._feed is not None:
+            self._feed._acked(n)
 
     def _ack(self, messages: list) -> None:
         consumer = self._consumer
@@ -306,6 +344,14 @@ class Feed:
                 yield batch
         finally:
             self._taking = False
+
+    def give_up(self, tps) -> int:
+        """Partitions ``tps`` were revoked and the rebalance cannot wait any longer for their records
+        in flight: none of them will be acked (:meth:`Batch.give_up`). Returns how many there were."""
+        given = sum(batch.give_up(tps) for batch in self._in_flight)
+        if given:
+            notify(getattr(self.app.consumer, "_waiting_for_ack", None))   # wait_empty looks again at once
+        return given
 
     def _acked(self, n: int) -> None:
         """Records of a batch in flight were acked: room for the next batch, maybe."""

@@ -50,6 +50,7 @@ commit before the revoked partitions' bookkeeping is dropped.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
@@ -57,6 +58,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 
 from app.adapters.kafka import upstream
+from app.adapters.kafka.batches import feeds_of
 
 log = logging.getLogger(__name__)
 
@@ -172,19 +174,24 @@ class Holes:
 
 HOLES = Holes()
 _isolation_level = "read_committed"
+_revoke_grace: float | None = None
 
 
-def configure(isolation_level: str) -> None:
-    """The isolation level of every Faust worker consumer of this process (``settings.kafka.isolation_level``).
+def configure(isolation_level: str, revoke_grace: float | None = None) -> None:
+    """The isolation level of every Faust worker consumer of this process (``settings.kafka.isolation_level``),
+    and how long a revoke waits for the revoked partitions' records in flight (``settings.kafka.revoke_grace_seconds``;
+    None: as long as they take, Faust's own wait).
 
     The corrections themselves are put in place by ``app.adapters.kafka.upstream``: this module only
     holds them (:func:`_with_isolation`, :func:`_watching_holes`, :func:`_new_offset`,
     :func:`_forgetting_holes`)."""
     global _isolation_level
+    global _revoke_grace
     if isolation_level not in ISOLATION_LEVELS:
         raise ValueError(f"KAFKA_ISOLATION_LEVEL must be one of {', '.join(ISOLATION_LEVELS)}, "
                          f"not {isolation_level!r}")
     _isolation_level = isolation_level
+    _revoke_grace = revoke_grace
 
 
 def _with_isolation(create):
@@ -272,5 +279,24 @@ def _forgetting_holes(revoked):
         for tp, offset in last.items():
             if offset is not None:
                 HOLES.restart(tp, offset)
-        return await revoked(self, tps)
+        # Faust then waits for every record in flight (wait_empty), however long they take: the whole
+        # group waits with it. Past the grace, the revoked partitions' records are given up instead:
+        # never acked, so never committed; their work goes on, its writes fenced like any late
+        # finisher's, and whoever owns the partitions next reads them again.
+        timer = None
+        if _revoke_grace is not None and not self.app.should_stop:
+            timer = asyncio.get_running_loop().call_later(_revoke_grace, _give_up, self.app, frozenset(tps))
+        try:
+            return await revoked(self, tps)
+        finally:
+            if timer is not None:
+                timer.cancel()
     return on_partitions_revoked
+
+
+def _give_up(app, tps: frozenset) -> None:
+    given = sum(feed.give_up(tps) for feed in feeds_of(app).values())
+    if given:
+        log.warning("rebalance: %d records of the revoked partitions still in flight after KAFKA_REVOKE_GRACE_SECONDS="
+                    "%g s are given up: they are not committed, and whoever gets their partitions reads them again "
+                    "(their work goes on here, fenced on its claims)", given, _revoke_grace)

@@ -65,6 +65,11 @@ def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Se
     @app.agent(topic, name="order_events", concurrency=1)
     async def process_order_events(stream):
         rt = runtime.started()
+        metrics.HELD_RECORDS.set_function(lambda: rt.batches.held)
+        if feed is not None:
+            # Records held while their provider is down do not count against the records in flight.
+            feed.exempt = lambda: rt.batches.held
+            rt.batches.on_hold = feed.nudge
         freeze_startup_objects()
         in_flight = settings.batches.in_flight if feed else 1
         log.info("consuming %s as %s (event loop: %s; %s)", settings.kafka.topic, rt.owner,

@@ -195,7 +195,7 @@ class Runtime:
                 backoff=s.batches.retry_backoff, max_event_bytes=s.batches.max_event_bytes,
                 infra_budget=s.database.infra_retry_budget_seconds, max_lease_wait=2 * s.effects.lease_seconds,
                 deadline=s.batches.deadline_seconds, dlq_retry_after=s.batches.dlq_retry_after_seconds,
-                concurrency=s.effects.concurrency)
+                concurrency=s.effects.concurrency, hold_records=s.effects.breaker_hold_records)
             self._started = True
         return self
 

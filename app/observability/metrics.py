@@ -30,7 +30,10 @@ LEASE_WAITS = Counter("order_lease_waits_total", "Records that waited for anothe
 INFRA_WAIT_SECONDS = Counter("order_infra_wait_seconds_total", "Time batches spent waiting for the database.")
 IN_FLIGHT_BATCH = Gauge("order_batch_in_flight", "Batches being processed (up to BATCHES_IN_FLIGHT).")
 IN_FLIGHT_RECORDS = Gauge("order_records_in_flight",
-                          "Records taken and not finished (up to BATCHES_IN_FLIGHT x BATCH_SIZE).")
+                          "Records taken and not finished (up to BATCHES_IN_FLIGHT x BATCH_SIZE, plus those held).")
+HELD_RECORDS = Gauge("order_records_held",
+                     "Records held before their first try while their effect's breaker is open (up to "
+                     "BREAKER_HOLD_RECORDS; not counted against BATCHES_IN_FLIGHT x BATCH_SIZE).")
 COMPENSATIONS = Counter("order_compensations_total",
                         "Dead letters the compensator handled, by what became of them.", ["result"])
 
@@ -137,8 +140,9 @@ class PipelineMetrics:
         BREAKER_OPENED.labels(effect).set(time.time() if opened else 0)
         if opened:
             log.warning("the breaker of %s's provider opened: most of its recent calls failed for the provider's "
-                        "sake; its calls are not made (their records are dead-lettered as provider_unavailable) "
-                        "until a probe, one call every %gs, gets an answer", effect, PROBE_SECONDS)
+                        "sake; its calls are not made until a probe, one call every %gs, gets an answer: their "
+                        "records wait in their orders (up to BREAKER_HOLD_RECORDS, until near their batch's deadline), "
+                        "then are dead-lettered as provider_unavailable", effect, PROBE_SECONDS)
         else:
             log.warning("the breaker of %s's provider closed: its probe got an answer", effect)
 

@@ -45,7 +45,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from app.pipeline import letters
-from app.pipeline.errors import Fatal, InternalError, LeaseHeld, MalformedEvent, PipelineError, RateLimited
+from app.pipeline.errors import (
+    Fatal,
+    InternalError,
+    LeaseHeld,
+    MalformedEvent,
+    PipelineError,
+    ProviderUnavailable,
+    RateLimited,
+)
 from app.pipeline.events import OrderEvent, check_headers, decode
 from app.pipeline.groups import Group
 from app.pipeline.outage import OutageGuard
@@ -53,6 +61,7 @@ from app.pipeline.outcomes import Outcome
 from app.pipeline.plan import step_keys
 from app.pipeline.ports import DeadLetter, DeadLetterSink, SourceRecord, Store
 from app.pipeline.processor import Processor, Result, Settled
+from app.pipeline.steps import PIPELINES
 
 __all__ = ["BatchHandler", "BatchReport", "Fatal"]
 log = logging.getLogger(__name__)
@@ -68,6 +77,7 @@ class BatchReport:
     lease_waits: int = 0
     rate_limited: int = 0                                     # records that waited out a 429 between tries
     order_waits: int = 0                                      # batches in flight it waited for (same orders)
+    held: int = 0                                             # records held while their provider was down
     infra_wait_seconds: float = 0.0                           # wall clock the database was unreachable
     seconds: dict[str, float] = field(default_factory=dict)   # wall time per phase: decode, phase1, ...
 
@@ -90,6 +100,7 @@ class BatchHandler:
     def __init__(self, processor: Processor, store: Store, sink: DeadLetterSink, *, group: str, worker_id: str,
                  backoff: Sequence[float], max_event_bytes: int, infra_budget: float, max_lease_wait: float,
                  deadline: float = 15.0, dlq_retry_after: int = 60, concurrency: int = 64,
+                 hold_records: int = 0,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.processor = processor
@@ -107,6 +118,12 @@ class BatchHandler:
         self._sleep = sleep
         self._clock = clock
         self._gate = _OrderGate()
+        # Records held while their effect's breaker is open (before their T1), at most hold_records;
+        # on_hold is told when more are held (the feed does not count them against records in flight).
+        self.hold_records = hold_records
+        self.held = 0
+        self.holding_orders: Counter[str] = Counter()            # orders with records held now
+        self.on_hold: Callable[[], None] | None = None
 
     async def handle(self, records: Sequence[SourceRecord],
                      finished: Callable[[list[int]], None] | None = None) -> BatchReport:
@@ -160,9 +177,16 @@ class BatchHandler:
         finally:
             for order, (_, mine) in places.items():
                 self._gate.leave(order, mine)
+            if run.held:                            # cut short while some were held
+                run._release(run.held)
         run.lap("work")
         report.infra_wait_seconds = run.guard.waited
         return report
+
+    def _holding(self, n: int) -> None:
+        self.held += n
+        if n > 0 and self.on_hold is not None:
+            self.on_hold()
 
     def _letter(self, record: SourceRecord, error: PipelineError) -> DeadLetter:
         return letters.for_record(record, error, attempts=1, first=letters.now(), worker_id=self.worker_id)
@@ -182,6 +206,10 @@ class BatchHandler:
     def _letter_for(self, item: _Item, error: PipelineError) -> DeadLetter:
         return letters.for_event(item.record, item.event, error, attempts=item.attempts,
                                  first=item.first_failure or letters.now(), worker_id=self.worker_id)
+
+
+HOLD_MARGIN_SECONDS = 1.0      # held records go on this long before their batch's deadline
+BEHIND_LOOK_SECONDS = 0.5      # how often records behind an order of an earlier batch look whether it is held
 
 
 class _OrderGate:
@@ -223,6 +251,7 @@ class _Run:
         self.deadline = self.started + handler.deadline
         self.guard = OutageGuard(handler.infra_budget, clock=handler._clock, sleep=handler._sleep)
         self.slots = asyncio.Semaphore(handler.concurrency)      # orders retrying at once
+        self.held = 0                                             # its records held now (in handler.held)
 
     def lap(self, phase: str) -> None:
         now = self.h._clock()
@@ -254,11 +283,17 @@ class _Run:
                     if loose:
                         tasks.create_task(self._send_loose(loose, letters_out, tell))
                     starter = _Starter(self, tasks)
-                    free = [item for order, its in orders.items() if places[order][0] is None for item in its]
+                    free: list[_Item] = []
+                    opened = self._open_effects()
                     for order, its in orders.items():
                         earlier = places[order][0]
-                        results = starter.results_of(order) if earlier is None else None
-                        tasks.create_task(self._order(its, places[order], results, starter, letters_out, tell))
+                        results, held = None, None
+                        if earlier is None:
+                            now, held = self._split(its, opened)
+                            free.extend(now)
+                            results = starter.results_of(order) if now else None
+                        tasks.create_task(self._order(its, places[order], results, held, starter, letters_out,
+                                                      tell))
                     if free:
                         tasks.create_task(starter.run(free))
             finally:
@@ -277,29 +312,133 @@ class _Run:
         tell([index for _, indices in loose for index in indices])
 
     async def _order(self, items: list[_Item], place: tuple[asyncio.Event | None, asyncio.Event],
-                     results: asyncio.Future | None, starter: _Starter, letters_out: Group,
-                     tell: Callable[[list[int]], None]) -> None:
+                     results: asyncio.Future | None, held: list[_Item] | None, starter: _Starter,
+                     letters_out: Group, tell: Callable[[list[int]], None]) -> None:
         """One order of the batch, from its first try to its records' end; then the order's records in
         a later batch may start."""
         earlier, mine = place
         try:
-            if not await self._order_work(items, earlier, results, starter, letters_out, tell):
+            if not await self._order_work(items, earlier, results, held, starter, letters_out, tell):
                 letters_out.leave()
         finally:
             self.h._gate.leave(items[0].event.order_no, mine)
 
     async def _order_work(self, items: list[_Item], earlier: asyncio.Event | None, results: asyncio.Future | None,
-                          starter: _Starter, letters_out: Group, tell: Callable[[list[int]], None]) -> bool:
-        """The order's work; whether it sent letters."""
+                          held: list[_Item] | None, starter: _Starter, letters_out: Group,
+                          tell: Callable[[list[int]], None]) -> bool:
+        """The order's work; whether its last part sent letters (it is then done with ``letters_out``).
+
+        Its records from the first one that needs an effect whose breaker is open are held, before
+        their T1, until the breaker closes (or their batch's deadline is near); the records before it
+        go on at once."""
+        order = items[0].event.order_no
+        now = items[:len(items) - len(held)] if held else items
         if earlier is not None:
             self.report.order_waits += 1
-            await earlier.wait()
-            results = starter.results_of(items[0].event.order_no)
-            starter.later(items)
-        assert results is not None
+            await self._behind(order, earlier, len(items))
+            now, held = self._split(items, self._open_effects())
+            if now:
+                results = starter.results_of(order)
+                starter.later(now)
+        sent = False
+        if now:
+            assert results is not None
+            sent = await self._part(now, items, results, letters_out, tell, last=not held)
+        if not held:
+            return sent
+        await self._hold(held)
+        self._release(len(held))
+        starter.fresh(order)
+        results = starter.results_of(order)
+        starter.later(held)
+        return await self._part(held, items, results, letters_out, tell, last=True)
+
+    def _count_held(self, n: int) -> None:
+        if n:
+            self.held += n
+            self.h._holding(n)
+
+    def _release(self, n: int) -> None:
+        self._count_held(-n)
+
+    async def _behind(self, order: str, earlier: asyncio.Event, n: int) -> None:
+        """Wait for the earlier batch to be done with the order; its ``n`` records here count as held
+        while the order is held there (waiting for its provider's breaker)."""
+        counted = False
+        try:
+            while not earlier.is_set():
+                holding = order in self.h.holding_orders
+                if holding != counted:
+                    self._count_held(n if holding else -n)
+                    counted = holding
+                if not self.h.holding_orders and not self._open_effects():
+                    await earlier.wait()          # nothing held, no provider down: the common case
+                    break
+                try:
+                    await asyncio.wait_for(earlier.wait(), BEHIND_LOOK_SECONDS)
+                except TimeoutError:
+                    pass
+        finally:
+            if counted:
+                self._count_held(-n)
+
+    def _hold_until(self) -> float:
+        return self.deadline - min(HOLD_MARGIN_SECONDS, self.h.deadline / 4)
+
+    def _holds(self, error: PipelineError) -> bool:
+        """Whether a record refused by an open breaker waits for it (instead of its dead letter at once)."""
+        return isinstance(error, ProviderUnavailable) and self.h.hold_records > 0
+
+    def _open_effects(self) -> frozenset[str]:
+        if self.h.hold_records <= 0:
+            return frozenset()
+        limits = getattr(self.h.processor, "limits", None)
+        if limits is None:
+            return frozenset()
+        return frozenset(limits.open_breakers())
+
+    def _split(self, items: list[_Item], opened: frozenset[str]) -> tuple[list[_Item], list[_Item] | None]:
+        """The order's records to start now, and those to hold (from its first record that needs an
+        effect whose breaker is open); none held past ``hold_records`` held in all."""
+        if not opened:
+            return items, None
+        for at, item in enumerate(items):
+            if any(step.effect.name in opened for step in PIPELINES[item.event.type].effects):
+                if self.h.held + len(items) - at > self.h.hold_records:
+                    return items, None           # too many held: they go on, and meet the breaker
+                self._count_held(len(items) - at)
+                return items[:at], items[at:]
+        return items, None
+
+    async def _hold(self, held: list[_Item], count: int = 0) -> None:
+        """Until every effect these records need has its breaker closed, or lets one of them through
+        to probe it, or their batch's deadline is near: they then go on (and meet the breaker if it is
+        still open: dead-lettered as ``provider_unavailable``)."""
+        limits = self.h.processor.limits
+        until = self._hold_until()
+        effects = sorted({step.effect.name for item in held for step in PIPELINES[item.event.type].effects})
+        self.report.held += len(held)
+        order = held[0].event.order_no
+        holding = self.h.holding_orders
+        holding[order] += 1
+        self._count_held(count)
+        try:
+            for effect in effects:
+                if limits.breaker_open(effect):
+                    await limits.until_it_may_call(effect, until)
+        finally:
+            self._count_held(-count)
+            holding[order] -= 1
+            if not holding[order]:
+                del holding[order]
+
+    async def _part(self, part: list[_Item], items: list[_Item], results: asyncio.Future, letters_out: Group,
+                    tell: Callable[[list[int]], None], *, last: bool) -> bool:
+        """Records ``part`` of the order's ``items``, once their first try's ``results`` are in: retried,
+        dead-lettered, then told finished. Whether it sent letters."""
         dead: list[DeadLetter] = []
         retry: list[tuple[_Item, PipelineError | None]] = []
-        for lead, result, copies in _copies_follow_their_lead(items, await results):
+        for lead, result, copies in _copies_follow_their_lead(part, await results):
             if result.ok:
                 self.report.outcomes[result.outcome] += 1
                 if copies:
@@ -308,7 +447,7 @@ class _Run:
             if result.error is not None:
                 for item in (lead, *copies):
                     item.attempts, item.first_failure = 1, letters.now()
-                if not (result.error.retriable and result.error.retry_in_batch):
+                if not (result.error.retriable and result.error.retry_in_batch) and not self._holds(result.error):
                     dead.append(self.h._letter_for(lead, result.error))
                     dead.extend(self.h._letter_for(item, letters.same_request(result.error, lead.record))
                                 for item in copies)
@@ -317,16 +456,16 @@ class _Run:
             retry.extend((item, result.error) for item in copies)     # one piece of work again below
         if retry:
             async with self.slots:
-                await self._retry_order(retry, dead)
+                await self._retry_order(retry, dead, len(part))
         if dead:
             letters.flag_overtaken(dead, {id(item.record): item.index for item in items},
                                    {items[0].event.order_no: items[-1].index})
             sent = asyncio.get_running_loop().create_future()
-            letters_out.add((dead, sent), len(dead))
+            letters_out.add((dead, sent), len(dead), last=last)
             await sent
             self.report.outcomes[Outcome.DEAD_LETTER] += len(dead)
-        tell([item.index for item in items])
-        return bool(dead)
+        tell([item.index for item in part])
+        return bool(dead) and last
 
     async def phase1(self, items: list[_Item], settled: Settled | None = None) -> list[Result]:
         if not items:
@@ -341,11 +480,12 @@ class _Run:
             log.exception("phase 1 failed on a batch of %d; retrying its records one by one", len(items))
             return [Result(deferred=True)] * len(items)
 
-    async def _retry_order(self, retry: list[tuple[_Item, PipelineError | None]], dead: list[DeadLetter]) -> None:
+    async def _retry_order(self, retry: list[tuple[_Item, PipelineError | None]], dead: list[DeadLetter],
+                           waiting: int = 1) -> None:
         """An order's records that failed retriably, or were deferred behind one that did, on their own:
         in offset order, each retried with backoff until it ends well or must be dead-lettered."""
         for lead, error, same in _pieces_of_work(retry):     # in offset order of their first record
-            retried = await self._retry(lead, error)
+            retried = await self._retry(lead, error, waiting)
             if isinstance(retried, Result):
                 self.report.outcomes[retried.outcome] += 1
                 if same:
@@ -356,7 +496,7 @@ class _Run:
                 item.attempts, item.first_failure = lead.attempts, lead.first_failure
                 dead.append(self.h._letter_for(item, letters.same_request(retried, lead.record)))
 
-    async def _retry(self, item: _Item, error: PipelineError | None) -> Result | PipelineError:
+    async def _retry(self, item: _Item, error: PipelineError | None, waiting: int = 1) -> Result | PipelineError:
         """Retry one record until it succeeds (the result) or must be dead-lettered (the error)."""
         h = self.h
         retries = 0
@@ -365,6 +505,12 @@ class _Run:
             wait, lease_wait, not_yet = 0.0, False, False
             if error is None:
                 pass                                       # deferred in phase 1: not tried yet
+            elif isinstance(error, ProviderUnavailable):
+                # Claimed before the breaker opened: held too, until it closes or lets this one probe.
+                if not self._holds(error) or h._clock() >= self._hold_until():
+                    return error
+                await self._hold([item], waiting)      # the order's records of this part wait with it
+                not_yet = True
             elif isinstance(error, LeaseHeld) and lease_waited < h.max_lease_wait:
                 wait, lease_wait = min(error.wait_seconds + 0.05, h.max_lease_wait - lease_waited), True
             elif isinstance(error, RateLimited):
@@ -380,7 +526,8 @@ class _Run:
                 self.report.lease_waits += 1
                 lease_waited += wait
             elif not_yet:
-                self.report.rate_limited += 1
+                if isinstance(error, RateLimited):
+                    self.report.rate_limited += 1
             elif error is not None:
                 self.report.retries[error.reason] += 1
                 retries += 1
@@ -424,6 +571,10 @@ class _Starter:
             future = self._results[order] = asyncio.get_running_loop().create_future()
         return future
 
+    def fresh(self, order: str) -> None:
+        """The order's next run gets results of its own."""
+        self._results.pop(order, None)
+
     def later(self, items: list[_Item]) -> None:
         if not self._later:
             self.tasks.create_task(self._gather_later())
@@ -435,20 +586,22 @@ class _Starter:
         await self.run(items)
 
     async def run(self, items: list[_Item]) -> None:
+        futures = {item.event.order_no: self.results_of(item.event.order_no) for item in items}
+
         def settled(indices: list[int], results: list[Result]) -> None:
-            self._tell(items[indices[0]].event.order_no, results)
+            _tell(futures[items[indices[0]].event.order_no], results)
 
         results = await self.run_.phase1(items, settled)
         by_order: dict[str, list[Result]] = defaultdict(list)
         for item, result in zip(items, results):
             by_order[item.event.order_no].append(result)
         for order, its in by_order.items():           # those not told yet (a run without calls, a broken one)
-            self._tell(order, its)
+            _tell(futures[order], its)
 
-    def _tell(self, order: str, results: list[Result]) -> None:
-        future = self._results[order]
-        if not future.done():
-            future.set_result(results)
+
+def _tell(future: asyncio.Future, results: list[Result]) -> None:
+    if not future.done():
+        future.set_result(results)
 
 
 def _nobody(indices: list[int]) -> None:

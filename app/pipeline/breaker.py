@@ -10,10 +10,12 @@ answered 5xx or "busy" (the error says so: ``provider_down``). It counts *reques
 by how its latest call ended: a few requests the provider keeps failing, retried again and again,
 are a few requests, not a dead provider. A business refusal, a 429 or a
 bad receipt is an answer: the provider is up. While the breaker is open, a call of the effect is
-not made: it ends ``ProviderUnavailable`` (surely not delivered), and its record is dead-lettered
-as retriable at once, due after the next probe, so that its batch does not wait for a provider
-that is down (the batch is still the unit that is committed, see docs/provider-pace.md). Calls
-admitted before the breaker opened end as they end; their outcomes are not counted again.
+not made: it ends ``ProviderUnavailable`` (surely not delivered). Its record waits in its order
+(``app.pipeline.batch``: held before its claim, or under its claim when the breaker opened after
+it), without using up a retry, until the breaker closes or lets it through as the probe; near its
+batch's deadline it is dead-lettered as retriable, due after the next probe. Held records do not
+count against the records in flight (up to ``BREAKER_HOLD_RECORDS``), so the other orders go on.
+Calls admitted before the breaker opened end as they end; their outcomes are not counted again.
 """
 
 from __future__ import annotations

@@ -110,8 +110,9 @@ class RateLimited(EffectNotDelivered):
 
 
 class ProviderUnavailable(EffectNotDelivered):
-    """Not called: the effect's provider is down (its breaker is open). Dead-lettered as retriable at
-    once, due after the breaker's next probe, so that nothing else waits for the provider."""
+    """Not called: the effect's provider is down (its breaker is open). The record waits for the breaker
+    in its order (``BREAKER_HOLD_RECORDS``); near its batch's deadline, or with holding off, it is
+    dead-lettered as retriable, due after the breaker's next probe."""
 
     reason = "provider_unavailable"
     retry_in_batch = False

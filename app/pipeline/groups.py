@@ -22,13 +22,14 @@ class Group:
         self._closed = False
         self._changed = asyncio.Event()
 
-    def add(self, item, count: int) -> None:
-        """A producer's part (its only one)."""
+    def add(self, item, count: int, *, last: bool = True) -> None:
+        """A producer's part (its last one unless ``last`` is False)."""
         if not self._items:
             self._first = time.monotonic()
         self._items.append(item)
         self._count += count
-        self.producers -= 1
+        if last:
+            self.producers -= 1
         self._changed.set()
 
     def leave(self) -> None:

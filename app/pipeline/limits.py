@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from app.pipeline.breaker import Admit, Breaker, Change, Refusal
+from app.pipeline.breaker import PROBE_SECONDS, Admit, Breaker, Change, Refusal
 
 BURST_SECONDS = 0.05        # calls allowed back to back after an idle spell: 50 ms of the rate
 
@@ -59,6 +59,8 @@ class _Pace:
         self.next_turn = 0.0         # monotonic time of the next call's turn (the rate)
         self.not_before = 0.0        # the provider's Retry-After, for every call of the effect
         self.breaker = Breaker()
+        self.changed = asyncio.Event()   # set (and replaced) when a probe ended or the breaker moved
+        self.probe_let_until = 0.0       # the held work let through to probe: no other before this
         self.rate = 0.0
         self.share(members)
 
@@ -121,7 +123,40 @@ class ProviderLimits:
     def ended(self, effect: str, failed: bool | None, *, probe: bool, key: str = "",
               error: str = "") -> Change | None:
         """A call of ``effect`` (request ``key``) that its breaker admitted ended (``Breaker.ended``)."""
-        return self._pace(effect).breaker.ended(self._clock(), failed, probe=probe, key=key, error=error)
+        pace = self._pace(effect)
+        change = pace.breaker.ended(self._clock(), failed, probe=probe, key=key, error=error)
+        if probe or change is not None:
+            pace.changed.set()
+            pace.changed = asyncio.Event()
+        return change
+
+    def breaker_open(self, effect: str) -> bool:
+        paces = self._paces.get(effect)
+        return paces is not None and paces.breaker.opened_at is not None
+
+    async def until_it_may_call(self, effect: str, until: float) -> bool:
+        """Work held while ``effect``'s breaker is open waits here: True once the breaker is closed, or
+        for the one caller let through to make the probe (one per ``PROBE_SECONDS``: the others wait
+        for what it finds); False at ``until`` (this clock), the breaker still open."""
+        pace = self._pace(effect)
+        breaker = pace.breaker
+        while True:
+            now = self._clock()
+            if breaker.opened_at is None:
+                return True
+            if not breaker.probing and now >= breaker.next_probe and now >= pace.probe_let_until:
+                pace.probe_let_until = now + PROBE_SECONDS
+                return True
+            if now >= until:
+                return False
+            wake = min(until, max(breaker.next_probe, pace.probe_let_until, now + 0.05))
+            changed = asyncio.ensure_future(pace.changed.wait())
+            timer = asyncio.ensure_future(self._sleep(wake - now))
+            try:
+                await asyncio.wait((changed, timer), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+                timer.cancel()
 
     def refusal(self, effect: str) -> Refusal | None:
         """Whether a call of ``effect`` would be refused now by its breaker (the probe is not taken)."""

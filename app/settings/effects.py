@@ -120,6 +120,14 @@ class EffectsSettings(Group):
                     ' its own (64 before this release: the lease check now counts both batches in flight, and 64 '
                     'would need `LEASE_SECONDS` 98).')
 
+    breaker_hold_records: int = setting("BREAKER_HOLD_RECORDS", 10_000, ge=0,
+        description="Records a worker holds, before their first try, while their effect's provider breaker is open "
+                    '([A dead provider costs nothing to the rest](#a-dead-provider-costs-nothing-to-the-rest)): they '
+                    'wait in their orders for the breaker to close, up to their batch\'s deadline, and go on then '
+                    "(dead-lettered `provider_unavailable` if it is still open). Not counted in the records in flight,"
+                    " so the other orders keep flowing; but the commit waits for them, so a kill -9 replays up to "
+                    'this many more. Past it, records meet the breaker at once (dead-lettered). `0`: none held.')
+
     lease_seconds: float = setting("LEASE_SECONDS", 60.0, gt=0,
         description='How long a claim on a pending effect is exclusive; must cover the calls in flight, checked at '
                     'start-up: at least `ceil(BATCHES_IN_FLIGHT x BATCH_SIZE / EFFECT_CONCURRENCY) x '

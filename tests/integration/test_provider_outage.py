@@ -68,3 +68,51 @@ def test_a_down_provider_holds_up_nothing_else_and_its_orders_are_done_once_it_i
         assert worker.alive
     finally:
         fakes.stop()
+
+
+def test_an_outage_shorter_than_the_deadline_holds_its_records_and_costs_no_dead_letter(
+        settings, topics, spawn_worker, scratch_db):
+    fakes = FakesProcess()
+    try:
+        pair = topics(partitions=2, dlq_partitions=2)
+        first = [order_no(prefix="HOLDA") for _ in range(30)]
+        second = [order_no(prefix="HOLDB") for _ in range(30)]
+        plain = [order_no(prefix="HOLDC") for _ in range(30)]
+        fakes.configure({"waybill": {"outage_seconds": 3600, "timeout_ms": 50}})
+        env = dict(fakes.env(), **FAST, BATCH_DEADLINE_SECONDS="25")
+        worker = spawn_worker(pair, **env)
+        waybill = '{effect="waybill"}'
+        # The first orders' waybill calls fail until the breaker opens; they were claimed before
+        # it opened and wait for it in their orders.
+        docs = [event(o, t) for o in first for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
+        asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
+        wait_for(lambda: metric(worker, "order_provider_breaker_open", waybill) == 1.0, timeout=90,
+                 what="the waybill provider's breaker open", workers=[worker])
+        # Orders that come while it is open: their CONFIRMs are held before their claim, their
+        # CREATED and PAID go on, and so do orders without a waybill.
+        docs = [event(o, t) for o in second for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
+        docs += [event(o, "ORDER_CREATED") for o in plain]
+        asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
+        wait_for(lambda: (metric(worker, "order_records_held") or 0) >= 1, timeout=60,
+                 what="records held while the breaker is open", workers=[worker])
+        marks = ", ".join(["%s"] * len(second))
+
+        def went_on() -> bool:
+            paid = scratch_db.scalar(f"SELECT COUNT(*) FROM t_order WHERE order_no IN ({marks}) AND status >= 2",
+                                     *second)
+            created = scratch_db.scalar(f"SELECT COUNT(*) FROM t_order WHERE order_no IN ({marks})", *plain)
+            return paid == len(second) and created == len(plain)
+
+        wait_for(went_on, timeout=60, what="the records before and beside the held ones done", workers=[worker])
+        assert scratch_db.scalar("SELECT COUNT(*) FROM t_compensation WHERE order_no LIKE 'ORD-%%-HOLD%%'") == 0
+
+        fakes.configure({"waybill": {"outage_seconds": 0}})              # back within the deadline
+        wait_for(lambda: caught_up(settings, pair.events, pair.group, 2), timeout=120,
+                 what="order-event committed to its end", workers=[worker])
+        assert scratch_db.scalar("SELECT COUNT(*) FROM t_compensation WHERE order_no LIKE 'ORD-%%-HOLD%%'") == 0, \
+            "a record waited for by the breaker was dead-lettered"
+        book = fakes.ledger()
+        assert {o: len(book["waybills"].get(o, [])) for o in first + second} == {o: 1 for o in first + second}
+        assert metric(worker, "order_records_held") == 0.0
+    finally:
+        fakes.stop()

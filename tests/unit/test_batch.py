@@ -10,10 +10,12 @@ from app.pipeline.errors import (
     EffectUnavailable,
     LeaseHeld,
     PreconditionNotMet,
+    ProviderUnavailable,
     RateLimited,
     StoreUnavailable,
     UnknownOutcomeNonIdempotent,
 )
+from app.pipeline.limits import ProviderLimits
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import SourceRecord, UnreadableRun
 from app.pipeline.processor import Result
@@ -508,3 +510,80 @@ async def test_each_order_is_finished_as_soon_as_its_own_calls_are_and_a_slow_on
     processor.gate(slow).set()
     await first
     assert told[-1] == [0, 2]
+
+
+class BreakerProcessor(ScriptedProcessor):
+    """A scripted processor with a worker's provider limits, whose waybill breaker the test opens."""
+
+    def __init__(self, sleeps, script=None):
+        super().__init__(script)
+        self.limits = ProviderLimits(clock=sleeps.clock, sleep=sleeps)
+
+    def open_breaker(self, effect="waybill"):
+        for key in range(20):
+            self.limits.ended(effect, True, probe=False, key=str(key), error="timed out")
+        assert self.limits.open_breakers() == [effect]
+
+
+def breaker_handler(script=None, **kw):
+    sleeps = Sleeps()
+    processor = BreakerProcessor(sleeps, script)
+    h, _ = handler(processor, sleep=sleeps, clock=sleeps.clock, **kw)
+    h._sleep, h._clock = sleeps, sleeps.clock
+    return h, processor, sleeps
+
+
+async def test_an_open_breaker_holds_its_effects_records_before_their_claim_and_lets_the_rest_go_on():
+    a, b = order_no(), order_no()
+    h, processor, sleeps = breaker_handler(hold_records=100, deadline=15)
+    processor.open_breaker()
+    told = []
+    recs = records(event(a, "ORDER_CREATED"), event(a, "ORDER_PAID"), event(b, "ORDER_CREATED"),
+                   event(a, "ORDER_CONFIRM"))
+    report = await h.handle(recs, finished=lambda indices: told.append(sorted(indices)))
+    # A's CREATED and PAID and B went on in the first run; A's CONFIRM waited, unclaimed, for the
+    # breaker's probe (5 s later) and was let through as the probe.
+    assert processor.runs == [[a, a, b], [a]]
+    assert sleeps.clock() >= 5.0 and report.held == 1
+    assert sorted(map(tuple, told)) == [(0, 1), (2,), (3,)] and told[-1] == [3]
+    assert report.outcomes[Outcome.DEAD_LETTER] == 0 and h.held == 0
+
+
+async def test_a_held_record_goes_on_near_its_deadline_and_meets_the_breaker():
+    a = order_no()
+    refused = ProviderUnavailable("not called, its provider's breaker is open", wait_seconds=5)
+    h, processor, sleeps = breaker_handler({a: [Result(error=refused)]}, hold_records=100, deadline=3)
+    processor.open_breaker()
+    await h.handle(records(event(a, "ORDER_CONFIRM")))
+    # Held until 0.75 s before the batch's deadline (the probe comes at 5 s), then claimed, refused
+    # by the breaker and dead-lettered as provider_unavailable: not held again past the deadline.
+    assert processor.runs == [[a]] and 2.0 <= sleeps.clock() < 3.0
+    assert [letter.reason for letter in h.sink.sent] == ["provider_unavailable"]
+    assert h.held == 0
+
+
+async def test_a_record_refused_by_a_breaker_that_opened_after_its_claim_waits_for_it_without_a_retry():
+    a = order_no()
+    refused = ProviderUnavailable("not called, its provider's breaker is open", wait_seconds=5)
+    h, processor, sleeps = breaker_handler({a: [Result(error=refused), OK]}, hold_records=100, deadline=15)
+    first = processor.run
+
+    async def run(events, guard=None, not_after=None, settled=None):
+        if not processor.runs:
+            processor.open_breaker()              # closed at its claim, open when its call came
+        return await first(events, guard, not_after, settled)
+
+    processor.run = run
+    report = await h.handle(records(event(a, "ORDER_CONFIRM")))
+    assert processor.runs == [[a], [a]] and sleeps.clock() >= 5.0
+    assert report.retries == {} and report.outcomes[Outcome.DEAD_LETTER] == 0
+
+
+async def test_no_record_is_held_past_the_cap_or_with_holding_off():
+    a, b = order_no(), order_no()
+    for cap in (0, 1):
+        h, processor, _ = breaker_handler(hold_records=cap, deadline=15)
+        processor.open_breaker()
+        await h.handle(records(event(a, "ORDER_CONFIRM"), event(b, "ORDER_PAID"), event(b, "ORDER_CONFIRM")))
+        # the cap 1 takes A's CONFIRM; B's two records are more than is left
+        assert processor.runs == ([[a, b, b]] if cap == 0 else [[b, b], [a]])

@@ -249,6 +249,7 @@ class Feed:
         self._room = asyncio.Event()         # the buffer is below its capacity
         self._room.set()
         self._taking = False
+        self.exempt = _none                    # records handed out, not acked, and not to count (held)
         self.dropped = 0                     # records dropped by a clear or a generation change
         feeds[topic] = self
         # Cleared like the streams' queues when Faust clears or resumes its flow.
@@ -332,7 +333,7 @@ class Feed:
             while True:
                 if in_flight == 1 and self._in_flight:
                     raise RuntimeError("the previous batch was not acked: a batch is acked only by Batch.ack()")
-                while self._unacked > bound:
+                while self._unacked - self.exempt() > bound:
                     self._arrived.clear()
                     await self._arrived.wait()
                 messages, partitions = await self._take()
@@ -352,6 +353,10 @@ class Feed:
         if given:
             notify(getattr(self.app.consumer, "_waiting_for_ack", None))   # wait_empty looks again at once
         return given
+
+    def nudge(self) -> None:
+        """What counts as in flight may have changed (more records held): look again."""
+        self._arrived.set()
 
     def _acked(self, n: int) -> None:
         """Records of a batch in flight were acked: room for the next batch, maybe."""
@@ -415,6 +420,10 @@ class Feed:
         if self._count < self.capacity:
             self._room.set()
         return taken, frozenset(partitions)
+
+
+def _none() -> int:
+    return 0
 
 
 # -- Faust's drain loop, with feeds ---------------------------------------------------

@@ -165,6 +165,8 @@ def _record(report: BatchReport, size: int, seconds: float, round_trips: int) ->
             metrics.MALFORMED.labels(letter.reason).inc()
     for reason, count in report.covered.items():         # unreadable records another letter stands for
         metrics.MALFORMED.labels(reason).inc(count)
+    if report.skipped:
+        metrics.SKIPPED_TYPES.record(report.skipped, report.skipped_at)
     for reason, count in report.retries.items():
         metrics.RETRIES.labels(reason).inc(count)
     metrics.LEASE_WAITS.inc(report.lease_waits)

@@ -38,6 +38,7 @@ from app.adapters.mysql.reads.error_groups import GroupQueries
 from app.adapters.mysql.reads.view_audit import ViewAudit
 from app.adapters.mysql.recovery import Remembered
 from app.adapters.mysql.recovery_windows import RecoveryWindows
+from app.adapters.mysql.skipped_types import SkippedTypes
 from app.adapters.watermark import StoreWatermark
 from app.chaos import cut_hook
 from app.compensation.bulk import BulkRunner
@@ -46,6 +47,7 @@ from app.compensation.rules import Backoff
 from app.observability.metrics import BREAKER_OPEN, BREAKER_OPENED, LIVE_MEMBERS, RATE_SHARE, PipelineMetrics
 from app.pipeline.batch import BatchHandler
 from app.pipeline.capacity import Budget, Inputs, budget
+from app.pipeline.envelopes import Reading, reading_of
 from app.pipeline.limits import EffectLimit, ProviderLimits
 from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.outage import OutageGuard
@@ -55,6 +57,7 @@ from app.pipeline.retention import Retention
 from app.pipeline.tokens import StepTokens
 from app.settings import Settings
 from app.settings.effects import EffectsSettings
+from app.settings.events import EventsSettings, type_names
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,12 @@ WORKER_MAX_RATE = 20_000.0
 # (app/adapters/effects/registry.py).
 EFFECT_CLIENTS: dict[str, ClientFactory] = client_factories()
 ALERT_CONNECTIONS = 2        # the stuck sweep's alert webhook: one POST at a time, of one worker
+
+
+def event_reading(events: EventsSettings) -> Reading:
+    """How the worker reads records, as the settings say (``app.pipeline.envelopes``)."""
+    return reading_of(events.envelope, events.sources(), type_names(events.type_names), events.versions,
+                      events.unhandled)
 
 
 def provider_limits(effects: EffectsSettings, names: Iterable[str]) -> ProviderLimits:
@@ -104,6 +113,7 @@ class Runtime:
         self._working = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self.reading = event_reading(settings.events)
 
     async def start(self, *, kafka: bool = True) -> Runtime:
         """Open everything (``kafka=False``: all but the dead-letter producer, for commands)."""
@@ -163,7 +173,7 @@ class Runtime:
                                 self._effect_clients(self.redrive_http)),
                 MySqlLedger(self.store, dead_after=s.effects.worker_dead_after_seconds),
                 group=s.app_id, lease_seconds=self.redrive_seconds(), max_event_bytes=s.batches.max_event_bytes,
-                backoff=Backoff(s.compensation.backoff_seconds, s.compensation.backoff_max_seconds,
+                reading=self.reading, backoff=Backoff(s.compensation.backoff_seconds, s.compensation.backoff_max_seconds,
                                 s.compensation.max_attempts))
             self.leases = MySqlLeases(self.store)
             self.bulk_jobs = MySqlBulkJobs(self.store, group=s.app_id)
@@ -174,6 +184,7 @@ class Runtime:
             self.queries = Queries(self.store, group=s.app_id)
             self.view_audit = ViewAudit(self.store, group=s.app_id)
             self.groups = GroupQueries(self.store, group=s.app_id)
+            self.skipped_types = SkippedTypes(self.store, group=s.app_id)
             self.watch = Watch(self.store)
             self.recovery = RecoveryWindows(self.store)
             self.partitions = Partitions(self.store, hold_seconds=s.operations.partition_lock_wait_seconds)
@@ -195,7 +206,8 @@ class Runtime:
                 backoff=s.batches.retry_backoff, max_event_bytes=s.batches.max_event_bytes,
                 infra_budget=s.database.infra_retry_budget_seconds, max_lease_wait=2 * s.effects.lease_seconds,
                 deadline=s.batches.deadline_seconds, dlq_retry_after=s.batches.dlq_retry_after_seconds,
-                concurrency=s.effects.concurrency, hold_records=s.effects.breaker_hold_records)
+                concurrency=s.effects.concurrency, hold_records=s.effects.breaker_hold_records,
+                reading=self.reading)
             self._started = True
         return self
 

@@ -35,3 +35,25 @@ def event(order: str, type_: str, data: dict | None = None, **fields) -> dict:
 def record(doc: dict) -> tuple[bytes, bytes]:
     """The Kafka (key, value) of an event: key = order_no."""
     return doc["order_no"].encode(), json.dumps(doc).encode()
+
+
+def cloudevent(doc: dict, *, structured: bool = False, type_name: str | None = None,
+               **attributes: str) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """The same event as a CloudEvent over Kafka: binary mode (``ce_*`` headers, the data as the
+    value) or structured (``application/cloudevents+json``); key = the order number (partitionkey)."""
+    attrs = {"specversion": "1.0", "id": doc["event_id"], "source": "/test/order-service",
+             "type": type_name or doc["type"], "subject": doc["order_no"], "time": doc["occurred_at"],
+             "datacontenttype": "application/json", **attributes}
+    key = doc["order_no"].encode()
+    if structured:
+        return key, json.dumps({**attrs, "data": doc["data"]}).encode(), [
+            ("content-type", b"application/cloudevents+json; charset=UTF-8")]
+    headers = [("ce_" + name, value.encode()) for name, value in attrs.items() if name != "datacontenttype"]
+    return key, json.dumps(doc["data"]).encode(), [*headers, ("content-type", b"application/json")]
+
+
+def outbox(doc: dict) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """The same event as the Debezium outbox EventRouter relays it: key = the aggregate id (the order
+    number), the event id in the ``id`` header, the type in ``eventType``, the value the payload."""
+    return (doc["order_no"].encode(), json.dumps(doc["data"]).encode(),
+            [("id", doc["event_id"].encode()), ("eventType", doc["type"].encode())])

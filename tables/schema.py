@@ -232,6 +232,23 @@ t_worker = Table(
     **TABLE_ARGS,
 )
 
+# Records of types this processor does not handle, skipped (UNHANDLED_EVENT_TYPES=skip): how many of
+# each type, since when, and where the latest one is, so a person sees what the topic carries that
+# no step reads. Each worker adds what it skipped at its gauges' refresh (METRICS_REFRESH_SECONDS).
+t_skipped_type = Table(
+    "t_skipped_type",
+    metadata,
+    Column("consumer_group", String(255), primary_key=True),
+    Column("event_type", String(64), primary_key=True, comment="as the record names it; `other` past 100 a worker"),
+    Column("skipped", BigInteger, nullable=False, server_default=text("0")),
+    Column("first_seen", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("last_seen", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("last_topic", String(249), nullable=True, comment="where the latest one is"),
+    Column("last_partition", Integer, nullable=True),
+    Column("last_offset", BigInteger, nullable=True),
+    **TABLE_ARGS,
+)
+
 # Who saw personal data whole: every unmasked view (an operator's look at a dead letter or an
 # order's timeline, a download of a record, the CLI's ``dlq show --unmasked``). A viewer's masked
 # answers are not written here. Kept apart from t_compensation_audit, which is a row's history of

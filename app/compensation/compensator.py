@@ -25,8 +25,9 @@ from app.compensation.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
 from app.compensation.headers import origin_group, source_of
 from app.compensation.rules import PERSON_ONLY, STEP_OUTCOMES, Backoff, judge_redrive
 from app.pipeline.breaker import Refusal
+from app.pipeline.envelopes import Reading
 from app.pipeline.errors import Fatal, InternalError, MalformedEvent, PipelineError, ProviderUnavailable
-from app.pipeline.events import OrderEvent, decode
+from app.pipeline.events import NATIVE, OrderEvent, decode
 from app.pipeline.model import UNKNOWN, ActionResult, LedgerRow, RedriveVerdict, Settlement, SourceKey
 from app.pipeline.plan import step_keys
 from app.pipeline.ports import Ledger, SourceRecord
@@ -45,8 +46,9 @@ class Compensator:
     than one redrive can take, or another worker would claim the row while it is worked."""
 
     def __init__(self, processor: Processor, ledger: Ledger, *, group: str, backoff: Backoff, lease_seconds: float,
-                 max_event_bytes: int) -> None:
+                 max_event_bytes: int, reading: Reading = NATIVE) -> None:
         self.processor = processor
+        self.reading = reading
         self.ledger = ledger
         self.group = group
         self.backoff = backoff
@@ -220,7 +222,8 @@ class Compensator:
                                                              f"not retriable: {row.reason}: {row.message or ''}"))
                 continue
             try:
-                event = decode(row.key, row.value, max_bytes=self.max_event_bytes, latest=latest)
+                event = decode(row.key, row.value, max_bytes=self.max_event_bytes, latest=latest,
+                               headers=row.headers, timestamp_ms=row.timestamp_ms, reading=self.reading)
             except MalformedEvent as exc:
                 decided[row.id] = Settlement(row.id, RedriveVerdict(LedgerStatus.MANUAL, row.redrives, None,
                                                              f"not an event: {exc.reason}: {exc}"))
@@ -392,7 +395,8 @@ class Compensator:
     def _pending_steps(self, row: LedgerRow) -> tuple[str, ...]:
         """The effect steps of the row's event (a record that is no event has none)."""
         try:
-            return tuple(step_keys(decode(row.key, row.value, max_bytes=self.max_event_bytes))[1:])
+            return tuple(step_keys(decode(row.key, row.value, max_bytes=self.max_event_bytes, headers=row.headers,
+                                          timestamp_ms=row.timestamp_ms, reading=self.reading))[1:])
         except MalformedEvent:
             return ()
 

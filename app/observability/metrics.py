@@ -17,6 +17,9 @@ log = logging.getLogger(__name__)
 EVENTS = Counter("order_events_total", "Events consumed from order-event, by outcome.", ["outcome"])
 MALFORMED = Counter("order_events_malformed_total", "Events that break the contract, by reason.", ["reason"])
 DEAD_LETTERS = Counter("order_dead_letters_total", "Records sent to the dead-letter topic, by reason.", ["reason"])
+SKIPPED = Counter("order_events_skipped_total",
+                  "Events of types this processor does not handle, skipped (UNHANDLED_EVENT_TYPES=skip), by type "
+                  "(the first 100 types seen by a worker; later ones count as `other`).", ["type"])
 RETRIES = Counter("order_record_retries_total", "Per-record retries in phase 2, by reason.", ["reason"])
 BATCHES = Counter("order_batches_total", "Batches finished (their offsets may be committed).")
 BATCH_SECONDS = Histogram(
@@ -164,3 +167,48 @@ STORE_WENT_BACK = Counter(
     "transactions; it opened a recovery window.")
 RECOVERY_WINDOW_OPEN = Gauge("order_recovery_window_open",
                              "1 while a recovery window is open: fresh SMS claims are looked up before they are sent.")
+
+
+class SkippedTypes:
+    """Counts the records of types not handled by type, says so in the log once per type per
+    ``every`` seconds (how many since it last did: a new upstream type is seen, never a flood), and
+    keeps what :meth:`take` hands to ``t_skipped_type`` (the counts since, the latest one's place)."""
+
+    MAX_TYPES = 100
+
+    def __init__(self, every: float = 60.0, clock=time.monotonic) -> None:
+        self.every = every
+        self._clock = clock
+        self._since: dict[str, int] = {}
+        self._said: dict[str, float] = {}
+        self._pending: dict[str, tuple[int, tuple[str, int, int] | None]] = {}
+
+    def record(self, counts, where=None) -> None:
+        now = self._clock()
+        for name, count in counts.items():
+            label = name if name in self._said or len(self._said) < self.MAX_TYPES else "other"
+            SKIPPED.labels(label).inc(count)
+            held, _ = self._pending.get(label, (0, None))
+            self._pending[label] = (held + count, (where or {}).get(name))
+            self._since[label] = self._since.get(label, 0) + count
+            last = self._said.get(label)
+            if last is None or now - last >= self.every:
+                log.info("skipped %d event(s) of type %r since %s: not a type this processor handles "
+                         "(UNHANDLED_EVENT_TYPES=skip; EVENT_TYPES maps upstream names)",
+                         self._since[label], name if label != "other" else "<one of many>",
+                         "the start" if last is None else f"{now - last:.0f} s ago")
+                self._said[label], self._since[label] = now, 0
+
+    def take(self) -> dict[str, tuple[int, tuple[str, int, int] | None]]:
+        """What was skipped since the last take, by type: (how many, where the latest is)."""
+        taken, self._pending = self._pending, {}
+        return taken
+
+    def give_back(self, taken: dict[str, tuple[int, tuple[str, int, int] | None]]) -> None:
+        """A take that could not be written: counted again at the next."""
+        for label, (count, where) in taken.items():
+            held, newer = self._pending.get(label, (0, None))
+            self._pending[label] = (held + count, newer or where)
+
+
+SKIPPED_TYPES = SkippedTypes()

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from app.pipeline import letters
+from app.pipeline.envelopes import Reading
 from app.pipeline.errors import (
     Fatal,
     InternalError,
@@ -53,8 +54,9 @@ from app.pipeline.errors import (
     PipelineError,
     ProviderUnavailable,
     RateLimited,
+    UnhandledType,
 )
-from app.pipeline.events import OrderEvent, check_headers, decode
+from app.pipeline.events import NATIVE, OrderEvent, check_headers, decode
 from app.pipeline.groups import Group
 from app.pipeline.outage import OutageGuard
 from app.pipeline.outcomes import Outcome
@@ -70,6 +72,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class BatchReport:
     outcomes: Counter = field(default_factory=Counter)        # by Outcome
+    skipped: Counter = field(default_factory=Counter)         # records of types not handled, by type
+    skipped_at: dict[str, tuple[str, int, int]] = field(default_factory=dict)   # the latest of each: where
     dead_letters: list[DeadLetter] = field(default_factory=list)
     # unreadable records that are not a letter of their own: another letter stands for their run
     covered: Counter = field(default_factory=Counter)          # by reason
@@ -100,7 +104,7 @@ class BatchHandler:
     def __init__(self, processor: Processor, store: Store, sink: DeadLetterSink, *, group: str, worker_id: str,
                  backoff: Sequence[float], max_event_bytes: int, infra_budget: float, max_lease_wait: float,
                  deadline: float = 15.0, dlq_retry_after: int = 60, concurrency: int = 64,
-                 hold_records: int = 0,
+                 hold_records: int = 0, reading: Reading = NATIVE,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.processor = processor
@@ -110,6 +114,7 @@ class BatchHandler:
         self.worker_id = worker_id
         self.backoff = tuple(backoff)
         self.max_event_bytes = max_event_bytes
+        self.reading = reading
         self.infra_budget = infra_budget
         self.max_lease_wait = max_lease_wait
         self.deadline = deadline
@@ -142,6 +147,8 @@ class BatchHandler:
         runs: dict[tuple[str, int, int], list[tuple[int, SourceRecord]]] = defaultdict(list)
         retention = self.processor.retention
         latest = retention.latest() if retention is not None else None
+        reading = self.reading
+        skipped: list[int] = []
         for index, record in enumerate(records):
             if record.unreadable is not None:
                 runs[record.topic, record.partition, record.unreadable.first].append((index, record))
@@ -149,7 +156,16 @@ class BatchHandler:
             try:
                 if record.headers:
                     check_headers(record.headers)
-                event = decode(record.key, record.value, max_bytes=self.max_event_bytes, latest=latest)
+                event = decode(record.key, record.value, max_bytes=self.max_event_bytes, latest=latest,
+                               headers=record.headers, timestamp_ms=record.timestamp_ms, reading=reading)
+            except UnhandledType as exc:
+                if reading.skip_unhandled:            # not ours: finished as it is, counted by its type
+                    report.skipped[exc.type_name] += 1
+                    report.skipped_at[exc.type_name] = (record.topic, record.partition, record.offset)
+                    skipped.append(index)
+                else:
+                    loose.append((self._letter(record, exc), [index]))
+                continue
             except MalformedEvent as exc:
                 loose.append((self._letter(record, exc), [index]))
                 continue
@@ -159,6 +175,9 @@ class BatchHandler:
                 loose.append((self._letter(record, error), [index]))
                 continue
             items.append(_Item(index, record, event))
+        if skipped:
+            report.outcomes[Outcome.SKIPPED] += len(skipped)
+            tell(skipped)
         for unread in runs.values():
             letter = self._run_letter([record for _, record in unread])
             loose.append((letter, [index for index, _ in unread]))

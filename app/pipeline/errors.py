@@ -41,6 +41,16 @@ class MalformedEvent(PipelineError):
     reason = "malformed"
 
 
+class UnhandledType(MalformedEvent):
+    """An event of a type this processor does not act on (skipped and counted, unless strict)."""
+
+    reason = "unknown_type"
+
+    def __init__(self, type_name: str) -> None:
+        super().__init__(f"event type {type_name[:60]!r} is not one this processor handles")
+        self.type_name = type_name[:64]
+
+
 class PayloadMismatch(PipelineError):
     """The idempotency key was seen before with a different payload."""
 

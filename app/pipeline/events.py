@@ -8,13 +8,17 @@ Key: the ``order_no`` as UTF-8. Value: a UTF-8 JSON object::
 
 Unknown fields are ignored; a missing or ill-typed required field makes the
 event malformed, with a reason naming the field (``missing_field:data.phone``).
+A type not among the four is :class:`UnhandledType` (skipped, unless strict); a
+``schema_version`` not among those read is ``unsupported_version:<v>``. The same
+fields may come in a CloudEvent or a Debezium outbox record
+(:mod:`app.pipeline.envelopes`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from enum import Enum
@@ -23,7 +27,8 @@ from typing import Any
 
 import orjson
 
-from app.pipeline.errors import MalformedEvent
+from app.pipeline.envelopes import Envelope, Reading, version_of
+from app.pipeline.errors import MalformedEvent, UnhandledType
 from app.pipeline.excerpts import excerpt
 from app.pipeline.frozen import quick_init
 
@@ -48,6 +53,7 @@ DATA_FIELDS: dict[EventType, dict[str, tuple[type, int]]] = {
     EventType.CANCEL: {"reason": (str, 255)},
 }
 MAX_EVENT_ID = 64
+NATIVE = Reading()          # the defaults: native or CloudEvents as the record says, unhandled types skipped
 
 
 @quick_init
@@ -92,9 +98,13 @@ def payload_hash(order_no: str, type_: EventType, data: Mapping[str, Any]) -> st
     return hashlib.sha256(canonical).hexdigest()
 
 
-def decode(key: bytes | None, value: bytes | None, *, max_bytes: int, latest: date | None = None) -> OrderEvent:
-    """Decode one record or raise :class:`MalformedEvent` with a precise reason. An order
-    dated after ``latest`` (the last month ``t_idem`` keeps ready) is malformed."""
+def decode(key: bytes | None, value: bytes | None, *, max_bytes: int, latest: date | None = None,
+           headers: Sequence[tuple[str, bytes | None]] = (), timestamp_ms: int | None = None,
+           reading: Reading = NATIVE) -> OrderEvent:
+    """Decode one record or raise :class:`MalformedEvent` with a precise reason (:class:`UnhandledType`
+    for a type this processor does not act on). An order dated after ``latest`` (the last month
+    ``t_idem`` keeps ready) is malformed. ``reading`` says the envelope and where its fields are
+    (:mod:`app.pipeline.envelopes`); the checks are the same for every envelope."""
     if value is None:
         raise MalformedEvent("record has no value (tombstone)", reason="empty_value")
     if len(value) > max_bytes:
@@ -107,19 +117,34 @@ def decode(key: bytes | None, value: bytes | None, *, max_bytes: int, latest: da
         doc = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise MalformedEvent(f"value is not JSON: {exc}", reason="not_json") from None
-    if not isinstance(doc, dict):
+    places = None
+    if not reading.native_only() and reading.envelope_of(headers, doc) is not Envelope.NATIVE or reading.sources:
+        doc, places = reading.read(key, doc, headers, timestamp_ms)
+    elif not isinstance(doc, dict):
         raise MalformedEvent(f"value is a JSON {type(doc).__name__}, not an object", reason="not_object")
 
-    event_id = _str(doc, "event_id", MAX_EVENT_ID)
-    order_no = _str(doc, "order_no", 64)
-    raw_type = _str(doc, "type", 64)
-    type_ = _TYPES.get(raw_type)
+    raw_type = doc.get("type")
+    type_ = _TYPES.get(raw_type) if type(raw_type) is str else None
+    if type_ is None and type(raw_type) is str and raw_type.strip():
+        type_ = _TYPES.get(reading.type_names.get(raw_type, ""))
+        if type_ is None:
+            raise UnhandledType(raw_type)
+    event_id = _str(doc, "event_id", MAX_EVENT_ID, places)
+    order_no = _str(doc, "order_no", 64, places)
     if type_ is None:
-        raise MalformedEvent(f"unknown event type {raw_type[:60]!r}", reason="unknown_type") from None
-    occurred_at = _timestamp(_str(doc, "occurred_at", 64))
+        _str(doc, "type", 64, places)        # missing or not a string: says which
+    assert type_ is not None
+    if "schema_version" in doc:
+        version = version_of(doc["schema_version"])
+        if version not in reading.versions:
+            shown = re.sub(r"[^A-Za-z0-9._-]", "_", version)[:16] or "unreadable"
+            raise MalformedEvent(f"{type_.value} version {str(doc['schema_version'])[:80]!r} is not one this processor "
+                                 f"reads ({', '.join(sorted(reading.versions))}; EVENT_SCHEMA_VERSIONS)",
+                                 reason=f"unsupported_version:{shown}")
+    occurred_at = _timestamp(_str(doc, "occurred_at", 64, places))
     raw_data = doc.get("data")
     if type(raw_data) is not dict:
-        raw_data = _field(doc, "data", dict)
+        raw_data = _field(doc, "data", dict, places=places)
     data = {}
     for name, kind, bound in _DATA[type_]:
         field = raw_data.get(name)
@@ -161,19 +186,22 @@ _TYPES = {t.value: t for t in EventType}
 _DATA = {t: tuple((name, kind, bound) for name, (kind, bound) in fields.items()) for t, fields in DATA_FIELDS.items()}
 
 
-def _str(doc: Mapping[str, Any], name: str, bound: int) -> str:
+def _str(doc: Mapping[str, Any], name: str, bound: int, places: Mapping[str, str] | None = None) -> str:
     """``_field(doc, name, str, bound)``, with the usual case (a non-blank str within bound) in one test."""
     value = doc.get(name)
     if type(value) is str and value and len(value) <= bound and not value.isspace():
         return value
-    return _field(doc, name, str, bound)
+    return _field(doc, name, str, bound, places=places)
 
 
-def _field(doc: Mapping[str, Any], name: str, kind: type, bound: int = 0, *, prefix: str = "") -> Any:
-    """``doc[name]`` if it is a ``kind`` within ``bound`` (length of a str, value of an int)."""
+def _field(doc: Mapping[str, Any], name: str, kind: type, bound: int = 0, *, prefix: str = "",
+           places: Mapping[str, str] | None = None) -> Any:
+    """``doc[name]`` if it is a ``kind`` within ``bound`` (length of a str, value of an int). ``places``:
+    where the envelope's fields were read from, for the messages."""
     label = prefix + name
     if name not in doc or doc[name] is None:
-        raise MalformedEvent(f"required field {label} is missing", reason=f"missing_field:{label}")
+        where = f" (read from {places[name]})" if places and name in places else ""
+        raise MalformedEvent(f"required field {label}{where} is missing", reason=f"missing_field:{label}")
     value = doc[name]
     # bool is an int subclass; true is not an amount.
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):

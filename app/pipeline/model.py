@@ -189,6 +189,7 @@ class LedgerRow:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_ms: int | None = None     # the record's (an outbox event's time may be it)
 
 
 @dataclass(frozen=True)

@@ -12,3 +12,4 @@ class Outcome(StrEnum):
     DUPLICATE = "duplicate"      # it ran before (a replay, or the same request twice)
     SUPERSEDED = "superseded"    # another worker took its claim over and finishes it
     DEAD_LETTER = "dead_letter"  # it went to the dead-letter topic and the compensation ledger
+    SKIPPED = "skipped"          # a type this processor does not handle (UNHANDLED_EVENT_TYPES=skip)

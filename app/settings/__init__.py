@@ -40,12 +40,13 @@ from app.settings.bulk import BulkSettings
 from app.settings.compensation import CompensationSettings
 from app.settings.database import DatabaseSettings
 from app.settings.effects import NESTED, EffectSettings, EffectsSettings, nested_environment
+from app.settings.events import EventsSettings
 from app.settings.kafka import KafkaSettings
 from app.settings.operations import ROW_BYTES, OperationsSettings
 from app.settings.web import WebSettings
 
 __all__ = ["ROW_BYTES", "BatchesSettings", "BulkSettings", "CompensationSettings", "DatabaseSettings",
-           "EffectSettings", "EffectsSettings", "KafkaSettings", "OperationsSettings", "Settings", "SettingsError", "WebSettings",
+           "EffectSettings", "EffectsSettings", "EventsSettings", "KafkaSettings", "OperationsSettings", "Settings", "SettingsError", "WebSettings",
            "env_names", "explain", "get_settings", "get_settings_or_exit"]
 
 
@@ -88,6 +89,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     effects: EffectsSettings = Field(default_factory=EffectsSettings)
+    events: EventsSettings = Field(default_factory=EventsSettings)
     batches: BatchesSettings = Field(default_factory=BatchesSettings)
     compensation: CompensationSettings = Field(default_factory=CompensationSettings)
     bulk: BulkSettings = Field(default_factory=BulkSettings)

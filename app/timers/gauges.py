@@ -3,7 +3,8 @@
 Every ``METRICS_REFRESH_SECONDS`` each worker reads, with a few cheap queries (index
 ranges over unfinished work, InnoDB's row estimate, the partition list) and one look at
 the broker: stuck and over-cap pending rows, unsettled dead letters and their ages, an open recovery window,
-``t_idem``'s size against its budget, the months ready ahead, and the group's lag.
+``t_idem``'s size against its budget, the months ready ahead, and the group's lag; and it
+adds what it skipped of the types not handled to ``t_skipped_type``.
 Every worker exports the same values, so an alert rule reads them with ``max``, and a
 worker that hangs does not take the numbers with it. Each refresh also reads the
 database's clock (``app.adapters.mysql.clock``).
@@ -55,6 +56,12 @@ async def refresh(rt: Runtime, settings: Settings, *, today: date | None = None)
         next_month = month_start(today or rt.clock.today(), 1)
         metrics.IDEM_PARTITIONS_AHEAD.set(sum(1 for p in parts if p.name != CATCH_ALL and p.below is not None
                                               and p.below > next_month))
+    taken = metrics.SKIPPED_TYPES.take()
+    try:
+        await rt.skipped_types.add(taken)
+    except Exception as exc:
+        metrics.SKIPPED_TYPES.give_back(taken)
+        log.warning("the types skipped could not be recorded: %r", exc)
     try:
         lag = await rt.lag.read()
     except Exception as exc:

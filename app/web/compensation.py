@@ -186,7 +186,10 @@ async def _detail(rt: Runtime, row: dict, key: bytes | None, value: bytes | None
     event and its order."""
     keys = [row["biz_key"]] if row.get("biz_key") else []
     try:
-        keys = step_keys(decode(key, value, max_bytes=rt.settings.batches.max_event_bytes))
+        stamp = row.get("src_timestamp")
+        keys = step_keys(decode(key, value, max_bytes=rt.settings.batches.max_event_bytes,
+                                headers=row.get("record_headers") or (), reading=rt.reading,
+                                timestamp_ms=stamp if isinstance(stamp, int) and stamp >= 0 else None))
     except MalformedEvent:
         pass
     row["idem"] = await rt.queries.idem(keys)

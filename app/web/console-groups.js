@@ -115,6 +115,34 @@ async function loadGroups() {
   } catch (error) { groupsSay(error.message); }
 }
 
+// The types the upstreams publish that no step reads (UNHANDLED_EVENT_TYPES): how many were
+// skipped, and where the latest one is, to look at it on the topic.
+async function loadSkipped() {
+  $("skipped-error").textContent = "";
+  try {
+    const data = await api("/skipped/");
+    $("skipped-what").textContent = data.unhandled === "skip"
+      ? `Records of these types were skipped (UNHANDLED_EVENT_TYPES=skip): acked and counted, never acted on. ` +
+        `Handled: ${data.handled.join(", ")}. Counted by each worker every ${data.refresh_seconds} s.`
+      : "Types not handled are dead-lettered (UNHANDLED_EVENT_TYPES=dead_letter, reason unknown_type); " +
+        "these were skipped before.";
+    const tbody = $("skipped-table").tBodies[0];
+    tbody.replaceChildren();
+    if (!data.types.length) {
+      const tr = document.createElement("tr");
+      groupsCell(tr, "none skipped").colSpan = 5;
+      tbody.appendChild(tr);
+    }
+    for (const type of data.types) {
+      const tr = document.createElement("tr");
+      tr.className = "row skipped-type";
+      const at = type.topic === null ? "" : `${type.topic}[${type.partition}]@${type.offset}`;
+      for (const value of [type.event_type, type.skipped, type.first_seen, type.last_seen, at]) groupsCell(tr, value);
+      tbody.appendChild(tr);
+    }
+  } catch (error) { $("skipped-error").textContent = error.message; }
+}
+
 $("groups-form").addEventListener("submit", (event) => { event.preventDefault(); loadGroups(); });
-$("token").addEventListener("change", () => loadGroups());
-if ($("token").value) loadGroups();          // without a token, once one is entered
+$("token").addEventListener("change", () => { loadGroups(); loadSkipped(); });
+if ($("token").value) { loadGroups(); loadSkipped(); }      // without a token, once one is entered

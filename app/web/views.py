@@ -6,7 +6,7 @@ import faust
 
 from app.bootstrap import Runtime
 from app.settings import Settings
-from app.web import bulk, compensation, console, groups, health, http, orders, roles
+from app.web import bulk, compensation, console, groups, health, http, orders, roles, skipped
 
 
 def middlewares(settings: Settings) -> list:
@@ -22,3 +22,4 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     console.register(app, settings)
     groups.register(app, runtime, settings)
     bulk.register(app, runtime, settings)
+    skipped.register(app, runtime, settings)

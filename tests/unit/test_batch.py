@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.pipeline.batch import BatchHandler, Fatal
+from app.pipeline.envelopes import Reading
 from app.pipeline.errors import (
     EffectRejected,
     EffectUnavailable,
@@ -140,7 +141,7 @@ async def test_non_retriable_failure_is_dead_lettered_at_once():
 
 async def test_retry_succeeds_and_deferred_records_follow_in_offset_order():
     o = order_no()
-    script = {o: [Result(error=PreconditionNotMet("not yet")), Result(deferred=True), OK, OK]}
+    script = {o: [Result(error=EffectUnavailable("503")), Result(deferred=True), OK, OK]}
     processor = ScriptedProcessor(script)
     h, sleeps = handler(processor)
     report = await h.handle(records(event(o, "ORDER_PAID"), event(o, "ORDER_CONFIRM")))
@@ -217,6 +218,23 @@ async def test_malformed_records_never_reach_the_pipeline():
     report = await h.handle(records((b"k", b"[]"), (None, None)))
     assert [letter.reason for letter in report.dead_letters] == ["not_object", "empty_value"]
     assert processor.runs == []
+
+
+async def test_types_not_handled_are_finished_at_once_and_counted_by_type_unless_strict():
+    o = order_no()
+    shipped = event(o, "ORDER_PAID", type="ORDER_SHIPPED")
+    batch = records(shipped, event(o, "ORDER_CREATED"), event(o, "ORDER_PAID", type="ORDER_REFUNDED"), shipped)
+    processor = ScriptedProcessor()
+    h, _ = handler(processor)
+    told: list[list[int]] = []
+    report = await h.handle(batch, finished=lambda indices: told.append(sorted(indices)))
+    assert told[0] == [0, 2, 3] and sorted(i for t in told for i in t) == [0, 1, 2, 3]
+    assert report.skipped == {"ORDER_SHIPPED": 2, "ORDER_REFUNDED": 1}
+    assert report.outcomes == {Outcome.SKIPPED: 3, Outcome.APPLIED: 1} and report.dead_letters == []
+    assert processor.runs == [[o]]
+    h, _ = handler(ScriptedProcessor(), reading=Reading(skip_unhandled=False))
+    report = await h.handle(batch)
+    assert [letter.reason for letter in report.dead_letters] == ["unknown_type"] * 3 and not report.skipped
 
 
 async def test_letter_is_flagged_when_later_events_of_its_order_ran():

@@ -26,7 +26,7 @@ HEADERS_ROOM = 60 * 1024             # record_headers is TEXT
 STATEMENT_BYTES = 1024 * 1024
 WHOLE_VALUE_MAX = 4 * 1024 * 1024    # the most MAX_EVENT_BYTES allows
 COLUMNS = ("id, status, reason, message, retriable, attempts, redrives, COALESCE(next_retry_at <= NOW(3), 1), "
-           "next_retry_at, order_no, biz_key, record_key, record_value, record_headers")
+           "next_retry_at, order_no, biz_key, record_key, record_value, record_headers, src_timestamp")
 
 
 def headers_json(headers: Sequence[tuple[str, bytes | None]]) -> str:
@@ -47,7 +47,7 @@ def parse_headers(doc: str | None) -> tuple[tuple[str, bytes | None], ...]:
 def row_of(values) -> LedgerRow:
     return LedgerRow(values[0], LedgerStatus(values[1]), values[2], values[3], bool(values[4]), values[5], values[6],
                      bool(values[7]), values[8], values[9], values[10], values[11], values[12],
-                     parse_headers(values[13]))
+                     parse_headers(values[13]), None if values[14] is None or values[14] < 0 else int(values[14]))
 
 
 def _kept(data: bytes | None, limit: int | None) -> tuple[bytes | None, int | None, str | None]:

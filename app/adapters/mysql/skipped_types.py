@@ -1,0 +1,49 @@
+"""``t_skipped_type``: what each consumer group skipped of the types it does not handle, by type.
+
+Every worker adds its counts at its gauges' refresh, one upsert for all of its types (``VALUES()``
+in ``ON DUPLICATE KEY UPDATE``: MariaDB's form, which MySQL 8 still takes, with a deprecation
+warning since 8.0.20); a person reads them on the console.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.adapters.mysql.sql import marks
+from app.adapters.mysql.store import MySqlStore
+
+Taken = Mapping[str, tuple[int, tuple[str, int, int] | None]]
+
+
+class SkippedTypes:
+    def __init__(self, store: MySqlStore, *, group: str) -> None:
+        self.store = store
+        self.group = group
+
+    async def add(self, taken: Taken) -> None:
+        if not taken:
+            return
+        params: list[Any] = []
+        for name, (count, where) in sorted(taken.items()):
+            topic, partition, offset = where or (None, None, None)
+            params += [self.group[:255], name[:64], count, topic, partition, offset]
+        sql = ("INSERT INTO t_skipped_type (consumer_group, event_type, skipped, first_seen, last_seen, last_topic, "
+               f"last_partition, last_offset) VALUES {marks(len(taken), '(%s, %s, %s, NOW(3), NOW(3), %s, %s, %s)')} "
+               "ON DUPLICATE KEY UPDATE skipped = skipped + VALUES(skipped), last_seen = VALUES(last_seen), "
+               "last_topic = COALESCE(VALUES(last_topic), last_topic), "
+               "last_partition = COALESCE(VALUES(last_partition), last_partition), "
+               "last_offset = COALESCE(VALUES(last_offset), last_offset)")
+        await self.store.in_transaction(lambda tx: tx._exec(sql, params))
+
+    async def list(self) -> list[dict[str, Any]]:
+        """Every type this group skipped, the most skipped first (at most 200: bounded by the
+        100 names a worker keeps, and ``other``)."""
+        async def work(tx):
+            result = await tx._exec(
+                "SELECT event_type, skipped, first_seen, last_seen, last_topic, last_partition, last_offset "
+                "FROM t_skipped_type WHERE consumer_group = %s ORDER BY skipped DESC, event_type LIMIT 200",
+                [self.group[:255]])
+            return [dict(zip(("event_type", "skipped", "first_seen", "last_seen", "topic", "partition", "offset"),
+                             row, strict=True)) for row in result]
+        return await self.store.in_transaction(work)

@@ -1,0 +1,32 @@
+"""The types this consumer group skipped, over JSON: what its upstreams publish that no step reads.
+
+    GET /skipped/
+
+Per type: how many records were skipped, first and last seen, and where the latest one is (topic,
+partition, offset), from ``t_skipped_type``; with ``UNHANDLED_EVENT_TYPES`` and the types handled,
+so the page says what a skip means. Workers add their counts at each gauges' refresh.
+"""
+
+from __future__ import annotations
+
+import faust
+from aiohttp import web
+from faust.web import View
+
+from app.bootstrap import Runtime
+from app.pipeline.events import EventType
+from app.settings import Settings
+from app.web.http import json_response
+
+
+def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+
+    @app.page("/skipped/")
+    class Skipped(View):
+        async def get(self, request: web.Request) -> web.Response:
+            rt = runtime.started()
+            return json_response({"unhandled": settings.events.unhandled,
+                                  "handled": [t.value for t in EventType],
+                                  "type_names": runtime.reading.type_names,
+                                  "refresh_seconds": settings.operations.metrics_refresh_seconds,
+                                  "types": await rt.skipped_types.list()})

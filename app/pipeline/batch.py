@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -52,6 +52,7 @@ from app.pipeline.errors import (
     LeaseHeld,
     MalformedEvent,
     PipelineError,
+    PreconditionNotMet,
     ProviderUnavailable,
     RateLimited,
     UnhandledType,
@@ -502,10 +503,35 @@ class _Run:
     async def _retry_order(self, retry: list[tuple[_Item, PipelineError | None]], dead: list[DeadLetter],
                            waiting: int = 1) -> None:
         """An order's records that failed retriably, or were deferred behind one that did, on their own:
-        in offset order, each retried with backoff until it ends well or must be dead-lettered."""
-        for lead, error, same in _pieces_of_work(retry):     # in offset order of their first record
-            retried = await self._retry(lead, error, waiting)
+        in offset order, each retried with backoff until it ends well or must be dead-lettered.
+
+        A record whose order is not ready for it (a CONFIRM before its CREATED: it did nothing) gives
+        way to the order's later records, which may be what it waits for, and is tried again after
+        them; once every record left has given way since the last that ended well, they are retried
+        with backoff as the others."""
+        pieces = deque(_pieces_of_work(retry))               # in offset order of their first record
+        gave_way = 0                     # records that gave way in a row, none ending well since
+        ended_well = 0
+        waited_at: dict[int, int] = {}   # a record that gave way -> ended_well then
+        while pieces:
+            lead, error, same = pieces.popleft()
+            may_give_way = gave_way < len(pieces)
+            if id(lead) in waited_at and ended_well > waited_at.pop(id(lead)):
+                error = None                 # the order moved since it gave way: tried again at once
+            elif may_give_way and isinstance(error, PreconditionNotMet):
+                pieces.append((lead, error, same))
+                waited_at[id(lead)] = ended_well
+                gave_way += 1
+                continue
+            retried = await self._retry(lead, error, waiting, give_way=may_give_way)
+            if isinstance(retried, _NotReady):
+                pieces.append((lead, retried.error, same))
+                waited_at[id(lead)] = ended_well
+                gave_way += 1
+                continue
             if isinstance(retried, Result):
+                gave_way = 0
+                ended_well += 1
                 self.report.outcomes[retried.outcome] += 1
                 if same:
                     self.report.outcomes[Outcome.DUPLICATE] += len(same)
@@ -515,8 +541,10 @@ class _Run:
                 item.attempts, item.first_failure = lead.attempts, lead.first_failure
                 dead.append(self.h._letter_for(item, letters.same_request(retried, lead.record)))
 
-    async def _retry(self, item: _Item, error: PipelineError | None, waiting: int = 1) -> Result | PipelineError:
-        """Retry one record until it succeeds (the result) or must be dead-lettered (the error)."""
+    async def _retry(self, item: _Item, error: PipelineError | None, waiting: int = 1, *,
+                     give_way: bool = False) -> Result | PipelineError | _NotReady:
+        """Retry one record until it succeeds (the result) or must be dead-lettered (the error);
+        ``give_way``: a first try that finds its order not ready for it returns at once."""
         h = self.h
         retries = 0
         lease_waited = 0.0
@@ -555,9 +583,12 @@ class _Run:
             result = await self._run_one(item)
             if result.ok:
                 return result
+            tried_first = error is None
             error = result.error or PipelineError("deferred in a batch of one", reason="deferred")
             item.attempts += 1
             item.first_failure = item.first_failure or letters.now()
+            if give_way and tried_first and isinstance(error, PreconditionNotMet):
+                return _NotReady(error)
 
     async def _run_one(self, item: _Item) -> Result:
         try:
@@ -652,6 +683,13 @@ def _copies_follow_their_lead(items: list[_Item], results: Sequence[Result]):
         leads.setdefault(work, entry)
         ordered.append(entry)
     return ordered
+
+
+@dataclass(frozen=True, slots=True)
+class _NotReady:
+    """A record's first try found its order not ready for it: it gives way to the order's next ones."""
+
+    error: PipelineError
 
 
 def _pieces_of_work(chain: list[tuple[_Item, PipelineError | None]]):

@@ -1,7 +1,7 @@
 """A real `faust -A app worker` reading events as upstreams publish them: CloudEvents in binary and
 structured mode (from aiokafka and from kcat) next to native records, a Debezium outbox relay's
 records, types it does not handle (skipped and counted, or dead-lettered when strict), versions it
-cannot read. Every order ends right, with one waybill per
+cannot read, and an order's events out of order. Every order ends right, with one waybill per
 confirmed order."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import asyncio
 import re
 import shutil
 import subprocess
+import time
 import urllib.request
 
-from harness.events import cloudevent, event, order_no, record
+from harness.events import cloudevent, event, order_no, outbox, record
 from harness.fakes import FakesProcess
 from harness.services import caught_up, produce, wait_for
 
@@ -104,3 +105,33 @@ def test_strict_mode_dead_letters_the_types_not_handled(settings, topics, spawn_
     wait_for(lambda: letters_of(scratch_db, pair.events) != [], timeout=90, what="the dead letter", workers=[worker])
     assert [(r["reason"], r["status"]) for r in letters_of(scratch_db, pair.events)] == [("unknown_type", 4)]
     wait_for(lambda: statuses(scratch_db, [o]) == {o: 1}, timeout=60, what="the order created", workers=[worker])
+
+
+def test_outbox_records_out_of_order_converge_without_a_person(settings, topics, spawn_worker, scratch_db):
+    """Outbox records (payload only, the id and type in headers, the time the record's): an order's
+    CONFIRM before its CREATED and PAID in one batch gives way to them; a CONFIRM whose PAID comes
+    later (another batch) is dead-lettered and redriven by the compensator with the defaults."""
+    fakes = FakesProcess()
+    try:
+        pair = topics(partitions=1)
+        together, apart = order_no(prefix="OOOT"), order_no(prefix="OOOA")
+        first = [outbox(event(together, t)) for t in ("ORDER_CONFIRM", "ORDER_PAID", "ORDER_CREATED")]
+        first += [outbox(event(apart, t)) for t in ("ORDER_CONFIRM", "ORDER_CREATED")]
+        first.append(outbox(event(together, "ORDER_CREATED")))                 # a replay of an older one
+        asyncio.run(produce(settings, pair.events, first))
+        worker = spawn_worker(pair, EVENT_ENVELOPE="outbox", **fakes.env())
+        wait_for(lambda: statuses(scratch_db, [together]) == {together: CONFIRMED}, timeout=90,
+                 what="the order whose events came together, confirmed", workers=[worker])
+        wait_for(lambda: letters(scratch_db, [apart]) != [], timeout=90, what="the early CONFIRM dead-lettered",
+                 workers=[worker])
+        started = time.monotonic()
+        asyncio.run(produce(settings, pair.events, [outbox(event(apart, "ORDER_PAID"))]))
+        wait_for(lambda: statuses(scratch_db, [apart]) == {apart: CONFIRMED}, timeout=240,
+                 what="the early CONFIRM redriven by the compensator", workers=[worker])
+        print(f"out of order across batches: converged {time.monotonic() - started:.1f} s after the PAID came")
+        assert [(r["reason"], r["status"]) for r in letters(scratch_db, [apart])] == [("precondition_not_met", 3)]
+        assert letters(scratch_db, [together]) == []
+        waybills = fakes.ledger()["waybills"]
+        assert {o: len(waybills.get(o, ())) for o in (together, apart)} == {together: 1, apart: 1}
+    finally:
+        fakes.stop()

@@ -237,6 +237,55 @@ async def test_types_not_handled_are_finished_at_once_and_counted_by_type_unless
     assert [letter.reason for letter in report.dead_letters] == ["unknown_type"] * 3 and not report.skipped
 
 
+class OrderStates:
+    """A processor whose orders move CREATED -> PAID -> CONFIRMED: an event its order is not ready
+    for fails (PreconditionNotMet), and the order's later events in the same run are deferred."""
+
+    owner = "states/main/1"
+    retention = None
+    NEEDS = {"ORDER_CREATED": None, "ORDER_PAID": "ORDER_CREATED", "ORDER_CONFIRM": "ORDER_PAID"}
+
+    def __init__(self):
+        self.state: dict[str, str] = {}
+        self.runs: list[list[str]] = []
+
+    async def run(self, events, guard=None, not_after=None, settled=None):
+        self.runs.append([e.type.value for e in events])
+        results, blocked = [], set()
+        for e in events:
+            if e.order_no in blocked:
+                results.append(Result(deferred=True))
+            elif self.state.get(e.order_no) != self.NEEDS[e.type.value]:
+                blocked.add(e.order_no)
+                results.append(Result(error=PreconditionNotMet(f"{e.type.value} before its time")))
+            else:
+                self.state[e.order_no] = e.type.value
+                results.append(OK)
+        return results
+
+
+async def test_an_event_its_order_is_not_ready_for_gives_way_to_the_orders_next_events():
+    o = order_no()
+    processor = OrderStates()
+    h, sleeps = handler(processor)
+    report = await h.handle(records(event(o, "ORDER_CONFIRM"), event(o, "ORDER_PAID"), event(o, "ORDER_CREATED")))
+    assert report.dead_letters == [] and report.outcomes == {Outcome.APPLIED: 3}
+    assert processor.state[o] == "ORDER_CONFIRM"
+    assert processor.runs == [["ORDER_CONFIRM", "ORDER_PAID", "ORDER_CREATED"], ["ORDER_PAID"], ["ORDER_CREATED"],
+                              ["ORDER_CONFIRM"], ["ORDER_PAID"], ["ORDER_CONFIRM"]]
+    assert sleeps == []                    # the order moved each time: no backoff used
+
+
+async def test_an_event_whose_predecessor_never_comes_is_retried_with_backoff_then_dead_lettered():
+    o = order_no()
+    processor = OrderStates()
+    h, sleeps = handler(processor)
+    report = await h.handle(records(event(o, "ORDER_CONFIRM"), event(o, "ORDER_CREATED")))
+    assert [letter.reason for letter in report.dead_letters] == ["precondition_not_met"]
+    assert processor.state[o] == "ORDER_CREATED" and report.outcomes[Outcome.APPLIED] == 1
+    assert sleeps == [0.2, 0.8, 3.2]
+
+
 async def test_letter_is_flagged_when_later_events_of_its_order_ran():
     o = order_no()
     h, _ = handler(ScriptedProcessor({o: [Result(error=EffectRejected("no")), OK]}))

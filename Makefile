@@ -33,8 +33,8 @@ have-venv:
 	@[ ! $(VENV)/.installed -ot pyproject.toml ] || \
 	  echo "note: pyproject.toml changed since the virtualenv was made; \`make venv\` brings it up to date" >&2
 
-chaos: setup test-tools ## the long chaos run (minutes): its own Kafka and MariaDB, 3 workers, the storm, the drain, the check; SEED=n repeats a run; MODE=defaults: every worker setting at its default, 5,000 orders, and how long each SMS waited; MODE=pace: the long run with every API at a real provider's pace (a lognormal tail, 1 % hangs, the waybill API's 429s above 150 calls/s); CLUSTER=1 on three Kafka nodes over SASL_SSL (CUT_FORGETS=1: the connections the broker cut hung stay hung); DB_FAILOVER=semisync|async: MariaDB as a primary and its GTID replica, failed over mid-storm, what it lost counted
-	$(PY) -m harness.chaos.driver --mode $(or $(MODE),long) $(if $(SEED),--seed $(SEED)) $(if $(CLUSTER),--cluster) $(if $(CUT_FORGETS),--cut-forgets) $(if $(DB_FAILOVER),--db-failover $(DB_FAILOVER))
+chaos: setup test-tools ## the long chaos run (minutes): its own Kafka and MariaDB, 3 workers, the storm, the drain, the check; SEED=n repeats a run; MODE=defaults: every worker setting at its default, 5,000 orders, and how long each SMS waited; MODE=pace: the long run with every API at a real provider's pace (a lognormal tail, 1 % hangs, the waybill API's 429s above 150 calls/s); CLUSTER=1 on three Kafka nodes over SASL_SSL (CUT_FORGETS=1: the connections the broker cut hung stay hung); DB_FAILOVER=semisync|async: MariaDB as a primary and its GTID replica, failed over mid-storm, what it lost counted; MODE=outbox: an order service's outbox relayed by Debezium in Kafka Connect (ORDERS=2000 orders, Connect SIGKILLed every 400), both with and without Connect's exactly-once support
+	$(if $(filter outbox,$(MODE)),OUTBOX_ORDERS=$(or $(ORDERS),2000) $(PY) -m pytest -s -p no:cacheprovider tests/integration/test_outbox_upstream.py,$(PY) -m harness.chaos.driver --mode $(or $(MODE),long) $(if $(SEED),--seed $(SEED)) $(if $(CLUSTER),--cluster) $(if $(CUT_FORGETS),--cut-forgets) $(if $(DB_FAILOVER),--db-failover $(DB_FAILOVER)))
 
 setup: venv services migrate topics
 

@@ -350,6 +350,32 @@ kafka_jars() {
   touch "$KAFKA_HOME/.complete"
 }
 
+# A Kafka Connect worker and the Debezium MySQL connector plugin (ops/connect/pom.xml), for the
+# outbox relay of the tests (harness/outbox_relay.py), in .cache/connect/<CONNECT_VERSION>/:
+# libs/ (the worker's class path) and plugins/debezium-connector-mysql/ (its plugin.path).
+# Fetched once: .complete names what the folder holds; fetched into a scratch folder first, so
+# that a fetch that failed or was cut leaves nothing that looks finished.
+connect_jars() {
+  local version="${CONNECT_VERSION:-4.3.2}" debezium="${DEBEZIUM_VERSION:-3.6.1.Final}"
+  local home="$CACHE/connect/$version" want scratch
+  want="connect-runtime $version, debezium-connector-mysql $debezium"
+  if [ -f "$home/.complete" ] && [ "$(cat "$home/.complete")" = "$want" ]; then return; fi
+  command -v mvn >/dev/null || die "Maven (mvn) is needed once to fetch Kafka Connect $version and Debezium $debezium"
+  log "fetching Kafka Connect $version and Debezium $debezium (MySQL connector) from Maven Central (once; cached in $home)"
+  mkdir -p "$CACHE/connect"
+  scratch="$(mktemp -d "$CACHE/connect/.fetch-XXXXXX")" && chmod 755 "$scratch"
+  mvn -q -B -f "$ROOT/ops/connect/pom.xml" -P runtime -Dconnect.version="$version" \
+    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$scratch/libs" \
+    >"$CACHE/connect/mvn.log" 2>&1 \
+    || { rm -rf "$scratch"; die "mvn could not fetch the Kafka Connect jars; read $CACHE/connect/mvn.log"; }
+  mvn -q -B -f "$ROOT/ops/connect/pom.xml" -P plugin -Ddebezium.version="$debezium" \
+    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$scratch/plugins/debezium-connector-mysql" \
+    >>"$CACHE/connect/mvn.log" 2>&1 \
+    || { rm -rf "$scratch"; die "mvn could not fetch the Debezium MySQL connector; read $CACHE/connect/mvn.log"; }
+  printf '%s\n' "$want" >"$scratch/.complete"
+  rm -rf "$home" && mv "$scratch" "$home"
+}
+
 # Node n (1-based) of the layout: its folder and ports.
 node_home() { if [ -z "$KAFKA_LAYOUT" ]; then echo "$CACHE/kafka"; else echo "$CACHE/kafka/$KAFKA_LAYOUT/node-$1"; fi; }
 node_port() { echo $((KAFKA_PORT + 2 * ($1 - 1))); }
@@ -598,7 +624,8 @@ status() {
 case "${1:-}" in
   up) mkdir -p "$CACHE/kafka" "$CACHE/mariadb"; mariadb_up; if [ "$MARIADB_REPLICA" = 1 ]; then replica_up; fi; kafka_up ;;
   jars) mkdir -p "$CACHE/kafka"; kafka_jars ;;   # the Java client the tests write records with
+  connect-jars) connect_jars ;;   # Kafka Connect + Debezium MySQL, for harness/outbox_relay.py
   down) kafka_down; mariadb_down ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status|jars" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|jars|connect-jars" >&2; exit 2 ;;
 esac

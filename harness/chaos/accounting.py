@@ -21,6 +21,10 @@ end in exactly one of three ways, and the tables say which:
   event id, same request) land on the original's rows: the rows account for the *request*
   once, and each copy is accounted by them without a second effect. That a copy was read at
   all is shown by the committed offsets, which must reach the end of every partition.
+* **skipped**: a record of a type the processor does not handle (the workload's ``bad_type``),
+  with no ledger row: the workers skip such types by default (``UNHANDLED_EVENT_TYPES=skip``) and
+  keep nothing per record, so what shows it was read is the committed offsets, which must reach
+  the end of every partition. Dead-lettered instead (strict workers), its reason must fit.
 * **lost**: neither. A local row missing, an effect row still pending, or one failed for
   good with no dead letter to say so (a failed step's event is dead-lettered every time it is
   delivered again, so each copy carries its own ledger row), or a record the manifest lists
@@ -75,7 +79,7 @@ class Findings:
 class Accounts:
     """What the accounting found, beside the violations."""
 
-    accounted: dict = field(default_factory=lambda: {"done": 0, "stale": 0, "dead_letter": Counter()})
+    accounted: dict = field(default_factory=lambda: {"done": 0, "stale": 0, "skipped": 0, "dead_letter": Counter()})
     by_kind: dict = field(default_factory=lambda: defaultdict(Counter))
     late: Counter = field(default_factory=Counter)
     dead_letters: Counter = field(default_factory=Counter)         # ledger rows by reason
@@ -195,6 +199,8 @@ class Accountant:
         rows = self.ledger_at.get((entry["partition"], entry["offset"]), [])
         if rows:
             return "dead_letter"
+        if entry.get("malformed_kind") == "bad_type":
+            return "skipped"          # a type not handled (UNHANDLED_EVENT_TYPES=skip): its commit shows it read
         if entry["kind"] not in VALID:
             return "lost"
         if not self.events.error and (entry["partition"], entry["offset"]) not in self.on_topic:

@@ -212,6 +212,7 @@ def _account(report: CheckReport, manifest: dict, events, dlq, tables, fakes: di
     accounts = books.run()
     accounts.duplicates_stopped = books.duplicates_stopped(OrderCheck(books).run())
     report.accounted = {"done": accounts.accounted["done"], "stale": accounts.accounted["stale"],
+                        "skipped": accounts.accounted["skipped"],
                         "dead_letter": dict(accounts.accounted["dead_letter"]),
                         "dead_letters": sum(accounts.accounted["dead_letter"].values()),
                         "lost": findings.counts["lost"]}

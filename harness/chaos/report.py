@@ -29,6 +29,7 @@ def render(report: CheckReport) -> str:
                                          "effect" + ("" if report.claims_found_done is None else
                                                      f"; {report.claims_found_done:,} claims found their key done")),
         ("accounted", f"{report.accounted.get('done', 0):,} done, {report.accounted.get('stale', 0):,} stale, "
+                      f"{report.accounted.get('skipped', 0):,} skipped (a type not handled), "
                       f"{report.accounted.get('dead_letters', 0):,} dead-lettered"),
         ("dead letters by reason", _counts(report.dead_letters)),
         ("what became of them", f"{report.compensated:,} compensated, {report.superseded:,} superseded, "

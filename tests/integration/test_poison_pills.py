@@ -1,6 +1,7 @@
 """Poison pills: a corpus of bad records, mixed among good events, through one real worker.
 
-Every bad record must reach the dead-letter topic exactly once, byte for byte, with
+The worker is strict (``UNHANDLED_EVENT_TYPES=dead_letter``: a type not handled is a bad
+record here). Every bad record must reach the dead-letter topic exactly once, byte for byte, with
 the reason the event contract promises (``app.pipeline.events``) in ``dlq.error.type``
 and headers pointing at the record it came from; every one gets one open row in
 ``t_compensation``; no good event is dead-lettered, every good event is done, and
@@ -180,9 +181,12 @@ CASES: list[Case] = [
     bad("phone_number", "bad_field:data.phone", _with(_created, "data.phone", 8613800000000)),
     bad("address_513_chars", "bad_field:data.address", _with(_created, "data.address", "路" * 513)),
     bad("reason_256_chars", "bad_field:data.reason", _with(_cancel, "data.reason", "r" * 256)),
-    # -- unknown type --------------------------------------------------------------
+    # -- unknown type (the worker here is strict: UNHANDLED_EVENT_TYPES=dead_letter) ---
     bad("type_unknown", "unknown_type", _with(_created, "type", "ORDER_SHIPPED")),
     bad("type_lower_case", "unknown_type", _with(_created, "type", "order_created")),
+    # -- a schema version this processor does not read ------------------------------
+    bad("schema_version_2", "unsupported_version:2", _with(_created, "schema_version", 2)),
+    bad("schema_uri_v3", "unsupported_version:3", _with(_created, "schema_version", "https://schemas.example/v3")),
     # -- order_no format and date --------------------------------------------------
     bad("order_no_free_text", "bad_order_no", _with(_created, "order_no", "12345")),
     bad("order_no_lower_case_prefix", "bad_order_no", _with(_created, "order_no", "ord-20261129-A1")),
@@ -244,7 +248,7 @@ def _edge_orders() -> dict[str, list[dict]]:
     o = order_no(prefix="PPODD")
     edges[o] = lifecycle(o, {"amount_cents": 7, "phone": "☎ 138-0000", "address": "Zeile 1\u0000\t\"quoted\" \\ 🏠",
                              "unknown": {"nested": [1, 2]}},
-                         occurred_at="2026-11-29T02:00:00.123456Z", schema_version=3)
+                         occurred_at="2026-11-29T02:00:00.123456Z", schema_version="v1")
     for doc in edges[o]:
         doc["event_id"] = longest_id()
     # the last day kept ready (today + PARTITIONS_AHEAD months: a later date is refused), 40-character suffix
@@ -359,6 +363,7 @@ def test_poison_pills_are_dead_lettered_once_and_good_events_done(settings, topi
     started = time.monotonic()
     pair = topics(partitions=3)
     worker = spawn_worker(pair, MAX_EVENT_BYTES=str(MAX_EVENT_BYTES), RETRY_BACKOFF_MS=RETRY_BACKOFF_MS,
+                          UNHANDLED_EVENT_TYPES="dead_letter",
                           DLQ_TRUNCATE_BYTES=str(DLQ_TRUNCATE_BYTES),
                           COMPENSATOR_ENABLED="false")   # the ledger rows as dead-lettered, not yet worked
     stream, orders = build_stream(random.Random(SEED))

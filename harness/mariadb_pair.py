@@ -32,7 +32,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import closing
 from pathlib import Path
 
@@ -377,14 +377,22 @@ def reap_leftovers() -> None:
     """SIGKILL the servers of pairs whose test process died before stopping them, and remove
     their folders (a folder's ``owner.pid`` names its process; a server's command line must
     name the folder)."""
-    for home in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+    reap(SCRATCH_PREFIX, lambda home: home.glob("*/mariadbd.pid"))
+
+
+def reap(prefix: str, pid_files: Callable[[Path], Iterable[Path]],
+         then: Callable[[Path], None] | None = None) -> None:
+    """For each temporary folder ``prefix*`` whose owner (``owner.pid``) is no longer running: SIGKILL
+    the process each of ``pid_files(folder)`` names if its command line names the folder, call
+    ``then(folder)``, and remove the folder."""
+    for home in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
         try:
             owner = int((home / "owner.pid").read_text())
         except (OSError, ValueError):
             continue
         if _running(owner):
             continue
-        for pid_file in home.glob("*/mariadbd.pid"):
+        for pid_file in pid_files(home):
             try:
                 pid = int(pid_file.read_text())
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -392,6 +400,8 @@ def reap_leftovers() -> None:
                 continue
             if str(home) in cmdline:
                 os.kill(pid, signal.SIGKILL)
+        if then is not None:
+            then(home)
         shutil.rmtree(home, ignore_errors=True)
 
 

@@ -71,7 +71,7 @@ from pathlib import Path
 
 import pymysql
 
-from harness.mariadb_pair import Server, _claim, _give_to_mysql, _install, _running
+from harness.mariadb_pair import Server, _claim, _give_to_mysql, _install, reap
 from harness.mariadb_pair import reap_leftovers as reap_pair_leftovers
 from harness.services import LOGS, ROOT, free_port
 
@@ -606,24 +606,13 @@ def reap_leftovers() -> None:
     their internal topics and remove their folders (a folder's ``owner.pid`` names its process; a
     server's command line must name the folder)."""
     reap_pair_leftovers()     # the MariaDB data directory template (_install) of a dead process
-    for home in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
-        try:
-            owner = int((home / "owner.pid").read_text())
-        except (OSError, ValueError):
-            continue
-        if _running(owner):
-            continue
-        for pid_file in (*home.glob("*/mariadbd.pid"), home / "connect" / "connect.pid"):
-            try:
-                pid = int(pid_file.read_text())
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except (OSError, ValueError):
-                continue
-            if str(home) in cmdline:
-                os.kill(pid, signal.SIGKILL)
-        try:
-            relay = json.loads((home / "relay.json").read_text())
-            _delete_topics(relay["bootstrap"], relay["topics"], timeout=10.0)
-        except (OSError, ValueError, KeyError):
-            pass
-        shutil.rmtree(home, ignore_errors=True)
+    reap(SCRATCH_PREFIX, lambda home: (*home.glob("*/mariadbd.pid"), home / "connect" / "connect.pid"),
+         then=_delete_relay_topics)
+
+
+def _delete_relay_topics(home: Path) -> None:
+    try:
+        relay = json.loads((home / "relay.json").read_text())
+        _delete_topics(relay["bootstrap"], relay["topics"], timeout=10.0)
+    except (OSError, ValueError, KeyError):
+        pass

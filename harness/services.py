@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import signal
 import socket
 import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from argparse import Namespace
 from collections.abc import Iterable
@@ -288,6 +290,17 @@ class Worker:
 # The tests' deployment secret (IDEM_TOKEN_SECRET): fixed, so that a restarted worker derives
 # the tokens its predecessor did, as one deployment's workers do.
 TEST_TOKEN_SECRET = "tests-only-not-a-production-secret"
+
+
+def worker_metric(worker: Worker, name: str, labels: str = "") -> float | None:
+    """One sample of a worker's ``/metrics`` (``labels`` as written there, ``{effect="waybill"}``);
+    None while it does not serve yet or has no such sample."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10).read().decode()
+    except OSError:                  # not serving yet
+        return None
+    found = re.search(rf"^{name}{re.escape(labels)} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else None
 
 
 def worker_env(**overrides: str) -> dict[str, str]:

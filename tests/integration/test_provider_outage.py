@@ -6,25 +6,14 @@ share of a group-wide rate is on its metrics."""
 from __future__ import annotations
 
 import asyncio
-import re
-import urllib.request
 
 from harness.events import event, order_no, record
 from harness.fakes import FakesProcess
-from harness.services import caught_up, produce, wait_for
+from harness.services import caught_up, produce, wait_for, worker_metric
 
 FAST = {"BATCH_WITHIN_SECONDS": "0.3", "COMPENSATION_BACKOFF_SECONDS": "1", "COMPENSATION_BACKOFF_MAX_SECONDS": "2",
         "COMPENSATION_TIMER_SECONDS": "0.5", "COMPENSATOR_WITHIN_SECONDS": "0.3",
         "EFFECTS__WAYBILL__CALLS_PER_SECOND": "60"}
-
-
-def metric(worker, name: str, labels: str = "") -> float | None:
-    try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10).read().decode()
-    except OSError:                  # not serving yet
-        return None
-    found = re.search(rf"^{name}{re.escape(labels)} (\S+)$", text, re.M)
-    return float(found.group(1)) if found else None
 
 
 def test_a_down_provider_holds_up_nothing_else_and_its_orders_are_done_once_it_is_back(
@@ -41,7 +30,7 @@ def test_a_down_provider_holds_up_nothing_else_and_its_orders_are_done_once_it_i
         worker = spawn_worker(pair, **fakes.env(), **FAST)
         waybill = '{effect="waybill"}'
 
-        wait_for(lambda: metric(worker, "order_provider_breaker_open", waybill) == 1.0, timeout=90,
+        wait_for(lambda: worker_metric(worker, "order_provider_breaker_open", waybill) == 1.0, timeout=90,
                  what="the waybill provider's breaker open", workers=[worker])
         wait_for(lambda: caught_up(settings, pair.events, pair.group, 2), timeout=90,
                  what="order-event committed while the provider is down", workers=[worker])
@@ -50,8 +39,8 @@ def test_a_down_provider_holds_up_nothing_else_and_its_orders_are_done_once_it_i
         reasons = {r["reason"] for r in scratch_db.query(
             "SELECT reason FROM t_compensation WHERE order_no LIKE 'ORD-%%-OUTW%%'")}
         assert "provider_unavailable" in reasons
-        share, members = (metric(worker, "order_provider_rate_share_calls_per_second", waybill),
-                          metric(worker, "order_provider_limit_members"))
+        share, members = (worker_metric(worker, "order_provider_rate_share_calls_per_second", waybill),
+                          worker_metric(worker, "order_provider_limit_members"))
         assert members and members >= 1 and share == 60 / members
 
         fakes.configure({"waybill": {"outage_seconds": 0}})              # the provider is back
@@ -61,7 +50,7 @@ def test_a_down_provider_holds_up_nothing_else_and_its_orders_are_done_once_it_i
                                      "AND status <> 3") == 0
 
         wait_for(settled, timeout=120, what="every waybill letter compensated", workers=[worker])
-        wait_for(lambda: metric(worker, "order_provider_breaker_open", waybill) == 0.0, timeout=30,
+        wait_for(lambda: worker_metric(worker, "order_provider_breaker_open", waybill) == 0.0, timeout=30,
                  what="the breaker closed", workers=[worker])
         book = fakes.ledger()
         assert {o: len(book["waybills"][o]) for o in confirmed} == {o: 1 for o in confirmed}
@@ -86,14 +75,14 @@ def test_an_outage_shorter_than_the_deadline_holds_its_records_and_costs_no_dead
         # it opened and wait for it in their orders.
         docs = [event(o, t) for o in first for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
         asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
-        wait_for(lambda: metric(worker, "order_provider_breaker_open", waybill) == 1.0, timeout=90,
+        wait_for(lambda: worker_metric(worker, "order_provider_breaker_open", waybill) == 1.0, timeout=90,
                  what="the waybill provider's breaker open", workers=[worker])
         # Orders that come while it is open: their CONFIRMs are held before their claim, their
         # CREATED and PAID go on, and so do orders without a waybill.
         docs = [event(o, t) for o in second for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
         docs += [event(o, "ORDER_CREATED") for o in plain]
         asyncio.run(produce(settings, pair.events, [record(d) for d in docs]))
-        wait_for(lambda: (metric(worker, "order_records_held") or 0) >= 1, timeout=60,
+        wait_for(lambda: (worker_metric(worker, "order_records_held") or 0) >= 1, timeout=60,
                  what="records held while the breaker is open", workers=[worker])
         marks = ", ".join(["%s"] * len(second))
 
@@ -113,6 +102,6 @@ def test_an_outage_shorter_than_the_deadline_holds_its_records_and_costs_no_dead
             "a record waited for by the breaker was dead-lettered"
         book = fakes.ledger()
         assert {o: len(book["waybills"].get(o, [])) for o in first + second} == {o: 1 for o in first + second}
-        assert metric(worker, "order_records_held") == 0.0
+        assert worker_metric(worker, "order_records_held") == 0.0
     finally:
         fakes.stop()

@@ -7,27 +7,16 @@ confirmed order."""
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
 import subprocess
 import time
-import urllib.request
 
 from harness.events import cloudevent, event, order_no, outbox, record
 from harness.fakes import FakesProcess
-from harness.services import caught_up, produce, wait_for
+from harness.services import caught_up, produce, wait_for, worker_metric
 
 LIFECYCLE = ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")
 CONFIRMED = 3
-
-
-def metric(worker, name: str, labels: str = "") -> float | None:
-    try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10).read().decode()
-    except OSError:
-        return None
-    found = re.search(rf"^{name}{re.escape(labels)} (\S+)$", text, re.M)
-    return float(found.group(1)) if found else None
 
 
 def statuses(db, orders: list[str]) -> dict[str, int]:
@@ -82,9 +71,9 @@ def test_cloudevents_native_records_and_types_not_handled_side_by_side(settings,
                  what="the four orders confirmed", workers=[worker])
         wait_for(lambda: caught_up(settings, pair.events, pair.group, 2), timeout=60,
                  what="every record committed", workers=[worker])
-        wait_for(lambda: metric(worker, "order_events_skipped_total", '{type="ORDER_SHIPPED"}') == 2.0,
+        wait_for(lambda: worker_metric(worker, "order_events_skipped_total", '{type="ORDER_SHIPPED"}') == 2.0,
                  timeout=30, what="the skipped types counted", workers=[worker])
-        assert metric(worker, "order_events_skipped_total", '{type="com.shop.order.delivered"}') == 1.0
+        assert worker_metric(worker, "order_events_skipped_total", '{type="com.shop.order.delivered"}') == 1.0
         worker.wait_log("skipped 2 event(s) of type 'ORDER_SHIPPED'")
         assert letters(scratch_db, orders) == []
         assert [(r["reason"], r["status"]) for r in letters_of(scratch_db, pair.events)] == [

@@ -153,15 +153,18 @@ class OutboxRelay:
     ``read_committed``), or at least once. ``event_time``: the outbox column that is the record's
     timestamp, or None for the EventRouter's default (when Debezium read the change).
     ``offset_flush_ms``: how often the worker commits source offsets when not exactly once (what a
-    crash makes it send again)."""
+    crash makes it send again). ``transaction_interval_ms``: exactly once, one transaction per interval
+    (``transaction.boundary=interval``) instead of one per poll, so that a crash aborts a transaction
+    that holds records."""
 
     def __init__(self, *, bootstrap: str, topic: str, exactly_once: bool, event_time: str | None = "created_at",
-                 offset_flush_ms: int = 1000) -> None:
+                 offset_flush_ms: int = 1000, transaction_interval_ms: int | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.exactly_once = exactly_once
         self.event_time = event_time
         self.offset_flush_ms = offset_flush_ms
+        self.transaction_interval_ms = transaction_interval_ms
         self.suffix = uuid.uuid4().hex[:10]
         self.replica_id = random.randint(10_000, 2**31 - 1)     # the connector's server id (the upstream's: 1)
         self.name = f"{SCRATCH_PREFIX}{self.suffix}"       # group.id, topic prefix
@@ -339,6 +342,9 @@ class OutboxRelay:
             config["transforms.outbox.table.field.event.timestamp"] = self.event_time
         if self.exactly_once:
             config["exactly.once.support"] = "required"
+            if self.transaction_interval_ms:        # one transaction per interval, not per poll: a crash
+                config["transaction.boundary"] = "interval"     # aborts the interval's records
+                config["transaction.boundary.interval.ms"] = str(self.transaction_interval_ms)
         return config
 
     def _worker_properties(self) -> str:

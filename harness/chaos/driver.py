@@ -7,6 +7,7 @@ and the checker's verdict.
     .venv/bin/python -m harness.chaos.driver --mode long --cluster     # make chaos CLUSTER=1
     .venv/bin/python -m harness.chaos.driver --mode long --db-failover async   # make chaos DB_FAILOVER=async
     .venv/bin/python -m harness.chaos.driver --mode defaults           # make chaos MODE=defaults
+    .venv/bin/python -m harness.chaos.driver --mode long --outbox at-least-once   # make chaos OUTBOX=at-least-once
 
 ``--cluster`` runs the storm on three KRaft nodes over SASL_SSL, each behind a proxy of the
 test (``harness.chaos.brokers``), with the cluster's faults on top: the busiest partition's
@@ -22,6 +23,11 @@ happened when), ``manifest.json`` (what the checker reads), ``report.json`` (its
 and the run's timings), the workers' logs, and the broker's and the database's logs.
 Everything the run starts is stopped when it ends, however it ends; the data of the broker
 and the database go with it, and only the newest ``KEEP_RUNS`` run folders are kept.
+
+``--outbox at-least-once|exactly-once`` has an order service write the records into its transactional
+outbox, relayed by Debezium in Kafka Connect (``harness.chaos.outbox``), with or without Connect's
+exactly-once support; Connect is SIGKILLed and started again while the storm blows, and the workers
+read the outbox's envelope (``EVENT_ENVELOPE=outbox``).
 
 ``--mode defaults`` runs the workers with every setting at its default, as a user does, through
 a storm of what a user meets (``storm.PROFILES["defaults"]``), and the report gives how long each
@@ -56,6 +62,7 @@ from app.pipeline.steps import PIPELINES
 from app.settings import Settings
 from harness.chaos import evidence, latency
 from harness.chaos import manifest as manifests
+from harness.chaos import outbox as outboxes
 from harness.chaos.brokers import SecureCluster, SingleBroker
 from harness.chaos.drain import DrainTimeout, read_backlog, wait_settled
 from harness.chaos.failover import MODES as FAILOVER_MODES
@@ -65,6 +72,7 @@ from harness.chaos.producer import SteadyProducer
 from harness.chaos.storm import CLUSTER_PROFILES, PROFILES, SLOTS, Storm
 from harness.chaos.workload import Shares, plan
 from harness.fakes import FakesProcess
+from harness.outbox_relay import OutboxRelay
 from harness.own_servers import CHAOS, MariaDB
 from harness.proxy import BlackholeProxy
 from harness.services import ROOT, worker_env
@@ -98,6 +106,7 @@ WORKER_SETTINGS = {
     "STOP_TIMEOUT_SECONDS": "30",
 }
 KEEP_RUNS = 30
+CONNECT_KILLS = 5                      # with an outbox upstream: Connect SIGKILLed this many times
 
 
 def declared_effect_steps(pipelines=PIPELINES, settings: dict[str, str] | None = None,
@@ -142,19 +151,22 @@ class Outcome:
 class ChaosRun:
     def __init__(self, mode: str, seed: int | None = None, *, sabotage: str | None = None,
                  drain_timeout: float | None = None, cluster: bool = False, cut_forgets: bool = False,
-                 db_failover: str | None = None, settings: dict[str, str] | None = None) -> None:
-        self.mode, self.cluster, self.db_failover = mode, cluster, db_failover
+                 db_failover: str | None = None, settings: dict[str, str] | None = None,
+                 outbox: str | None = None) -> None:
+        self.mode, self.cluster, self.db_failover, self.outbox = mode, cluster, db_failover, outbox
         self.profile = (CLUSTER_PROFILES if cluster else PROFILES)[mode]
         # With every setting at its default, only what wires the workers to the run is set; ``settings``
         # (``--set``) come on top: another provider for an effect, a lookup switched off.
-        self.worker_settings = {**({} if self.profile.default_settings else WORKER_SETTINGS), **(settings or {})}
+        self.worker_settings = {**({} if self.profile.default_settings else WORKER_SETTINGS),
+                                **({"EVENT_ENVELOPE": "outbox"} if outbox else {}), **(settings or {})}
         self.seed = secrets.randbelow(10**6) if seed is None else seed
         self.sabotage = sabotage
         self.drain_timeout = drain_timeout or self.profile.drain_timeout
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         _prune(CHAOS / "runs", KEEP_RUNS - 1)
         self.folder = CHAOS / "runs" / (f"{stamp}-{mode}{'-cluster' if cluster else ''}"
-                                        f"{'-failover-' + db_failover if db_failover else ''}-seed{self.seed}")
+                                        f"{'-failover-' + db_failover if db_failover else ''}"
+                                        f"{'-outbox-' + outbox if outbox else ''}-seed{self.seed}")
         (self.folder / "workers").mkdir(parents=True)
         self.started_at = time.time()
         self.at: dict[str, float] = {}          # storm_started_at, storm_ended_at, drained_at
@@ -170,6 +182,8 @@ class ChaosRun:
         self.fakes: FakesProcess | None = None
         self.fleet: Fleet | None = None
         self.storm: Storm | None = None
+        self.relay: OutboxRelay | None = None
+        self.upstream: dict | None = None       # the outbox relay's figures, for the manifest
 
     def say(self, line: str) -> None:
         stamped = f"[chaos {time.time() - self.started_at:7.1f}s] {line}"
@@ -193,8 +207,10 @@ class ChaosRun:
         self.say(f"{self.mode} run on {where}, seed {self.seed}: everything goes to {self.rel(self.folder)}")
         try:
             self.bring_up()
+            shares = Shares(duplicate_within=self.profile.duplicate_within,
+                            **(outboxes.SHARES if self.outbox else {}))
             workload = plan(self.seed, min_events=self.profile.min_events, min_orders=self.profile.min_orders,
-                            partitions=PARTITIONS, shares=Shares(duplicate_within=self.profile.duplicate_within))
+                            partitions=PARTITIONS, shares=shares)
             self.start_workers()
             produced = self.blow(workload)
             backlog, drain_error = self.drain()
@@ -221,6 +237,12 @@ class ChaosRun:
         self.fakes = FakesProcess({service: {"latency_ms": self.profile.latency_ms, "timeout_ms": self.profile.hang_ms,
                                              "seed": self.seed + i, **self.profile.pace.get(service, {})}
                                    for i, service in enumerate(("waybill", "sms", "express"))})
+        if self.outbox:
+            self.relay = OutboxRelay(bootstrap=self.brokers.bootstrap, topic=EVENTS,
+                                     exactly_once=self.outbox == "exactly-once",
+                                     transaction_interval_ms=outboxes.TRANSACTION_INTERVAL_MS).start()
+            self.say(f"the order service's MariaDB on {self.relay.db.port}, relayed by Debezium in Kafka Connect "
+                     f"({self.outbox}) to {EVENTS}")
         self.timings["cluster_seconds"] = round(time.monotonic() - clock, 1)
         if self.db_failover:
             replication = ("semi-synchronous, AFTER_SYNC" if self.mariadb.semisync else "asynchronous")
@@ -250,17 +272,26 @@ class ChaosRun:
         self.say(f"{len(self.fleet.live)} workers ready in {self.timings['workers_ready_seconds']}s; producing "
                  f"{len(workload.records)} records ({workload.count('original')} events of {len(workload.orders)} "
                  f"orders) at {self.profile.rate:g}/s")
-        producer = SteadyProducer(self.brokers.producer_options(), EVENTS, workload.records, self.profile.rate,
-                                  java=self.brokers.java_producer())
+        if self.relay is not None:
+            producer = outboxes.OutboxProducer(self.relay, self.brokers.producer_options(), GROUP, workload.records,
+                                               self.profile.rate, kills=CONNECT_KILLS, seed=self.seed)
+        else:
+            producer = SteadyProducer(self.brokers.producer_options(), EVENTS, workload.records, self.profile.rate,
+                                      java=self.brokers.java_producer())
         self.storm = Storm(self.profile, self.seed, fleet=self.fleet, mariadb=self.mariadb, brokers=self.brokers,
                            proxy=self.proxy, fakes=self.fakes, producer=producer, events_topic=EVENTS, say=self.say,
                            failover=bool(self.db_failover), group=GROUP, partitions=PARTITIONS)
         self.storm.sabotage = "crash" if self.sabotage == "crash" else None
+        if self.relay is not None:
+            producer.log = lambda kind, detail=None: self.storm.log(kind, detail=detail)
         self.at["storm_started_at"] = time.time()
         produced = asyncio.run(self.storm.run())
         self.at["storm_ended_at"] = time.time()
         self.timings["storm_seconds"] = round(self.at["storm_ended_at"] - self.at["storm_started_at"], 1)
         self.say(f"the storm is over after {self.timings['storm_seconds']}s; draining")
+        if self.relay is not None:
+            self.upstream = producer.figures
+            self.say(f"the outbox relay: {json.dumps(self.upstream)}")
         return produced
 
     def drain(self):
@@ -322,6 +353,7 @@ class ChaosRun:
             "profile": vars(self.profile),
             "worker_settings": self.worker_settings, "timings": self.timings, "run_dir": self.rel(self.folder),
             "failover": self.failover, "effect_steps": declared_effect_steps(settings=self.worker_settings),
+            **({"envelope": "outbox", "upstream": self.upstream} if self.outbox else {}),
         }
         path = self.folder / "manifest.json"
         path.write_text(json.dumps(content, indent=1))
@@ -331,8 +363,8 @@ class ChaosRun:
         self.timings["total_seconds"] = round(time.time() - self.started_at, 1)
         report_path = self.folder / "report.json"
         verdict = report.as_dict() if report is not None else {"checker": None, **manifests.figures(content)}
-        report_path.write_text(json.dumps({**verdict, "sms_latency": sms, "timings": self.timings}, indent=1,
-                                          default=str))
+        report_path.write_text(json.dumps({**verdict, "sms_latency": sms, "upstream": self.upstream,
+                                           "timings": self.timings}, indent=1, default=str))
         self.say(f"report: {self.rel(report_path)}; timings {json.dumps(self.timings)}")
         return Outcome(path, report_path, report, [i.entry() for i in self.fleet.unexpected], drain_error)
 
@@ -367,8 +399,8 @@ class ChaosRun:
         if self.fleet is not None:
             self.fleet.stop_scraping()
             self.fleet.kill_all()
-        for stop in (self.proxy and self.proxy.stop, self.fakes and self.fakes.stop, self.brokers.stop,
-                     self.mariadb.stop):
+        for stop in (self.relay and self._stop_relay, self.proxy and self.proxy.stop, self.fakes and self.fakes.stop,
+                     self.brokers.stop, self.mariadb.stop):
             try:
                 if stop:
                     stop()
@@ -377,12 +409,19 @@ class ChaosRun:
         self.brokers.remove_data()
         self.mariadb.remove_data()
 
+    def _stop_relay(self) -> None:
+        """The relay stopped (its topics go with the broker's data); Connect's log kept in the run's folder."""
+        log = self.relay.connect_log if self.relay.connect_dir is not None else None
+        if log is not None and log.exists():
+            shutil.copyfile(log, self.folder / "connect.log")
+        self.relay.stop(delete_topics=False)
+
 
 def run(mode: str, seed: int | None = None, *, sabotage: str | None = None,
         drain_timeout: float | None = None, cluster: bool = False, cut_forgets: bool = False,
-        db_failover: str | None = None, settings: dict[str, str] | None = None) -> Outcome:
+        db_failover: str | None = None, settings: dict[str, str] | None = None, outbox: str | None = None) -> Outcome:
     return ChaosRun(mode, seed, sabotage=sabotage, drain_timeout=drain_timeout, cluster=cluster,
-                    cut_forgets=cut_forgets, db_failover=db_failover, settings=settings).execute()
+                    cut_forgets=cut_forgets, db_failover=db_failover, settings=settings, outbox=outbox).execute()
 
 
 def _prune(runs: Path, keep: int) -> None:
@@ -426,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db-failover", choices=FAILOVER_MODES, default=None,
                         help="the database as a primary and its GTID replica (semi-synchronous AFTER_SYNC, or "
                              "asynchronous), failed over once mid-storm; what the failover lost is counted")
+    parser.add_argument("--outbox", choices=outboxes.MODES, default=None,
+                        help="the records written by an order service into its outbox, relayed by Debezium in Kafka "
+                             "Connect (with or without Connect's exactly-once support), Connect SIGKILLed "
+                             f"{CONNECT_KILLS} times; the workers read EVENT_ENVELOPE=outbox")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a worker setting on top of the mode's, e.g. EFFECTS__WAYBILL__PROVIDER=express (the "
                              "refuses-duplicates courier) or EFFECTS__SMS__LOOKUP=false (an SMS gateway without "
@@ -439,9 +482,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--mode {args.mode} has no profile on three nodes (--cluster)")
     if args.db_failover and args.cluster:
         parser.error("--db-failover runs on the single broker (it has not been run with --cluster)")
+    if args.outbox and (args.cluster or args.db_failover):
+        parser.error("--outbox runs on the single broker with one database (not with --cluster or --db-failover)")
     outcome = run(args.mode, args.seed, sabotage=args.sabotage, drain_timeout=args.drain_timeout,
                   cluster=args.cluster, cut_forgets=args.cut_forgets, db_failover=args.db_failover,
-                  settings=dict(item.split("=", 1) for item in args.set))
+                  settings=dict(item.split("=", 1) for item in args.set), outbox=args.outbox)
     if outcome.unexpected_exits:
         print(f"FAILED: workers exited without the test's doing: {json.dumps(outcome.unexpected_exits)}")
     if outcome.drain_error:

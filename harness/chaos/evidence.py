@@ -83,11 +83,13 @@ class TopicRead:
     error: str | None = None
 
 
-async def read_topic(kafka: dict, topic: str, group: str, *, timeout: float = READ_TIMEOUT) -> TopicRead:
+async def read_topic(kafka: dict, topic: str, group: str, *, timeout: float = READ_TIMEOUT,
+                     isolation_level: str = "read_committed") -> TopicRead:
     """Every record of ``topic`` and ``group``'s committed offsets on it, without joining the group.
-    ``kafka``: :func:`client_options`."""
+    ``kafka``: :func:`client_options`. ``read_committed`` as the workers read: an upstream's aborted
+    transactions are not its records."""
     read = TopicRead()
-    consumer = AIOKafkaConsumer(**kafka, group_id=None, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(**kafka, group_id=None, enable_auto_commit=False, isolation_level=isolation_level,
                                 auto_offset_reset="earliest", fetch_max_bytes=32 * 1024 * 1024,
                                 max_partition_fetch_bytes=16 * 1024 * 1024, request_timeout_ms=30_000)
     try:

@@ -57,28 +57,17 @@ class SteadyProducer:
                                     request_timeout_ms=DELIVERY_TIMEOUT_MS, max_request_size=EVENT_MAX_MESSAGE_BYTES)
         await producer.start()
         placed: list[asyncio.Future] = []
+
+        async def send(index: int, record: Planned) -> None:
+            if record.java:
+                future = asyncio.ensure_future(self._java(record))
+            else:
+                future = await producer.send(self.topic, key=record.key, value=record.value)
+            future.add_done_callback(lambda f, i=index: self._acked(i, f))
+            placed.append(future)
+
         try:
-            self.started_at = time.monotonic()
-            while not self.done:
-                due = min(len(self.records), int((time.monotonic() - self.started_at) * self.rate) + 1)
-                while self.sent < due:
-                    gate = next((event for index, event in self.gates if index <= self.sent and not event.is_set()),
-                                None)
-                    if gate is not None:
-                        held = time.monotonic()
-                        await gate.wait()
-                        self.started_at += time.monotonic() - held
-                        break
-                    record = self.records[self.sent]
-                    self.sent_at[self.sent] = time.time()
-                    if record.java:
-                        future = asyncio.ensure_future(self._java(record))
-                    else:
-                        future = await producer.send(self.topic, key=record.key, value=record.value)
-                    future.add_done_callback(lambda f, i=self.sent: self._acked(i, f))
-                    placed.append(future)
-                    self.sent += 1
-                await asyncio.sleep(TICK)
+            await self.pace(send)
             try:
                 acks = await asyncio.wait_for(asyncio.gather(*placed), DELIVERY_TIMEOUT_MS / 1000 + 30)
             except Exception as exc:
@@ -88,6 +77,25 @@ class SteadyProducer:
         return [{**record.entry(*self._where(ack)), "digest": record_digest(record.key, record.value),
                  "sent_at": self.sent_at[i], "acked_at": self.acked[i][2]}
                 for i, (record, ack) in enumerate(zip(self.records, acks))]
+
+    async def pace(self, hand_over) -> None:
+        """Hand every record over (``await hand_over(index, record)``) at ``rate`` per second, each
+        gate holding the records from its index on until it is set."""
+        self.started_at = time.monotonic()
+        while not self.done:
+            due = min(len(self.records), int((time.monotonic() - self.started_at) * self.rate) + 1)
+            while self.sent < due:
+                gate = next((event for index, event in self.gates if index <= self.sent and not event.is_set()),
+                            None)
+                if gate is not None:
+                    held = time.monotonic()
+                    await gate.wait()
+                    self.started_at += time.monotonic() - held
+                    break
+                self.sent_at[self.sent] = time.time()
+                await hand_over(self.sent, self.records[self.sent])
+                self.sent += 1
+            await asyncio.sleep(TICK)
 
     def _acked(self, index: int, future: asyncio.Future) -> None:
         if future.cancelled() or future.exception() is not None:

@@ -68,6 +68,7 @@ KIND_REASONS = {
     "bad_amount": {"bad_field:data.amount_cents"},
     "null_key_value": {"empty_value"},
     "tombstone": {"empty_value"},
+    "data_not_object": {"bad_field:data"},          # an outbox payload that is a list
 }
 
 

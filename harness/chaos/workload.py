@@ -43,6 +43,7 @@ class Shares:
     malformed: float = 0.002
     null_records: int = 1        # records with neither key nor value (Java client)
     duplicate_within: int = 2000  # an exact duplicate or re-publication follows within this many records
+    malformed_kinds: tuple[str, ...] = MALFORMED_KINDS     # what an upstream can write (an outbox: no bytes but text)
 
 
 @dataclass
@@ -127,7 +128,8 @@ class _Planner:
             again = {**doc, "event_id": self.uuid(), "occurred_at": self.occurred_at(doc["_stage"])}
             self.defer(position, ("republished", again, doc["event_id"]))
         if self.rng.random() < self.shares.malformed:
-            self.malformed(MALFORMED_KINDS[self.rng.randrange(len(MALFORMED_KINDS))])
+            kinds = self.shares.malformed_kinds
+            self.malformed(kinds[self.rng.randrange(len(kinds))])
 
     def defer(self, position: int, what: tuple) -> None:
         self.serial += 1
@@ -172,7 +174,7 @@ def plan(seed: int, *, min_events: int, min_orders: int, partitions: int, shares
     planned = 0                          # original events of the orders opened so far
     # Each kind of malformed record at least once (and the records with neither key nor
     # value), at random places; more malformed records follow originals at their share.
-    specials = ["null_key_value"] * shares.null_records + list(MALFORMED_KINDS)
+    specials = ["null_key_value"] * shares.null_records + list(shares.malformed_kinds)
     p.rng.shuffle(specials)
     spots = sorted(p.rng.sample(range(1, max(min_events, len(specials) + 1)), len(specials)))
     pending = list(zip(spots, specials))

@@ -36,6 +36,8 @@ from app.adapters.mysql.reads.backlog import Watch
 from app.adapters.mysql.reads.console import Queries
 from app.adapters.mysql.reads.error_groups import GroupQueries
 from app.adapters.mysql.reads.view_audit import ViewAudit
+from app.adapters.mysql.reconcile import ReconcileReads
+from app.adapters.mysql.reconcile_cases import ReconcileCases
 from app.adapters.mysql.recovery import Remembered
 from app.adapters.mysql.recovery_windows import RecoveryWindows
 from app.adapters.mysql.skipped_types import SkippedTypes
@@ -55,6 +57,8 @@ from app.pipeline.plan import keys_per_event
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.pipeline.tokens import StepTokens
+from app.reconcile.providers import reconcile_providers
+from app.reconcile.run import Reconciler
 from app.settings import Settings
 from app.settings.effects import EffectsSettings
 from app.settings.events import EventsSettings, type_names
@@ -185,6 +189,8 @@ class Runtime:
             self.view_audit = ViewAudit(self.store, group=s.app_id)
             self.groups = GroupQueries(self.store, group=s.app_id)
             self.skipped_types = SkippedTypes(self.store, group=s.app_id)
+            self.reconcile_cases = ReconcileCases(self.store, group=s.app_id)
+            self.reconcile_reads = ReconcileReads(self.store, group=s.app_id)
             self.watch = Watch(self.store)
             self.recovery = RecoveryWindows(self.store)
             self.partitions = Partitions(self.store, hold_seconds=s.operations.partition_lock_wait_seconds)
@@ -210,6 +216,22 @@ class Runtime:
                 reading=self.reading)
             self._started = True
         return self
+
+    def reconciler(self) -> Reconciler:
+        """A reconcile of this deployment's input (``app.reconcile``), the providers' records included."""
+        s = self.settings
+        return Reconciler(self.reconcile_reads, KafkaConnection.from_settings(s.kafka), group=s.app_id,
+                          topic=s.kafka.topic, reading=self.reading, max_event_bytes=s.batches.max_event_bytes,
+                          stuck_after=s.operations.stuck_pending_seconds, chunk=s.reconcile.chunk,
+                          keep_findings=s.reconcile.keep_findings, providers=self._reconcile_providers)
+
+    async def _reconcile_providers(self, since, until, run_id: int | None) -> tuple[dict, int]:
+        """The providers' side of a run (``app.reconcile.providers``); its findings filed as cases for a person
+        (a run that keeps nothing, ``run_id`` None, files none)."""
+        section = await reconcile_providers(self, self.settings, since=since, until=until)
+        if run_id is not None:
+            await self.reconcile_cases.file(section.findings, run_id)
+        return section.as_dict(), len(section.findings)
 
     def started(self) -> Runtime:
         """This runtime, open: the worker opens it once as it starts (``RuntimeService``), before

@@ -18,6 +18,7 @@ from app.adapters.kafka.connection import KafkaConfigError
 from app.bootstrap import Runtime
 from app.commands import budget as budget_command
 from app.commands import dlq as dlq_command
+from app.commands import reconcile as reconcile_command
 from app.commands import recovery as recovery_command
 from app.exits import EXIT_CONFIG
 from app.faust_app import check_database, create_app, dead_letter_topic, order_event_topic
@@ -26,6 +27,7 @@ from app.timers import bulk as bulk_timer
 from app.timers import compensation as compensation_timer
 from app.timers import gauges as gauges_timer
 from app.timers import partitions as partitions_timer
+from app.timers import reconcile as reconcile_timer
 from app.timers import stuck as stuck_timer
 from app.timers import watchdog as watchdog_timer
 from app.timers import watermark as watermark_timer
@@ -59,12 +61,14 @@ run_bulk_jobs = bulk_timer.register(app, runtime, settings)
 maintain_partitions = partitions_timer.register(app, runtime, settings)
 refresh_gauges = gauges_timer.register(app, runtime, settings)
 advance_store_watermark = watermark_timer.register(app, runtime, settings)
+reconcile_window = reconcile_timer.register(app, runtime, settings)
 watchdog = watchdog_timer.register(app, settings)
 exits.bound_the_stop(settings.kafka.stop_timeout)
 views.register(app, runtime, settings)
 dlq_command.register(app, runtime, settings)
 budget_command.register(app, runtime, settings)
 recovery_command.register(app, runtime, settings)
+reconcile_command.register(app, runtime, settings)
 
 
 @app.on_before_shutdown.connect

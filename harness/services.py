@@ -200,12 +200,18 @@ async def end_offsets(settings: Settings, topic: str, partitions: int, *,
 async def rewind_group(settings: Settings, group: str, topic: str, partitions: int) -> None:
     """What ``kafka-consumer-groups --reset-offsets --to-earliest --execute`` does for a group
     with no member: its committed offsets on ``topic`` go back to 0."""
+    await commit_group(settings, group, topic, {p: 0 for p in range(partitions)})
+
+
+async def commit_group(settings: Settings, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """What ``kafka-consumer-groups --reset-offsets --to-offset --execute`` does for a group with no
+    member: its committed offsets on ``topic``'s partitions become ``offsets``."""
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, group_id=group, enable_auto_commit=False)
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        await consumer.commit({tp: 0 for tp in tps})
+        tps = {TopicPartition(topic, p): offset for p, offset in offsets.items()}
+        consumer.assign(list(tps))
+        await consumer.commit(tps)
     finally:
         await consumer.stop()
 

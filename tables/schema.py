@@ -15,7 +15,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.mysql import DATETIME, MEDIUMBLOB
+from sqlalchemy.dialects.mysql import DATETIME, MEDIUMBLOB, MEDIUMTEXT
 
 metadata = MetaData()
 
@@ -340,3 +340,74 @@ t_bulk_item = Table(
     Index("idx_job_state", "job_id", "state", "compensation_id"),
     **TABLE_ARGS,
 )
+
+# The reconcile's runs: over which range of the input, who ran it (the timer or a person), how
+# every record ended and what was found (``app.reconcile``). The report keeps its first findings.
+t_reconcile_run = Table(
+    "t_reconcile_run",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("consumer_group", String(255), nullable=False),
+    Column("topic", String(249), nullable=False),
+    Column("range_from", DATETIME(fsp=3), nullable=False, comment="records at or after (their timestamps, UTC)"),
+    Column("range_to", DATETIME(fsp=3), nullable=False, comment="records before"),
+    Column("started_by", String(128), nullable=False, comment="timer:<worker>, cli:<who>"),
+    Column("started_at", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("finished_at", DATETIME(fsp=3), nullable=True),
+    Column("status", String(16), nullable=False, comment="running, clean, findings, failed"),
+    Column("records", BigInteger, nullable=False, server_default=text("0")),
+    Column("findings", Integer, nullable=False, server_default=text("0")),
+    Column("summary", String(1024), nullable=True, comment="the findings by kind, JSON: what the gauges read"),
+    Column("report", MEDIUMTEXT, nullable=True, comment="the report as JSON (its first findings)"),
+    Index("idx_group_id", "consumer_group", "id"),
+    **TABLE_ARGS,
+)
+
+# Cases for a person from the comparison of our receipts with a provider's own records
+# (``app.reconcile.providers``): a duplicate at the provider (the extra waybill), an orphan (a waybill
+# we hold no receipt for) or a missing one (a receipt whose waybill the provider does not list). One
+# case per (group, kind, effect, reference), however many runs find it: each run moves last_seen_at.
+t_reconcile_case = Table(
+    "t_reconcile_case",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("consumer_group", String(255), nullable=False),
+    Column("kind", String(16), nullable=False, comment="duplicate, orphan, missing"),
+    Column("effect", String(32), nullable=False),
+    Column("provider", String(32), nullable=False),
+    Column("order_no", String(64), nullable=False),
+    Column("reference", String(64), nullable=False,
+           comment="the extra waybill (duplicate), the one we hold no receipt for (orphan), our receipt's (missing)"),
+    Column("evidence", Text, nullable=False, comment="what the run saw, JSON"),
+    Column("status", SmallInteger, nullable=False, comment="1 open, 2 adopted, 3 compensated, 4 dismissed"),
+    Column("found_at", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("last_seen_at", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("found_by_run", BigInteger, nullable=True, comment="the reconcile run (t_reconcile_run) that found it"),
+    Column("closed_at", DATETIME(fsp=3), nullable=True),
+    Column("closed_by", String(128), nullable=True, comment="web:<who>, cli:<who>"),
+    Column("note", String(1024), nullable=True, comment="what the person who closed it wrote"),
+    UniqueConstraint("consumer_group", "kind", "effect", "reference", name="uk_case"),
+    # the list, a status at a time, newest first; the open cases' count by kind
+    Index("idx_group_status_id", "consumer_group", "status", "id"),
+    **TABLE_ARGS,
+)
+
+# Every case's history: its opening by a run and each action of a person, with what the provider said.
+t_reconcile_case_audit = Table(
+    "t_reconcile_case_audit",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("case_id", BigInteger, nullable=False),
+    Column("at", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("actor", String(128), nullable=False, comment="reconcile:<run>, web:<who>, cli:<who>"),
+    Column("action", String(32), nullable=False, comment="opened, compensate, adopt, dismiss"),
+    Column("from_status", SmallInteger, nullable=True),
+    Column("to_status", SmallInteger, nullable=True),
+    Column("note", String(1024), nullable=True, comment="what the person wrote"),
+    Column("detail", String(1024), nullable=True, comment="what happened: the provider's answer, or why not"),
+    Index("idx_case", "case_id", "id"),
+    **TABLE_ARGS,
+)
+
+# Our waybill receipts over a time range (the providers' reconciliation reads them by gmt_create).
+Index("idx_gmt_create", t_waybill_receipt.c.gmt_create)

@@ -76,6 +76,15 @@ def scratch_db(settings: Settings, scratch_dbs: ScratchDatabases) -> ScratchData
 
 
 @pytest.fixture
+def own_db(settings: Settings):
+    """A database of this test's own, migrated, dropped after it: for a test that reads a table whole
+    over a time range (a reconcile reads the range's waybill receipts whichever test wrote them)."""
+    db = ScratchDatabase(settings.database.url).create()
+    yield db
+    db.drop()
+
+
+@pytest.fixture
 def topics(settings: Settings):
     made: list[Topics] = []
 

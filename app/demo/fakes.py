@@ -6,6 +6,19 @@ Contracts:
 * ``POST /v1/waybills`` with header ``Idempotency-Key`` and JSON
   ``{"order_no", "address"}`` -> ``201 {"waybill_no"}`` for a new key,
   ``200`` with the *same* waybill for a key seen before; ``400`` without a key.
+* ``GET /v1/waybills?from=<epoch s>&to=<epoch s>&limit=&after=`` -> ``200 {"waybills": [{"waybill_no",
+  "order_no", "idempotency_key", "created_at", "status"}], "next"}``: every waybill issued at or after
+  ``from`` and before ``to`` (``created_at``: epoch seconds, this API's clock; ``status``: ``issued`` or
+  ``cancelled``), oldest first, ``limit`` (1-1000, 1000) at a time; ``next`` is the ``after`` of the
+  next page, null on the last. ``400`` for a bad range. What the provider's own records say it did,
+  for reconciliation (``app/reconcile/providers.py``).
+* ``POST /v1/waybills/{waybill_no}/cancel`` with header ``Idempotency-Key`` -> ``200 {"waybill_no",
+  "status": "cancelled", "cancelled_at", "idempotency_key"}``; a cancel of a waybill cancelled before
+  answers ``200`` with the same body (the first cancel's key and time), whatever its key; ``404``
+  for a waybill never issued, ``400`` without a key. The ledger's ``cancels`` holds each waybill
+  cancelled (once), ``cancel_calls`` every cancel asked and ``listings`` every listing: apart from
+  ``calls``, which holds the effects' calls (the chaos checker holds each service there to exactly
+  once). The faults below do not touch them.
 * ``POST /v1/sms`` with JSON ``{"phone", "text", "client_ref"?}`` -> ``202 {"message_id"}``.
   No idempotency key: every accepted call is one more SMS, whatever its client_ref.
 * ``GET /v1/sms/{client_ref}`` -> ``200 {"client_ref", "message_id", "status"}`` if a message
@@ -60,7 +73,8 @@ latency from a lognormal distribution (median 100, sigma 0.8: mean about 138 ms,
 in which every call hangs ``timeout_ms`` and then answers 503 without doing anything. The ledger
 counts the 429s (``rate_limited``) and the calls an outage met (``outage_calls``) per service.
 
-``GET /__ledger`` returns every raw call, the unique waybills per order, the
+``GET /__ledger`` returns every raw call, the unique waybills per order, every waybill the
+logistics API issued with its key, time and status (``issued``), the waybills cancelled (``cancels``), the
 SMS per order (each with ``at``, when it was accepted: the epoch seconds), and the highest number of calls that were in flight at once for
 one idempotency key (or, for SMS, one order); ``POST /__reset`` clears ledger
 and faults.
@@ -90,6 +104,8 @@ ORDER_IN_TEXT = re.compile(r"ORD-\d{8}-[A-Za-z0-9]+")
 EXPRESS_ACCOUNTS = {"demo-merchant": "demo-express-secret-not-for-production"}
 EXPRESS_CLOCK_SKEW_SECONDS = 300
 PACE = ("latency_median_ms", "latency_sigma", "calls_per_second", "outage_seconds")
+LIST_LIMIT = 1000             # the most waybills one page of the logistics API's listing holds
+LISTED = ("waybill_no", "order_no", "idempotency_key", "created_at", "status")
 
 
 def worker_urls(url: str) -> dict[str, str]:
@@ -185,6 +201,11 @@ class Ledger:
     calls: list[dict] = field(default_factory=list)
     waybill_by_key: dict[str, str] = field(default_factory=dict)
     waybills: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    # The logistics API's own records, by waybill number, in the order issued: what its listing answers.
+    issued: dict[str, dict] = field(default_factory=dict)
+    cancels: list[dict] = field(default_factory=list)         # each waybill cancelled, once
+    cancel_calls: list[dict] = field(default_factory=list)    # each cancel asked
+    listings: list[dict] = field(default_factory=list)        # each listing asked
     sms: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
     sms_by_ref: dict[str, str] = field(default_factory=dict)
     express_by_ref: dict[str, str] = field(default_factory=dict)
@@ -196,7 +217,8 @@ class Ledger:
     outage_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))    # calls met by an outage
 
     def as_json(self) -> dict:
-        return {"calls": self.calls, "waybills": self.waybills, "sms": self.sms,
+        return {"calls": self.calls, "waybills": self.waybills, "issued": list(self.issued.values()),
+                "cancels": self.cancels, "cancel_calls": self.cancel_calls, "listings": self.listings, "sms": self.sms,
                 "peak_in_flight_per_key": self.peak_in_flight, "refused_signatures": self.refused_signatures,
                 "rate_limited": self.rate_limited, "outage_calls": self.outage_calls,
                 "counts": {"calls": len(self.calls),
@@ -214,6 +236,8 @@ class FakeServices:
         app = web.Application()
         app.add_routes([
             web.post("/v1/waybills", self.waybill),
+            web.get("/v1/waybills", self.waybill_list),
+            web.post("/v1/waybills/{waybill_no}/cancel", self.waybill_cancel),
             web.post("/v1/sms", self.sms),
             web.get("/v1/sms/{client_ref}", self.sms_lookup),
             web.post("/express/v1/orders", self.express),
@@ -305,12 +329,46 @@ class FakeServices:
             status, waybill_no = 201, f"WB{next(self._serial):010d}"
             self.ledger.waybill_by_key[key] = waybill_no
             self.ledger.waybills[order_no].append(waybill_no)
+            self.ledger.issued[waybill_no] = {"waybill_no": waybill_no, "order_no": order_no, "idempotency_key": key,
+                                              "created_at": time.time(), "status": "issued"}
         self._maybe_reset("waybill", request)
         if (redirect := self._maybe_redirect("waybill")) is not None:
             return redirect
         if faults.waybill_no_override is not None:
             waybill_no = faults.waybill_no_override
         return web.json_response({"waybill_no": waybill_no}, status=status)
+
+    async def waybill_list(self, request: web.Request) -> web.Response:
+        query = request.query
+        self.ledger.listings.append({"query": dict(query), "at": time.time()})
+        try:
+            since, until = float(query["from"]), float(query["to"])
+            limit = int(query.get("limit") or LIST_LIMIT)
+        except (KeyError, ValueError):
+            return web.json_response({"error": "from and to (epoch seconds) are required; limit is a number"},
+                                     status=400)
+        after = self.ledger.issued.get(query.get("after", ""))
+        if not (math.isfinite(since) and math.isfinite(until) and since <= until and 1 <= limit <= LIST_LIMIT):
+            return web.json_response({"error": f"from <= to, and limit 1-{LIST_LIMIT}"}, status=400)
+        # Issued in order (their numbers and times both grow), so a page goes on after its last.
+        found = [w for w in self.ledger.issued.values() if since <= w["created_at"] < until
+                 and (after is None or (w["created_at"], w["waybill_no"]) > (after["created_at"], after["waybill_no"]))]
+        page = [{name: w[name] for name in LISTED} for w in found[:limit]]
+        return web.json_response({"waybills": page, "next": page[-1]["waybill_no"] if len(found) > limit else None})
+
+    async def waybill_cancel(self, request: web.Request) -> web.Response:
+        number, key = request.match_info["waybill_no"], request.headers.get("Idempotency-Key")
+        self.ledger.cancel_calls.append({"key": key, "waybill_no": number, "at": time.time()})
+        if not key:
+            return web.json_response({"error": "Idempotency-Key header is required"}, status=400)
+        waybill = self.ledger.issued.get(number)
+        if waybill is None:
+            return web.json_response({"error": f"no waybill {number}"}, status=404)
+        if waybill["status"] != "cancelled":          # no await since the look: one cancel wins
+            waybill.update(status="cancelled", cancelled_at=time.time(), cancel_key=key)
+            self.ledger.cancels.append({"waybill_no": number, "key": key, "at": waybill["cancelled_at"]})
+        return web.json_response({"waybill_no": number, "status": "cancelled", "cancelled_at": waybill["cancelled_at"],
+                                  "idempotency_key": waybill["cancel_key"]})
 
     async def sms(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -167,6 +167,19 @@ STORE_WENT_BACK = Counter(
     "transactions; it opened a recovery window.")
 RECOVERY_WINDOW_OPEN = Gauge("order_recovery_window_open",
                              "1 while a recovery window is open: fresh SMS claims are looked up before they are sent.")
+# Reconciliation (app.reconcile): set by the process that ran it (the timer's lease holder).
+RECONCILE_RUNS = Counter("order_reconcile_runs_total", "Reconcile runs, by how they ended: clean, findings or failed.",
+                         ["status"])
+RECONCILE_SECONDS = Histogram("order_reconcile_duration_seconds", "How long a reconcile run took.",
+                              buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600))
+RECONCILE_RECORDS = Counter("order_reconcile_records_total", "Records reconciled, by how they ended (done, duplicate, "
+                            "superseded, skipped, dead_letter, in_progress, unread, or a finding).", ["end"])
+RECONCILE_FINDINGS = Gauge("order_reconcile_findings", "Findings of the latest reconcile run that completed, by kind "
+                           "(unaccounted, stuck, receipt_mismatch, ledger_without_record, provider).", ["kind"])
+RECONCILE_LAST_RUN = Gauge("order_reconcile_last_run_timestamp_seconds",
+                           "When the latest reconcile run that completed finished.")
+RECONCILE_LAST_RANGE_END = Gauge("order_reconcile_last_range_end_timestamp_seconds",
+                                 "The end of the range the latest completed reconcile run covered.")
 
 
 class SkippedTypes:
@@ -212,3 +225,11 @@ class SkippedTypes:
 
 
 SKIPPED_TYPES = SkippedTypes()
+
+# The providers' reconciliation's cases for a person (t_reconcile_case, app.reconcile.cases): read from the
+# table by whichever process files cases or acts on one, so every worker that did exports the same values.
+RECONCILE_CASES_OPEN = Gauge("order_reconcile_cases_open",
+                             "Open reconcile cases of this consumer group, by kind (duplicate, orphan, missing).",
+                             ["kind"])
+RECONCILE_CASE_ACTIONS = Counter("order_reconcile_case_actions_total",
+                                 "Reconcile cases a person closed, by action (compensate, adopt, dismiss).", ["action"])

@@ -43,10 +43,11 @@ from app.settings.effects import NESTED, EffectSettings, EffectsSettings, nested
 from app.settings.events import EventsSettings
 from app.settings.kafka import KafkaSettings
 from app.settings.operations import ROW_BYTES, OperationsSettings
+from app.settings.reconcile import ReconcileSettings
 from app.settings.web import WebSettings
 
 __all__ = ["ROW_BYTES", "BatchesSettings", "BulkSettings", "CompensationSettings", "DatabaseSettings",
-           "EffectSettings", "EffectsSettings", "EventsSettings", "KafkaSettings", "OperationsSettings", "Settings", "SettingsError", "WebSettings",
+           "EffectSettings", "EffectsSettings", "EventsSettings", "KafkaSettings", "OperationsSettings", "ReconcileSettings", "Settings", "SettingsError", "WebSettings",
            "env_names", "explain", "get_settings", "get_settings_or_exit"]
 
 
@@ -94,6 +95,7 @@ class Settings(BaseSettings):
     compensation: CompensationSettings = Field(default_factory=CompensationSettings)
     bulk: BulkSettings = Field(default_factory=BulkSettings)
     operations: OperationsSettings = Field(default_factory=OperationsSettings)
+    reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     web: WebSettings = Field(default_factory=WebSettings)
 
     @classmethod

@@ -20,6 +20,7 @@ import faust
 from app.adapters.mysql.partitions import CATCH_ALL, month_start
 from app.bootstrap import Runtime
 from app.observability import metrics
+from app.reconcile.run import show_latest
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,17 @@ async def refresh(rt: Runtime, settings: Settings, *, today: date | None = None)
         next_month = month_start(today or rt.clock.today(), 1)
         metrics.IDEM_PARTITIONS_AHEAD.set(sum(1 for p in parts if p.name != CATCH_ALL and p.below is not None
                                               and p.below > next_month))
+    try:
+        latest = await rt.reconcile_reads.latest_completed()
+    except Exception as exc:
+        log.warning("the latest reconcile could not be read: %r", exc)
+    else:
+        if latest is not None:
+            show_latest(*latest)
+    try:
+        await rt.reconcile_cases.refresh_gauge()
+    except Exception as exc:
+        log.warning("the reconcile's open cases could not be counted: %r", exc)
     taken = metrics.SKIPPED_TYPES.take()
     try:
         await rt.skipped_types.add(taken)

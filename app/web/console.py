@@ -24,6 +24,7 @@ def register(app: faust.App, settings: Settings) -> None:
     script = (HERE / "console.js").read_bytes()
     groups_script = (HERE / "console-groups.js").read_bytes()
     bulk_script = (HERE / "console-bulk.js").read_bytes()
+    reconcile_script = (HERE / "console-reconcile.js").read_bytes()
 
     @app.page("/console/")
     async def console(self: View, request: web.Request) -> web.Response:
@@ -41,4 +42,9 @@ def register(app: faust.App, settings: Settings) -> None:
     @app.page("/console/console-bulk.js")
     async def console_bulk_script(self: View, request: web.Request) -> web.Response:
         return web.Response(body=bulk_script, content_type="application/javascript", charset="utf-8",
+                            headers=HEADERS)
+
+    @app.page("/console/console-reconcile.js")
+    async def console_reconcile_script(self: View, request: web.Request) -> web.Response:
+        return web.Response(body=reconcile_script, content_type="application/javascript", charset="utf-8",
                             headers=HEADERS)

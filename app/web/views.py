@@ -6,7 +6,19 @@ import faust
 
 from app.bootstrap import Runtime
 from app.settings import Settings
-from app.web import bulk, compensation, console, groups, health, http, orders, roles, skipped
+from app.web import (
+    bulk,
+    compensation,
+    console,
+    groups,
+    health,
+    http,
+    orders,
+    reconcile,
+    reconcile_cases,
+    roles,
+    skipped,
+)
 
 
 def middlewares(settings: Settings) -> list:
@@ -23,3 +35,5 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     groups.register(app, runtime, settings)
     bulk.register(app, runtime, settings)
     skipped.register(app, runtime, settings)
+    reconcile.register(app, runtime, settings)
+    reconcile_cases.register(app, runtime, settings)

@@ -117,6 +117,21 @@ def build() -> dash.Dashboard:
             "Partitions ahead", "order_idem_partitions_ahead: monthly t_idem partitions after the current month "
             "(IdemPartitionsRunningOut below 1).", "short",
             query("min(order_idem_partitions_ahead)", "months ahead")))
+
+        .with_row(dash.Row("Reconciliation"))
+        .with_panel(graph(
+            "Reconcile findings by kind", "order_reconcile_findings: what the group's latest completed reconcile "
+            "run found (unaccounted, stuck, receipt_mismatch, ledger_without_record, provider); the same on every "
+            "worker, so max. ReconcileFindings above 0.", "short",
+            query("max by (kind) (order_reconcile_findings)", "{{kind}}")))
+        .with_panel(single(
+            "Since the last reconcile", "Seconds since the latest reconcile run completed "
+            "(order_reconcile_last_run_timestamp_seconds; ReconcileNotRunning past an hour).", "s",
+            query("time() - max(order_reconcile_last_run_timestamp_seconds)", "since the last run")))
+        .with_panel(single(
+            "Reconciled up to", "How far behind now the latest completed run's range ended "
+            "(order_reconcile_last_range_end_timestamp_seconds): RECONCILE_LAG_SECONDS and the run's age.", "s",
+            query("time() - max(order_reconcile_last_range_end_timestamp_seconds)", "behind now")))
     )
     return board
 

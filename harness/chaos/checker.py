@@ -62,13 +62,14 @@ import pymysql
 from harness.chaos import evidence
 from harness.chaos.accounting import Accountant, Findings
 from harness.chaos.acked import check_acked
+from harness.chaos.agreement import check_agreement
 from harness.chaos.orders import OrderCheck
 from harness.chaos.rules import LOCAL_STEP, SERVICES, step_keys, unchecked_effects
 
 VIOLATIONS = ("lost", "acked_not_consumed", "double_accounted", "misaccounted", "duplicate_effects", "missing_effects",
               "unchecked_effects", "regressions",
               "pending_left", "offsets_behind", "unexpected_exits", "unsettled", "manifest_mismatches",
-              "unreadable", "failover_lost", "failover_unnoticed", "failover_unfinished")
+              "unreadable", "reconcile_disagrees", "failover_lost", "failover_unnoticed", "failover_unfinished")
 FAILOVER_VIOLATIONS = ("failover_lost", "failover_unnoticed", "failover_unfinished")   # in failover runs only
 # Paired faults: the first switches a fault on, the second off; their seconds add up.
 SPANS = {"cut_seconds": ("db_cut", "db_restore"), "broker_cut_seconds": ("broker_cut", "broker_restore"),
@@ -110,6 +111,9 @@ class CheckReport:
     failover_lost: int = 0
     failover_unnoticed: int = 0
     failover_unfinished: int = 0
+    reconcile_disagrees: int = 0
+    # the product's reconcile of the run against the checker, record by record (None: not run)
+    reconcile: dict | None = None
     # every acknowledged record: on the log with its bytes, read past, accounted
     acked: dict = field(default_factory=dict)
     # the run's figures
@@ -193,6 +197,7 @@ def check(manifest_path) -> CheckReport:
     if tables is not None:      # without the tables nothing can be accounted for: the figures alone
         books = _account(report, manifest, events, dlq, tables, fakes, findings)
     report.acked = check_acked(manifest, events, books.category if books else None, findings)
+    report.reconcile = check_agreement(manifest, path.parent, books.category if books else None, findings)
     _produced(report, manifest)
     _offsets(report, manifest, events, dlq, findings)
     _workers(report, manifest, findings)

@@ -46,6 +46,7 @@ import logging
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -184,6 +185,7 @@ class ChaosRun:
         self.storm: Storm | None = None
         self.relay: OutboxRelay | None = None
         self.upstream: dict | None = None       # the outbox relay's figures, for the manifest
+        self.reconciled: dict | None = None     # the product's reconcile of the run, for the checker to compare
 
     def say(self, line: str) -> None:
         stamped = f"[chaos {time.time() - self.started_at:7.1f}s] {line}"
@@ -216,6 +218,7 @@ class ChaosRun:
             backlog, drain_error = self.drain()
             if self.db_failover:
                 self.examine_failover()
+            self.reconciled = self.reconcile()
             return self.conclude(workload, produced, backlog, drain_error)
         finally:
             with _uninterrupted():
@@ -319,6 +322,40 @@ class ChaosRun:
             list(pool.map(self.fleet.stop, list(self.fleet.live)))
         return backlog, drain_error
 
+    def reconcile(self) -> dict | None:
+        """The product's own reconcile of the run (``faust -A app reconcile``, as an operator runs it, on
+        the database directly), every record's end exported next to the manifest: the checker compares
+        them with its own verdicts, record by record (``harness.chaos.agreement``)."""
+        export = self.folder / "reconcile.jsonl"
+        since = datetime.fromtimestamp(self.started_at - 60, UTC).isoformat()
+        until = datetime.fromtimestamp(time.time() + 60, UTC).isoformat()
+        env = {**self.fleet.env, "MYSQL_URL": self.mariadb.url(DATABASE, USER, self.password)}
+        clock = time.monotonic()
+        try:
+            done = subprocess.run([str(Path(sys.executable).with_name("faust")), "-A", "app", "reconcile", "--from",
+                                   since, "--to", until, "--json", "--no-store", "--export", str(export)],
+                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+        except subprocess.TimeoutExpired as exc:
+            self.say(f"THE RECONCILE DID NOT END: {exc!r}")
+            return {"exit": None, "error": repr(exc), "export": None}
+        seconds = round(time.monotonic() - clock, 1)
+        self.timings["reconcile_seconds"] = seconds
+        try:
+            found = json.loads(done.stdout)
+        except ValueError:
+            found = {}
+        else:
+            (self.folder / "reconcile.json").write_text(done.stdout)
+        result = {"exit": done.returncode, "export": export.name if export.exists() else None, "seconds": seconds,
+                  **{k: found.get(k) for k in ("status", "records", "ends", "findings_total", "findings_by_kind",
+                                               "records_per_second", "error")},
+                  "findings": (found.get("findings") or [])[:20],
+                  "stderr": done.stderr[-2000:] if done.returncode not in (0, 1) else None}
+        self.say(f"the product's reconcile of the run (exit {done.returncode}, {seconds}s): {found.get('records')} "
+                 f"records, {json.dumps({k: v for k, v in (found.get('ends') or {}).items() if v})}, "
+                 f"{found.get('findings_total')} findings")
+        return result
+
     def examine_failover(self) -> None:
         """The dead primary's data started again: what it committed that the promoted replica
         lacked. Every worker has stopped by now."""
@@ -354,6 +391,7 @@ class ChaosRun:
             "worker_settings": self.worker_settings, "timings": self.timings, "run_dir": self.rel(self.folder),
             "failover": self.failover, "effect_steps": declared_effect_steps(settings=self.worker_settings),
             **({"envelope": "outbox", "upstream": self.upstream} if self.outbox else {}),
+            "reconcile": self.reconciled,
         }
         path = self.folder / "manifest.json"
         path.write_text(json.dumps(content, indent=1))

@@ -39,6 +39,7 @@ def render(report: CheckReport) -> str:
                                    "person acts" if report.unfinished_orders else "")),
         ("on the dead-letter topic", _topic(report.dead_letter_topic)),
         ("effects", _effects(report.effects)),
+        *([("the product's reconcile", _reconcile(report.reconcile))] if report.reconcile else []),
     ]
     rows += [(name.replace("_", " "), f"{getattr(report, name):,}") for name in VIOLATIONS
              if report.failover or name not in FAILOVER_VIOLATIONS]
@@ -119,6 +120,13 @@ def _broker_faults(report: CheckReport) -> str:
         return ""
     return (f", the busiest partition's leader {leader}x, the active controller {controller}x; "
             f"brokers cut {_s(report.broker_cut_seconds)}")
+
+
+def _reconcile(ran: dict) -> str:
+    if ran.get("records") is None:
+        return f"did not complete (exit {ran.get('exit')})"
+    return (f"{ran['records']:,} records in {_s(ran.get('seconds'))}, {ran.get('findings') or 0:,} findings; "
+            f"{ran.get('agree', 0):,} of {ran.get('compared', 0):,} records judged as the checker judged them")
 
 
 def _acked(acked: dict) -> str:

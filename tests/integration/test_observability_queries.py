@@ -6,8 +6,8 @@ scraping one real ``faust -A app worker`` every second (job ``order-event-proces
 deploy/prometheus/prometheus.yml) and loading deploy/prometheus/rules.yml. The worker is given
 traffic that leaves a series behind every query: orders created, paid and confirmed (waybills,
 SMS, batches), a CONFIRM the logistics API refuses with 500s (an external error, a dead letter
-left ``open``), a second PAID that contradicts the first (``manual``), and a pending ``t_idem``
-row planted 20 minutes old (stuck), in a database of this module's own.
+left ``open``), a second PAID that contradicts the first (``manual``), a pending ``t_idem``
+row planted 20 minutes old (stuck), and a reconcile every second, in a database of this module's own.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def scraped(settings):
     env = worker_env(**{"MYSQL_URL": db.url, "WORKER_ID": "observability-w", **pair.env(),
                         **fakes.env(), "RETRY_BACKOFF_MS": "20,20,20",
                         "DLQ_RETRY_AFTER_SECONDS": "0", "COMPENSATION_BACKOFF_SECONDS": "3600",
-                        "METRICS_REFRESH_SECONDS": "1"})
+                        "METRICS_REFRESH_SECONDS": "1", "RECONCILE_EVERY_SECONDS": "1"})
     worker = Worker(env, "observability").start()
     prometheus = None
     try:
@@ -231,13 +231,13 @@ def test_every_alert_expression_parses_and_returns_series(scraped):
     series; evaluated by /api/v1/query at now + 120 s (RULES_AHEAD_SECONDS). Prometheus has also
     loaded rules.yml and evaluated every rule without an error."""
     queries = rule_expressions()
-    assert len(queries) == 17
+    assert len(queries) == 19
     wait_for_series(scraped, queries, at=lambda: time.time() + RULES_AHEAD_SECONDS)
 
     def rules_health():
         groups = scraped.get("/api/v1/rules")[1].get("data", {}).get("groups", [])
         rules = [rule for group in groups for rule in group["rules"]]
-        return len(rules) == 17 and all(rule.get("lastEvaluation", "").startswith("20") for rule in rules) and rules
+        return len(rules) == 19 and all(rule.get("lastEvaluation", "").startswith("20") for rule in rules) and rules
 
     rules = wait_for(rules_health, timeout=30, what="every rule evaluated once")
     assert {rule["name"]: rule["health"] for rule in rules} == {name: "ok" for name, _ in queries}

@@ -55,6 +55,8 @@ RULES = [
     ("app.pipeline", (*PURE_CORE_MAY_NOT, "app.compensation"),
      "the pipeline is pure: ports in, results out; what becomes of a dead letter stands on it, not in it"),
     ("app.compensation", PURE_CORE_MAY_NOT, "the dead-letter lifecycle is pure like the pipeline it runs events through"),
+    ("app.reconcile.input", PURE_CORE_MAY_NOT, "how a record ended is judged from rows handed over, nothing read"),
+    ("app.reconcile.report", PURE_CORE_MAY_NOT, "a report says what a run found; it reads nothing"),
     ("agents", ("app.main", "agents.", "app.web", "app.timers", "app.commands"), "an agent gets its runtime handed over"),
     ("app.web", ("app.main", "agents", "app.timers", "app.commands"), "a view gets what it needs handed over"),
     ("app.timers", ("app.main", "agents", "app.web", "app.commands"), "a timer gets what it needs handed over"),

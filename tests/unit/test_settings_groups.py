@@ -34,6 +34,8 @@ VARIABLES = (
     'MAX_BATCH_BYTES', 'MAX_EVENT_BYTES', 'METRICS_REFRESH_SECONDS', 'MYSQL_SSL_CA', 'MYSQL_SSL_CERT',
     'MYSQL_SSL_KEY', 'MYSQL_SSL_MODE', 'MYSQL_SSL_VERIFY_IDENTITY', 'MYSQL_URL', 'ORDER_EVENT_PARTITIONS',
     'ORDER_EVENT_TOPIC', 'PARTITIONS_AHEAD', 'PARTITION_LOCK_WAIT_SECONDS', 'PARTITION_TIMER_SECONDS',
+    'RECONCILE_CHUNK', 'RECONCILE_EVERY_SECONDS', 'RECONCILE_KEEP_DAYS', 'RECONCILE_KEEP_FINDINGS', 'RECONCILE_LAG_SECONDS',
+    'RECONCILE_PROVIDER_MARGIN_SECONDS', 'RECONCILE_PROVIDER_MAX_ROWS', 'RECONCILE_WINDOW_SECONDS',
     'RECOVERY_AUTO_HOURS', 'RETRY_BACKOFF_MS', 'SETTLE_AFTER_MS', 'SETTLE_GROUP', 'SLOW_BATCH_SECONDS', 'SMS_LOOKUP', 'SMS_LOOKUP_SETTLE_SECONDS',
     'SMS_URL', 'STOP_TIMEOUT_SECONDS', 'STORE_WATERMARK_SECONDS', 'STORE_WATERMARK_TOPIC', 'STUCK_PENDING_SECONDS',
     'STUCK_SWEEP_LIMIT', 'STUCK_SWEEP_SECONDS', 'TOPIC_REPLICATION', 'UNHANDLED_EVENT_TYPES', 'WATCHDOG_ENABLED', 'WATCHDOG_INTERVAL_SECONDS',
@@ -105,7 +107,7 @@ def test_flat_names_land_in_their_group_or_are_refused():
 
 
 def test_every_group_is_a_field_of_the_root():
-    assert set(GROUPS) == {"kafka", "database", "effects", "events", "batches", "compensation", "bulk", "operations", "web"}
+    assert set(GROUPS) == {"kafka", "database", "effects", "events", "batches", "compensation", "bulk", "operations", "reconcile", "web"}
 
 
 def test_every_setting_has_a_description():

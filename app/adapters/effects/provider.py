@@ -1,12 +1,19 @@
 """What a provider module declares: the effect it serves, its contract, how its client is built,
 and what its fake needs. Every provider module has one :class:`Provider` (``PROVIDER``), listed
 once in :mod:`app.adapters.effects.registry`.
+
+A provider that can say what it did, by time range, and cancel one of those things declares a
+``listing`` (:class:`Listing`): reconciliation (``app.reconcile.providers``) compares its records
+with our receipts and offers a person to cancel a duplicate. One that cannot (the express courier,
+the SMS gateway) declares none, and the reconcile reports it as not listable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
 
 import aiohttp
 
@@ -21,6 +28,44 @@ def where(job: EffectJob) -> str:
     return f"{job.effect.name} for {job.order_no}"
 
 
+CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Issued:
+    """One thing a provider says it did, as its own records have it: a waybill."""
+    reference: str              # its number for it (the waybill number): what a receipt holds
+    order_no: str
+    key: str | None             # the idempotency key it was asked under
+    created_at: datetime        # the provider's clock, UTC
+    status: str                 # "issued", "cancelled", or what else the provider says
+
+    @property
+    def live(self) -> bool:
+        return self.status != CANCELLED
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """A provider's answer to a cancel: done now, or done before (the same answer again)."""
+    reference: str
+    key: str | None             # the key of the cancel that did it
+    cancelled_at: datetime | None
+
+
+class Listing(Protocol):
+    """What a provider that lists what it did offers reconciliation. Both raise the pipeline's
+    errors (``EffectUnavailable``: try again; ``EffectRejected``: it will not)."""
+
+    def issued(self, since: datetime, until: datetime, *, page_size: int) -> AsyncIterator[list[Issued]]:
+        """What it did at or after ``since`` and before ``until`` (its clock), oldest first, a page at a time."""
+        ...
+
+    async def cancel(self, reference: str, key: str) -> Cancelled:
+        """Cancel ``reference``; the same ``key`` again changes nothing and answers the same."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Provider:
     name: str                    # the module's name; what EFFECTS__<EFFECT>__PROVIDER names
@@ -33,6 +78,8 @@ class Provider:
     fake_settings: Mapping[str, str] = field(default_factory=dict)
     # Whether a deployment may switch its lookup off (``EFFECTS__<EFFECT>__LOOKUP=false``): its contract is then none.
     lookup_optional: bool = False
+    # What lists the provider's records by time range and cancels one (see the module's docstring); None: it cannot.
+    listing: Callable[[aiohttp.ClientSession, ResolvedEffect], Listing] | None = field(default=None, repr=False)
 
     def contract_for(self, settings: ResolvedEffect) -> Contract:
         """The contract as deployed: a lookup switched off leaves none."""

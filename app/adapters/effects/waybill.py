@@ -25,15 +25,24 @@ waybill number is checked against the receipt table's column before T3: a
 service that answers success with a number that is not a string, or longer than
 the column, gets this one record failed with a clear reason instead of making
 the whole batch's T3 fail.
+
+It lists what it issued and cancels a waybill (its ``listing``, for reconciliation):
+``GET /v1/waybills?from=&to=&limit=&after=`` (epoch seconds, a page at a time, ``next`` the
+``after`` of the next page) and ``POST /v1/waybills/{waybill_no}/cancel`` with an
+``Idempotency-Key`` (a cancel repeated answers as the first did; 404: no such waybill).
 """
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from urllib.parse import quote
 
 import aiohttp
 import orjson
 
 from app.adapters.effects import call_timeout, rate_limited, transport_errors, waybill_number
-from app.adapters.effects.provider import Provider, where
+from app.adapters.effects.provider import CANCELLED, Cancelled, Issued, Provider, where
 from app.pipeline.errors import EffectRejected, EffectUnavailable
 from app.pipeline.excerpts import excerpt
 from app.pipeline.model import EffectJob
@@ -77,9 +86,95 @@ def _waybill_no(at: str, status: int, body: bytes) -> str:
     return waybill_number(at, str(status), value, answer=excerpt(body, 200))
 
 
+class WaybillListing:
+    """The logistics API's own records: what it issued over a time range, and a cancel."""
+
+    def __init__(self, session: aiohttp.ClientSession, *, base_url: str, timeout_seconds: float,
+                 connect_timeout_seconds: float | None = None) -> None:
+        self.session = session
+        self.url = f"{base_url.rstrip('/')}/v1/waybills"
+        self.timeout = call_timeout(timeout_seconds, connect_timeout_seconds or timeout_seconds / 2)
+
+    async def issued(self, since: datetime, until: datetime, *, page_size: int) -> AsyncIterator[list[Issued]]:
+        after: str | None = None
+        while True:
+            query = {"from": f"{since.timestamp():.6f}", "to": f"{until.timestamp():.6f}", "limit": str(page_size),
+                     **({"after": after} if after else {})}
+            doc = await self._get(query)
+            page = [_issued(item) for item in doc.get("waybills") or ()]
+            if page:
+                yield page
+            following = doc.get("next")
+            if not page or not isinstance(following, str) or not following:
+                return
+            if following == after:         # a provider that does not move on would be read forever
+                raise EffectUnavailable(f"waybill listing: the page after {after} points at itself")
+            after = following
+
+    async def _get(self, query: dict[str, str]) -> dict:
+        at = "waybill listing"
+        with transport_errors(at, self.timeout):
+            async with self.session.get(self.url, params=query, timeout=self.timeout, allow_redirects=False) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise _refusal(at, resp.status, body)
+        return _object(at, body)
+
+    async def cancel(self, reference: str, key: str) -> Cancelled:
+        at = f"waybill cancel of {reference}"
+        with transport_errors(at, self.timeout):
+            async with self.session.post(f"{self.url}/{quote(reference, safe='')}/cancel", timeout=self.timeout,
+                                         headers={"Idempotency-Key": key}, allow_redirects=False) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise _refusal(at, resp.status, body)
+        doc = _object(at, body)
+        if doc.get("status") != CANCELLED:
+            raise EffectUnavailable(f"{at}: 200 without status cancelled: {excerpt(body, 200)}")
+        by = doc.get("idempotency_key")
+        return Cancelled(reference, by if isinstance(by, str) else None, _moment(doc.get("cancelled_at")))
+
+
+def _object(at: str, body: bytes) -> dict:
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise EffectUnavailable(f"{at}: 200 without a JSON object: {excerpt(body, 200)}")
+    return doc
+
+
+def _refusal(at: str, status: int, body: bytes) -> Exception:
+    """A 4xx other than 408 and 429 will not change on its own; anything else may."""
+    if 400 <= status < 500 and status not in (408, 429):
+        return EffectRejected(f"{at}: refused with {status}: {excerpt(body)}")
+    return EffectUnavailable(f"{at}: answered {status}")
+
+
+def _issued(item: object) -> Issued:
+    doc = item if isinstance(item, dict) else {}
+    number, order, created = doc.get("waybill_no"), doc.get("order_no"), _moment(doc.get("created_at"))
+    if not isinstance(number, str) or not isinstance(order, str) or created is None:
+        raise EffectUnavailable(f"waybill listing: an entry without waybill_no, order_no or created_at: {item!r:.200}")
+    key = doc.get("idempotency_key")
+    return Issued(number, order, key if isinstance(key, str) else None, created, str(doc.get("status") or "issued"))
+
+
+def _moment(value: object) -> datetime | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC)
+    return None
+
+
 def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> WaybillClient:
     return WaybillClient(session, base_url=settings.url, timeout_seconds=settings.timeout_seconds,
                          connect_timeout_seconds=settings.connect_timeout_seconds)
 
 
-PROVIDER = Provider("waybill", ISSUE_WAYBILL, Contract.REPLAYS, build, services=("waybill",))
+def listing(session: aiohttp.ClientSession, settings: ResolvedEffect) -> WaybillListing:
+    return WaybillListing(session, base_url=settings.url, timeout_seconds=settings.timeout_seconds,
+                          connect_timeout_seconds=settings.connect_timeout_seconds)
+
+
+PROVIDER = Provider("waybill", ISSUE_WAYBILL, Contract.REPLAYS, build, services=("waybill",), listing=listing)

@@ -1,0 +1,97 @@
+"""A reconcile case's life, as data: what it is about, where it stands, and what a person may do.
+
+A case comes from a finding of the providers' reconciliation (``app.reconcile.providers``) and is
+``open`` until a person closes it, once:
+
+=============  ==================  ==========================================================
+action         kinds               what it does
+=============  ==================  ==========================================================
+compensate     duplicate           cancels the extra waybill at the provider, with a key of
+                                   the case's own (:func:`cancel_key`): a click repeated, or
+                                   two people at once, cancel it once
+adopt          orphan              makes the waybill our receipt and its step done, in one
+                                   transaction, after checking the step's token is the
+                                   waybill's key and no receipt exists
+dismiss        any (a note)        nothing at the provider or in our tables
+=============  ==================  ==========================================================
+
+Every status but ``open`` is final: a run that finds the same thing again only says it saw it.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Protocol
+
+from app.pipeline.states import IdemStatus
+
+DUPLICATE, ORPHAN, MISSING = "duplicate", "orphan", "missing"
+KINDS: tuple[str, ...] = (DUPLICATE, ORPHAN, MISSING)
+
+
+class CaseStatus(IntEnum):
+    OPEN = 1
+    ADOPTED = 2
+    COMPENSATED = 3
+    DISMISSED = 4
+
+
+# action -> (the status it closes the case with, the kinds it applies to); every action starts from OPEN.
+CASE_ACTIONS: dict[str, tuple[CaseStatus, frozenset[str]]] = {
+    "compensate": (CaseStatus.COMPENSATED, frozenset({DUPLICATE})),
+    "adopt": (CaseStatus.ADOPTED, frozenset({ORPHAN})),
+    "dismiss": (CaseStatus.DISMISSED, frozenset(KINDS)),
+}
+# (from, to) pairs a case may take; None is "no case yet" (a run files it).
+CASE_TRANSITIONS: frozenset[tuple[CaseStatus | None, CaseStatus]] = frozenset(
+    {(None, CaseStatus.OPEN)} | {(CaseStatus.OPEN, to) for to, _ in CASE_ACTIONS.values()})
+
+
+def case_move_allowed(src: CaseStatus | None, dst: CaseStatus) -> bool:
+    return (src, dst) in CASE_TRANSITIONS
+
+
+def refusal(action: str, kind: str, status: CaseStatus) -> str | None:
+    """Why ``action`` cannot be done to a case of ``kind`` that is ``status``; None if it can."""
+    if action not in CASE_ACTIONS:
+        return f"no action {action!r}: {', '.join(CASE_ACTIONS)}"
+    to, kinds = CASE_ACTIONS[action]
+    if status is not CaseStatus.OPEN:
+        return f"the case is {status.name.lower()} already"
+    if kind not in kinds:
+        return f"{action} is for {' or '.join(sorted(kinds))} cases; this one is {kind}"
+    return None
+
+
+def cancel_key(tokens, group: str, case_id: int) -> str:
+    """The idempotency key of a case's cancel: the case's own, under the deployment's secret
+    (``app.pipeline.tokens.StepTokens``), so every cancel of one case asks the provider the same
+    question and two deployments sharing a provider account never share a key."""
+    return tokens(f"{group}:reconcile_case:{case_id}:cancel")
+
+
+class Step(Protocol):
+    """The ``t_idem`` row of the effect's step, as far as an adoption asks."""
+    @property
+    def status(self) -> int: ...
+    @property
+    def token(self) -> str | None: ...
+    @property
+    def live(self) -> bool: ...
+    @property
+    def owner(self) -> str | None: ...
+
+
+def adoption_refused(step: Step | None, key: str | None) -> str | None:
+    """Why a waybill issued under ``key`` cannot become the receipt of ``step``; None if it can: the
+    step exists, asked under that very key, and is done, or pending with no worker on its claim (a
+    pending row moves to done as T3 would have moved it; a failed one never leaves failed)."""
+    if step is None:
+        return "no t_idem row of the step: nothing of ours asked for this waybill"
+    if not key or step.token != key:
+        return "the step's token is not the waybill's idempotency key: another request's waybill"
+    if step.status == IdemStatus.FAILED:
+        return "the step is failed for good; a failed row is never made done"
+    if step.status == IdemStatus.PENDING and step.live:
+        return f"a worker holds the step's claim ({step.owner}); its T3 may yet write the receipt"
+    return None

@@ -1,0 +1,290 @@
+"""The providers' side of reconciliation: what each provider's own records say it did, against the
+receipts we hold.
+
+For each effect whose provider can list what it did (its ``listing``,
+``app.adapters.effects.provider``) over ``[since, until)``:
+
+=========  =====================================================================================
+finding    what it is
+=========  =====================================================================================
+duplicate  two or more waybills, not cancelled, for one order (a provider that ignored the key, a
+           call made twice): the one our receipt holds is the keeper, the others are extras
+           (with no receipt, the earliest is the keeper, to be adopted first)
+orphan     a waybill, not cancelled, for an order we hold no receipt for: a crash between the call
+           and T3, or a receipt lost; adopting it makes it the receipt
+missing    a receipt we hold whose waybill the provider does not list, or lists cancelled
+=========  =====================================================================================
+
+An effect whose provider cannot list (the express courier, the SMS gateway) is reported
+``not_listable``, never skipped in silence.
+
+Two clocks meet here, and a receipt is written after the provider's record of the same call (T3
+follows the call; a call in doubt is replayed later): the provider is read over the range widened
+by ``RECONCILE_PROVIDER_MARGIN_SECONDS`` either side, our receipts over the range itself, and an
+order the provider names is looked up by its key, whenever its receipt was written. A receipt
+whose waybill is not listed and whose step was first claimed before the widened range (a replay
+long after the first call) makes the listing be read further back, to the claim. A finding
+belongs to the range its extra waybill, its orphan or its receipt falls in, so that runs over
+neighbouring ranges do not both report it (and a case is filed once however many runs find it).
+A step whose claim is live (a worker between its call and T3) is in flight, not an orphan.
+
+Every read is bounded: the listing a page at a time and at most ``RECONCILE_PROVIDER_MAX_ROWS``
+entries (beyond, the effect is ``complete: false`` and reports no missing receipts, which the
+part not read might hold), the receipts by ``idx_gmt_create`` with the same bound, the rest by key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from app.adapters.effects import http_session
+from app.adapters.effects.provider import Issued, Listing, Provider
+from app.adapters.effects.registry import chosen
+from app.adapters.mysql.reads.receipt_ranges import RECEIPT_TABLES, HeldReceipt, ReceiptRanges, StepState
+from app.adapters.mysql.store import MySqlStore
+from app.pipeline.errors import PipelineError
+from app.pipeline.states import IdemStatus
+from app.pipeline.steps import effects_used
+from app.reconcile.cases import DUPLICATE, MISSING, ORPHAN, adoption_refused
+from app.settings import Settings
+
+PAGE_SIZE = 500                # entries of a provider's listing asked at once
+CONNECTIONS = 2                # the reconcile's own HTTP pool: never a slot of the order agent's
+
+
+class HasStore(Protocol):
+    store: MySqlStore
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderFinding:
+    kind: str                   # duplicate, orphan, missing (app.reconcile.cases)
+    effect: str
+    provider: str
+    order_no: str
+    biz_key: str | None         # the effect step's t_idem key
+    keeper: str | None          # the waybill to keep: the receipt's, the orphan, the missing one
+    extras: tuple[str, ...]     # a duplicate's waybills to cancel
+    evidence: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "effect": self.effect, "provider": self.provider, "order_no": self.order_no,
+                "biz_key": self.biz_key, "keeper": self.keeper, "extras": list(self.extras), "evidence": self.evidence}
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """What a person acts on, one case each: each extra of a duplicate, else the keeper."""
+        if self.kind == DUPLICATE:
+            return self.extras
+        return (self.keeper,) if self.keeper else ()
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    since: datetime
+    until: datetime
+    margin: timedelta
+
+    def __contains__(self, at: datetime) -> bool:
+        return self.since <= at < self.until
+
+    @property
+    def wide(self) -> tuple[datetime, datetime]:
+        return self.since - self.margin, self.until + self.margin
+
+
+@dataclass
+class ProviderSection:
+    since: datetime
+    until: datetime
+    margin_seconds: float
+    effects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    findings: list[ProviderFinding] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"since": self.since.isoformat(), "until": self.until.isoformat(), "margin_seconds": self.margin_seconds,
+                "effects": self.effects, "findings": [f.as_dict() for f in self.findings]}
+
+
+async def reconcile_providers(rt: HasStore, settings: Settings, *, since: datetime,
+                              until: datetime) -> ProviderSection:
+    """Every effect's provider compared with our receipts over ``[since, until)`` (UTC)."""
+    options = settings.reconcile
+    window = Window(_utc(since), _utc(until), timedelta(seconds=options.provider_margin_seconds))
+    section = ProviderSection(window.since, window.until, options.provider_margin_seconds)
+    async with http_session(CONNECTIONS) as session:
+        for effect in effects_used().values():
+            provider = chosen(effect.name, settings.effects)
+            if provider.listing is None or effect.name not in RECEIPT_TABLES:
+                section.effects[effect.name] = not_listable(provider, effect.name)
+                continue
+            listing = provider.listing(session, settings.effects.effect(effect.name))
+            try:
+                found, counts = await compare_effect(ReceiptRanges(rt.store, effect.name), listing, provider, window,
+                                                     max_rows=options.provider_max_rows)
+            except PipelineError as exc:
+                section.effects[effect.name] = {"provider": provider.name, "not_listable": False, "error": str(exc)}
+                continue
+            section.effects[effect.name] = counts
+            section.findings += found
+    return section
+
+
+class NotCancellable(Exception):
+    """This deployment cannot cancel at the provider a case names."""
+
+
+def cancel_at_provider(settings: Settings, effect: str, provider_name: str,
+                       key: str) -> Callable[[str], Awaitable[str]]:
+    """What cancels a reference at the provider of a case, under ``key`` (the case's own,
+    ``app.reconcile.cases.cancel_key``), and says what the provider answered, for the audit."""
+    provider = chosen(effect, settings.effects)
+    if provider.name != provider_name or provider.listing is None:
+        raise NotCancellable(f"the case is about {provider_name}'s {effect}; this deployment's provider of it is "
+                             f"{provider.name}, which " + ("cannot cancel" if provider.listing is None else
+                                                           "did not issue it"))
+    make = provider.listing
+
+    async def cancel(reference: str) -> str:
+        async with http_session(1) as session:
+            done = await make(session, settings.effects.effect(effect)).cancel(reference, key)
+        when = done.cancelled_at.isoformat() if done.cancelled_at else "at a time it does not say"
+        by = "this case's key" if done.key == key else "another key (cancelled before this case asked)"
+        return f"{provider_name} cancelled {reference} {when}, under {by} (...{key[-4:]})"
+    return cancel
+
+
+def not_listable(provider: Provider, effect: str) -> dict[str, Any]:
+    why = ("the provider lists nothing of what it did" if provider.listing is None
+           else "its receipts have no table of their own to compare with")
+    return {"provider": provider.name, "listed": None, "receipts": None, "duplicates": None, "orphans": None,
+            "missing": None, "not_listable": True, "why": why}
+
+
+async def compare_effect(reads: ReceiptRanges, listing: Listing, provider: Provider, window: Window, *,
+                         max_rows: int) -> tuple[list[ProviderFinding], dict[str, Any]]:
+    """One effect: its provider's records and our receipts read (see the module's docstring), compared."""
+    listed, complete = await read_listing(listing, *window.wide, max_rows=max_rows)
+    receipts = await reads.written(window.since, window.until, limit=max_rows)
+    complete = complete and len(receipts) < max_rows
+    held = {r.order_no: r for r in receipts}
+    held |= await reads.of_orders({i.order_no for i in listed} - held.keys())
+    known = {i.reference for i in listed}
+    claims = [r.step.claimed_at for r in held.values() if r.reference not in known and r.step is not None]
+    if claims and min(claims) < window.wide[0] and len(listed) < max_rows:
+        # A receipt of a replay (or of an order whose second waybill came long after its first): its
+        # waybill may predate the widened range, back to the step's first claim.
+        earlier, whole = await read_listing(listing, min(claims) - window.margin, window.wide[0],
+                                            max_rows=max_rows - len(listed))
+        listed, complete = [*earlier, *listed], complete and whole
+    steps = await reads.steps({i.order_no for i in listed} - held.keys())
+    findings, in_flight = compare(reads.effect, provider.name, window, listed, held, steps, missing=complete)
+    counts = {kind: sum(1 for f in findings if f.kind == kind) for kind in (DUPLICATE, ORPHAN, MISSING)}
+    return findings, {"provider": provider.name, "listed": len(listed), "receipts": len(receipts),
+                      "duplicates": counts[DUPLICATE], "orphans": counts[ORPHAN], "missing": counts[MISSING],
+                      "not_listable": False, "in_flight": in_flight, "complete": complete}
+
+
+async def read_listing(listing: Listing, since: datetime, until: datetime, *,
+                       max_rows: int) -> tuple[list[Issued], bool]:
+    """At most ``max_rows`` of the provider's records, a page at a time; whether that was all."""
+    found: list[Issued] = []
+    async for page in listing.issued(since, until, page_size=min(PAGE_SIZE, max_rows)):
+        found += page
+        if len(found) >= max_rows:
+            return found[:max_rows], False
+    return found, True
+
+
+def compare(effect: str, provider: str, window: Window, listed: Sequence[Issued], held: Mapping[str, HeldReceipt],
+            steps: Mapping[str, StepState], *, missing: bool = True) -> tuple[list[ProviderFinding], int]:
+    """The findings of one effect, and how many orders were in flight. ``held``: our receipts by order,
+    those written in the window and those of every order listed; ``steps``: the effect's step rows of
+    the orders listed that we hold no receipt for; ``missing``: whether the listing was read whole."""
+    findings: list[ProviderFinding] = []
+    in_flight = 0
+    for order, waybills in _live_by_order(listed).items():
+        receipt = held.get(order)
+        if receipt is not None:
+            extras = [w for w in waybills if w.reference != receipt.reference]
+            # Only beside the receipt's own, seen live: extras cancelled must never leave the order with none.
+            if len(extras) < len(waybills) and any(w.created_at in window for w in extras):
+                findings.append(_duplicate(effect, provider, order, receipt, waybills, extras))
+            continue
+        step = steps.get(order)
+        if step is not None and step.status == IdemStatus.PENDING and step.live:
+            in_flight += 1                             # between its call and T3 right now
+            continue
+        if waybills[0].created_at in window:
+            findings.append(_orphan(effect, provider, order, waybills[0], step))
+        if any(w.created_at in window for w in waybills[1:]):
+            findings.append(_duplicate(effect, provider, order, None, waybills, waybills[1:], step))
+    if missing:
+        by_reference = {i.reference: i for i in listed}
+        for receipt in held.values():
+            found = by_reference.get(receipt.reference)
+            if receipt.written_at in window and (found is None or not found.live):
+                others = [i for i in listed if i.order_no == receipt.order_no and i.reference != receipt.reference]
+                findings.append(_missing(effect, provider, receipt, found, others))
+    return findings, in_flight
+
+
+def _live_by_order(listed: Iterable[Issued]) -> dict[str, list[Issued]]:
+    found: dict[str, list[Issued]] = {}
+    for item in sorted(listed, key=lambda i: (i.created_at, i.reference)):
+        if item.live:
+            found.setdefault(item.order_no, []).append(item)
+    return found
+
+
+def _duplicate(effect: str, provider: str, order: str, receipt: HeldReceipt | None, waybills: Sequence[Issued],
+               extras: Sequence[Issued], step: StepState | None = None) -> ProviderFinding:
+    keeper = receipt.reference if receipt is not None else waybills[0].reference
+    evidence = {"waybills": [_issued(w) for w in waybills], "receipt": _receipt(receipt),
+                "keeper_is": "our receipt's" if receipt is not None else "the earliest (no receipt: adopt it first)",
+                "keys": sorted({w.key or "" for w in waybills})}
+    biz_key = receipt.biz_key if receipt is not None else (step.biz_key if step is not None else None)
+    return ProviderFinding(DUPLICATE, effect, provider, order, biz_key, keeper, tuple(w.reference for w in extras),
+                           evidence)
+
+
+def _orphan(effect: str, provider: str, order: str, waybill: Issued, step: StepState | None) -> ProviderFinding:
+    why = adoption_refused(step, waybill.key)
+    evidence = {"waybill": _issued(waybill), "step": _step(step), "receipt": None, "adoptable": why is None,
+                "why_not": why}
+    return ProviderFinding(ORPHAN, effect, provider, order, step.biz_key if step else None, waybill.reference, (),
+                           evidence)
+
+
+def _missing(effect: str, provider: str, receipt: HeldReceipt, found: Issued | None,
+             others: Sequence[Issued]) -> ProviderFinding:
+    evidence = {"receipt": _receipt(receipt), "step": _step(receipt.step),
+                "listed_as": found.status if found is not None else None,
+                "listed_for_order": [_issued(i) for i in others]}
+    return ProviderFinding(MISSING, effect, provider, receipt.order_no, receipt.biz_key, receipt.reference, (),
+                           evidence)
+
+
+def _issued(item: Issued) -> dict[str, Any]:
+    return {"waybill_no": item.reference, "idempotency_key": item.key, "created_at": item.created_at.isoformat(),
+            "status": item.status}
+
+
+def _receipt(receipt: HeldReceipt | None) -> dict[str, Any] | None:
+    if receipt is None:
+        return None
+    return {"waybill_no": receipt.reference, "idem_token": receipt.token, "written_at": receipt.written_at.isoformat()}
+
+
+def _step(step: StepState | None) -> dict[str, Any] | None:
+    if step is None:
+        return None
+    return {"biz_key": step.biz_key, "status": IdemStatus(step.status).name.lower(), "idem_token": step.token,
+            "attempt": step.attempt, "claimed_at": step.claimed_at.isoformat(), "live": step.live}
+
+
+def _utc(at: datetime) -> datetime:
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)

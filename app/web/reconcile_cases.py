@@ -1,0 +1,121 @@
+"""The providers' reconciliation's cases for a person, over JSON (``app.reconcile.cases``).
+
+    GET  /reconcile/cases/?status=&limit=     open cases first, newest first, each with its evidence
+    GET  /reconcile/cases/{id}                one case and its history
+    POST /reconcile/cases/{id}/compensate     a duplicate: cancel the extra waybill at the provider
+    POST /reconcile/cases/{id}/adopt          an orphan: make its waybill our receipt, its step done
+    POST /reconcile/cases/{id}/dismiss        any case: nothing is done (a note says why)
+
+An action needs the operator's token and the person's confirmation: the body names the waybill the
+person saw and means (``{"confirm": "<reference>", "note", "actor"}``), the way a bulk job carries
+the count its dry run showed; a different one is refused (400) and nothing is done. A case closed
+already answers 409 with what closed it (who, when, how, their note). Every action is written to
+``t_reconcile_case_audit`` as ``web:<actor>``. A viewer (``WEB_READ_TOKEN``) reads the cases masked.
+"""
+
+from __future__ import annotations
+
+import faust
+from aiohttp import web
+from faust.web import View
+
+from app.adapters.mysql.reconcile_cases import Acted
+from app.bootstrap import Runtime
+from app.pipeline.errors import EffectNotDelivered, EffectRejected, EffectUnavailable
+from app.reconcile.cases import CASE_ACTIONS, CaseStatus, cancel_key
+from app.reconcile.providers import NotCancellable, cancel_at_provider
+from app.settings import Settings
+from app.web.http import Refused, as_seen, authorize, body, integer, json_response, note_and_actor, refused, role
+
+STATUSES = {status.name.lower(): status for status in CaseStatus}
+CLOSED_WITH = ("status", "closed_by", "closed_at", "note")
+# What the provider's cancel may raise (app.adapters.effects.waybill): told as such, the case left open.
+PROVIDER_ERRORS = (EffectRejected, EffectUnavailable, EffectNotDelivered)
+
+
+def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+
+    @app.page("/reconcile/cases/")
+    class Cases(View):
+        async def get(self, request: web.Request) -> web.Response:
+            try:
+                status = request.query.get("status") or None
+                if status is not None and status not in STATUSES:
+                    raise Refused(400, f"status must be one of {', '.join(STATUSES)}")
+                limit = integer(request.query.get("limit"), "limit", low=1, high=500, default=100)
+                who = role(request, settings)
+            except Refused as exc:
+                return refused(exc)
+            rt = runtime.started()
+            cases = rt.reconcile_cases
+            answer = {"items": await cases.list(STATUSES[status] if status else None, limit or 100),
+                      "open": await cases.refresh_gauge()}
+            return json_response(await as_seen(who, answer, rt.queries))
+
+    @app.page("/reconcile/cases/{case_id}")
+    class Case(View):
+        async def get(self, request: web.Request, case_id: str) -> web.Response:
+            try:
+                number = integer(case_id, "id", low=1, high=2 ** 62)
+                who = role(request, settings)
+            except Refused as exc:
+                return refused(exc)
+            rt = runtime.started()
+            case = await rt.reconcile_cases.get(number)
+            if case is None:
+                return json_response({"error": f"no reconcile case {number}"}, status=404)
+            return json_response(await as_seen(who, case, rt.queries))
+
+    @app.page("/reconcile/cases/{case_id}/{action}")
+    class Action(View):
+        async def post(self, request: web.Request, case_id: str, action: str) -> web.Response:
+            try:
+                authorize(request, settings)
+                if action not in CASE_ACTIONS:
+                    raise Refused(404, f"no action {action!r}: {', '.join(CASE_ACTIONS)}")
+                number = integer(case_id, "id", low=1, high=2 ** 62)
+                doc = await body(request, settings)
+                note, actor = note_and_actor(doc, "web")
+                if action == "dismiss" and not (note or "").strip():
+                    raise Refused(400, "a dismissal needs a note: why nothing is to be done")
+            except Refused as exc:
+                return refused(exc)
+            rt = runtime.started()
+            case = await rt.reconcile_cases.get(number)
+            if case is None:
+                return json_response({"error": f"no reconcile case {number}"}, status=404)
+            if case["status"] != "open":
+                return closed(case)
+            if doc.get("confirm") != case["reference"]:
+                return json_response({"error": f"confirm the {action}: send the waybill you mean as \"confirm\"",
+                                      "reference": case["reference"], "kind": case["kind"]}, status=400)
+            try:
+                cancel = None
+                if action == "compensate":
+                    cancel = cancel_at_provider(settings, case["effect"], case["provider"],
+                                                cancel_key(rt.tokens, settings.app_id, number))
+                acted = await rt.reconcile_cases.act(number, action, actor, note, cancel=cancel)
+            except NotCancellable as exc:
+                return json_response({"error": str(exc)}, status=409)
+            except PROVIDER_ERRORS as exc:
+                return json_response({"error": f"the provider's cancel failed; the case is open still: {exc}",
+                                      "retriable": exc.retriable}, status=502)
+            return answer(acted)
+
+
+def answer(acted: Acted) -> web.Response:
+    if not acted.found:
+        return json_response({"error": acted.refused}, status=404)
+    assert acted.case is not None
+    if acted.refused is not None:
+        if acted.case["status"] != "open":
+            return closed(acted.case, acted.refused)
+        return json_response({"error": acted.refused, "case": acted.case}, status=409)
+    return json_response({"changed": acted.changed, "case": acted.case})
+
+
+def closed(case: dict, reason: str | None = None) -> web.Response:
+    """409: the case was closed already, and by what."""
+    said = {name: case.get(name) for name in CLOSED_WITH}
+    return json_response({"error": reason or f"the case is {case['status']} already", "closed": said,
+                          "case_id": case["id"]}, status=409)

@@ -28,13 +28,15 @@ belongs to the range its extra waybill, its orphan or its receipt falls in, so t
 neighbouring ranges do not both report it (and a case is filed once however many runs find it).
 A step whose claim is live (a worker between its call and T3) is in flight, not an orphan.
 
-Every read is bounded: the listing a page at a time and at most ``RECONCILE_PROVIDER_MAX_ROWS``
+A range is compared a slice of ``RECONCILE_PROVIDER_SLICE_SECONDS`` at a time (each slice with its
+margins), so that what one read holds does not grow with the range. Every read is bounded: the listing a page at a time and at most ``RECONCILE_PROVIDER_MAX_ROWS``
 entries (beyond, the effect is ``complete: false`` and reports no missing receipts, which the
 part not read might hold), the receipts by ``idx_gmt_create`` with the same bound, the rest by key.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -123,7 +125,8 @@ async def reconcile_providers(rt: HasStore, settings: Settings, *, since: dateti
                 continue
             listing = provider.listing(session, settings.effects.effect(effect.name))
             try:
-                found, counts = await compare_effect(ReceiptRanges(rt.store, effect.name), listing, provider, window,
+                found, counts = await compare_sliced(ReceiptRanges(rt.store, effect.name), listing, provider, window,
+                                                     slice_seconds=options.provider_slice_seconds,
                                                      max_rows=options.provider_max_rows)
             except PipelineError as exc:
                 section.effects[effect.name] = {"provider": provider.name, "not_listable": False, "error": str(exc)}
@@ -162,6 +165,37 @@ def not_listable(provider: Provider, effect: str) -> dict[str, Any]:
            else "its receipts have no table of their own to compare with")
     return {"provider": provider.name, "listed": None, "receipts": None, "duplicates": None, "orphans": None,
             "missing": None, "not_listable": True, "why": why}
+
+
+async def compare_sliced(reads: ReceiptRanges, listing: Listing, provider: Provider, window: Window, *,
+                         slice_seconds: float, max_rows: int) -> tuple[list[ProviderFinding], dict[str, Any]]:
+    """:func:`compare_effect` a slice of the range at a time, so that each read stays within ``max_rows``
+    whatever the range holds; a finding belongs to one slice (the one its extra, orphan or receipt falls
+    in), and one named again by a neighbour (a duplicate whose extras span two) is kept once."""
+    findings: list[ProviderFinding] = []
+    seen: set[tuple[str, str, tuple[str, ...]]] = set()
+    totals: dict[str, Any] = {}
+    start = window.since
+    while start < window.until:
+        end = min(start + timedelta(seconds=slice_seconds), window.until)
+        found, counts = await compare_effect(reads, listing, provider, Window(start, end, window.margin),
+                                             max_rows=max_rows)
+        for finding in found:
+            if (mark := (finding.kind, finding.order_no, finding.references)) not in seen:
+                seen.add(mark)
+                findings.append(finding)
+        for name, value in counts.items():
+            if isinstance(value, bool):
+                totals[name] = totals.get(name, True) and value if name == "complete" else value
+            elif isinstance(value, int):
+                totals[name] = totals.get(name, 0) + value
+            else:
+                totals[name] = value
+        start = end
+    kinds = [f.kind for f in findings]
+    totals.update(duplicates=kinds.count(DUPLICATE), orphans=kinds.count(ORPHAN), missing=kinds.count(MISSING),
+                  slices=math.ceil((window.until - window.since).total_seconds() / slice_seconds))
+    return findings, totals
 
 
 async def compare_effect(reads: ReceiptRanges, listing: Listing, provider: Provider, window: Window, *,

@@ -186,3 +186,50 @@ def test_a_cases_cancel_key_is_its_own_and_the_same_every_time():
     assert len({first, cancel_key(tokens, "orders", 8), cancel_key(tokens, "other-app", 7),
                 cancel_key(StepTokens(b"another secret"), "orders", 7)}) == 4
     assert len(first) == 32 and int(first, 16) >= 0              # an HMAC's hex: the id is not in it
+
+
+async def test_a_range_is_compared_a_slice_at_a_time_each_read_bounded_and_each_finding_once():
+    from app.adapters.effects.registry import chosen
+    from app.reconcile.providers import compare_sliced
+    from app.settings import Settings
+
+    other = "ORD-20261201-B2"
+    waybills = [issued("WB1", 5), issued("WB2", 50),                                  # a duplicate, 45 min apart
+                issued("WB3", 20, order=other, key="tok-2"), issued("WB4", 21, order=other, key="tok-2"),
+                issued("WB5", 40, order="ORD-20261201-C3", key="tok-3")]             # an orphan
+    held = {ORDER: receipt("WB1", 5.1), other: receipt("WB3", 20.1, order=other)}
+
+    class Listing:
+        asked: list[tuple[datetime, datetime]] = []
+
+        async def issued(self, since, until, *, page_size):
+            self.asked.append((since, until))
+            yield [w for w in waybills if since <= w.created_at < until]
+
+        async def cancel(self, reference, key):
+            raise AssertionError("a comparison cancels nothing")
+
+    class Reads:
+        effect = "waybill"
+
+        async def written(self, since, until, *, limit):
+            return [r for r in held.values() if since <= r.written_at < until][:limit]
+
+        async def of_orders(self, orders):
+            return {o: held[o] for o in orders if o in held}
+
+        async def steps(self, orders):
+            return {}
+
+    listing = Listing()
+    provider = chosen("waybill", Settings().effects)
+    window = Window(T0, T0 + timedelta(hours=1), timedelta(minutes=5))
+    found, counts = await compare_sliced(Reads(), listing, provider, window, slice_seconds=900, max_rows=100)
+    # Each slice of 15 minutes read with its margins: 25 minutes; the last slice also back to the claim of
+    # WB2's order (its receipt's waybill, WB1, came 45 minutes before: the late extra beside an old keeper).
+    assert [(since, until) for since, until in listing.asked[:4]] == [(at(15 * i - 5), at(15 * i + 20)) for i in range(4)]
+    assert listing.asked[4] == (at(-5), at(40))
+    assert sorted((f.kind, f.order_no, f.references) for f in found) == [
+        ("duplicate", ORDER, ("WB2",)), ("duplicate", other, ("WB4",)), ("orphan", "ORD-20261201-C3", ("WB5",))]
+    assert (counts["duplicates"], counts["orphans"], counts["missing"], counts["slices"], counts["complete"]) == (
+        2, 1, 0, 4, True)

@@ -7,6 +7,7 @@
 #   ops/services.sh status  say what answers on the configured ports
 #   ops/services.sh jars    fetch the Kafka jars only (the tests use its Java client even
 #                           when a Kafka that is already running is reused)
+#   ops/services.sh jaeger  build Jaeger's all-in-one program once (the tracing test runs it)
 #
 # A service already listening on its port is reused as it is. State lives in
 # .cache/ (ignored by git): the broker jars, its data and log, pid files.
@@ -376,6 +377,29 @@ connect_jars() {
   rm -rf "$home" && mv "$scratch" "$home"
 }
 
+# Jaeger's all-in-one program (collector with OTLP receivers, query API, in-memory storage), for
+# the tracing test (tests/integration/test_tracing_jaeger.py), built once from its Go module with
+# the Go toolchain into .cache/jaeger/<JAEGER_VERSION>/jaeger: in a scratch module, `go get -tool`
+# pins every dependency of that version, then `go build` (minutes the first time: the Go module
+# and build caches make a rebuild quick). Built into a scratch folder first, so that a build that
+# failed or was cut leaves nothing that looks finished.
+jaeger_program() {
+  local version="${JAEGER_VERSION:-1.75.0}" home scratch
+  home="$CACHE/jaeger/$version"
+  if [ -x "$home/jaeger" ] && [ -f "$home/.complete" ]; then return; fi
+  command -v go >/dev/null || die "the Go toolchain (go) is needed once to build Jaeger $version"
+  log "building Jaeger $version from its Go module (once, a few minutes; cached in $home)"
+  mkdir -p "$CACHE/jaeger"
+  scratch="$(mktemp -d "$CACHE/jaeger/.build-XXXXXX")"
+  ( cd "$scratch" && go mod init jaeger-build >/dev/null 2>&1 \
+      && go get -tool "github.com/jaegertracing/jaeger/cmd/jaeger@v$version" \
+      && nice go build -trimpath -ldflags "-s -w" -o jaeger github.com/jaegertracing/jaeger/cmd/jaeger ) \
+    >"$CACHE/jaeger/build.log" 2>&1 \
+    || { rm -rf "$scratch"; die "go could not build Jaeger $version; read $CACHE/jaeger/build.log"; }
+  mkdir -p "$home" && mv "$scratch/jaeger" "$home/jaeger" && rm -rf "$scratch"
+  echo "jaeger $version" >"$home/.complete"
+}
+
 # Node n (1-based) of the layout: its folder and ports.
 node_home() { if [ -z "$KAFKA_LAYOUT" ]; then echo "$CACHE/kafka"; else echo "$CACHE/kafka/$KAFKA_LAYOUT/node-$1"; fi; }
 node_port() { echo $((KAFKA_PORT + 2 * ($1 - 1))); }
@@ -625,7 +649,8 @@ case "${1:-}" in
   up) mkdir -p "$CACHE/kafka" "$CACHE/mariadb"; mariadb_up; if [ "$MARIADB_REPLICA" = 1 ]; then replica_up; fi; kafka_up ;;
   jars) mkdir -p "$CACHE/kafka"; kafka_jars ;;   # the Java client the tests write records with
   connect-jars) connect_jars ;;   # Kafka Connect + Debezium MySQL, for harness/outbox_relay.py
+  jaeger) jaeger_program ;;   # Jaeger all-in-one, for the tracing test
   down) kafka_down; mariadb_down ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status|jars|connect-jars" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|jars|connect-jars|jaeger" >&2; exit 2 ;;
 esac

@@ -46,6 +46,7 @@ from app.chaos import cut_hook
 from app.compensation.bulk import BulkRunner
 from app.compensation.compensator import Compensator
 from app.compensation.rules import Backoff
+from app.observability import tracing
 from app.observability.metrics import BREAKER_OPEN, BREAKER_OPENED, LIVE_MEMBERS, RATE_SHARE, PipelineMetrics
 from app.pipeline.batch import BatchHandler
 from app.pipeline.capacity import Budget, Inputs, budget
@@ -166,8 +167,10 @@ class Runtime:
             # jobs), the alert webhook. A call then waits for its caller's slot, before its lease is
             # checked, never for a connection that another caller holds, inside its own timeout (where
             # the wait would end as "maybe sent" although nothing was).
-            self.http = http_session(s.effects.concurrency)
-            self.redrive_http = http_session(s.effects.concurrency)
+            # Traced (OTEL_* settings), each effect call is a span and carries traceparent to its provider.
+            tracing.configure(s.tracing, worker_id=s.worker_id)
+            self.http = http_session(s.effects.concurrency, tracing.client_trace_configs())
+            self.redrive_http = http_session(s.effects.concurrency, tracing.client_trace_configs())
             self.alert_http = http_session(ALERT_CONNECTIONS)
             self.effects = self._effect_clients(self.http)
             self.processor = self._processor(self.owner)
@@ -332,6 +335,7 @@ class Runtime:
                     await session.close()
                 await self.engine.dispose()
                 await self.heartbeat_engine.dispose()
+                tracing.shutdown()
                 self._started = False
 
     async def _stop_watermark(self) -> None:

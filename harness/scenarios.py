@@ -193,9 +193,9 @@ class Harness:
         harness = self
 
         class Late(Processor):
-            async def _t2(self, jobs, claimed_at, not_after=None):
+            async def _t2(self, jobs, claimed_at, not_after=None, traces=None):
                 await harness.pass_time(late)
-                return await super()._t2(jobs, claimed_at, not_after)
+                return await super()._t2(jobs, claimed_at, not_after, traces)
 
         return Late(p.store, self.effects, owner=owner, tokens=p.tokens, lease_seconds=lease, effect_concurrency=1,
                     effect_timeout=1.0, clock=self.clock())
@@ -683,10 +683,10 @@ async def a_worker_taken_for_dead_never_calls_under_the_claims_it_held(h: Harnes
     harness = h
 
     class HeldUp(Processor):
-        async def _t2(self, jobs, claimed_at, not_after=None):
+        async def _t2(self, jobs, claimed_at, not_after=None, traces=None):
             await resumed.wait()                 # B has taken the claim over and sent
             harness.beat(self)                   # A's heartbeats get through again
-            return await super()._t2(jobs, claimed_at, not_after)
+            return await super()._t2(jobs, claimed_at, not_after, traces)
 
     a = HeldUp(h.store, h.effects, owner="a/main/8", tokens=StepTokens(b"scenarios"), lease_seconds=30,
                effect_concurrency=1, effect_timeout=1.0, clock=h.clock(), fence=SelfFence(3.0))

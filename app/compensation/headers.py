@@ -26,6 +26,7 @@ RETRIABLE = "dlq.retriable"
 ATTEMPTS = "dlq.attempts"
 FIRST_FAILURE = "dlq.first.failure"
 WORKER_ID = "dlq.worker.id"
+TRACEPARENT = "dlq.traceparent"                     # the span that dead-lettered it, when traced
 MAY_BE_SUPERSEDED = "dlq.may.be.superseded"
 # One letter for a run of unreadable records, and the letter that carries their raw batch.
 COVERS_OFFSETS = "dlq.covers.offsets"

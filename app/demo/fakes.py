@@ -314,7 +314,8 @@ class FakeServices:
 
     async def _waybill(self, request: web.Request, body: dict, key: str | None) -> web.Response:
         order_no = body.get("order_no")
-        self.ledger.calls.append({"service": "waybill", "key": key, "body": body, "at": time.time()})
+        self.ledger.calls.append({"service": "waybill", "key": key, "body": body, "at": time.time(),
+                                  **_trace_headers(request)})
         if not key:
             return web.json_response({"error": "Idempotency-Key header is required"}, status=400)
         if not order_no or not body.get("address"):
@@ -372,7 +373,7 @@ class FakeServices:
 
     async def sms(self, request: web.Request) -> web.Response:
         body = await request.json()
-        self.ledger.calls.append({"service": "sms", "body": body, "at": time.time()})
+        self.ledger.calls.append({"service": "sms", "body": body, "at": time.time(), **_trace_headers(request)})
         if not body.get("phone") or not body.get("text"):
             return web.json_response({"error": "phone and text are required"}, status=400)
         match = ORDER_IN_TEXT.search(body["text"])
@@ -494,6 +495,11 @@ class FakeServices:
     async def reset(self, request: web.Request) -> web.Response:
         self.__init__()
         return web.json_response({"ok": True})
+
+
+def _trace_headers(request: web.Request) -> dict[str, str]:
+    """The W3C trace context a call carried (the tracing test reads what the provider received)."""
+    return {name: request.headers[name] for name in ("traceparent", "tracestate") if name in request.headers}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -44,7 +44,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from app.pipeline import letters
+from opentelemetry.context import Context
+from opentelemetry.trace import Span
+
+from app.pipeline import letters, tracing
 from app.pipeline.envelopes import Reading
 from app.pipeline.errors import (
     Fatal,
@@ -94,6 +97,11 @@ class _Item:
     event: OrderEvent
     first_failure: datetime | None = None
     attempts: int = 0
+    span: Span | None = None            # its record's span, when traced (app.pipeline.tracing)
+
+    @property
+    def trace(self) -> Context | None:
+        return tracing.context_of(self.span)
 
     @property
     def work(self) -> tuple[str, str]:
@@ -142,6 +150,9 @@ class BatchHandler:
         report = BatchReport()
         run = _Run(self, report)
         tell = finished or _nobody
+        spans = _RecordSpans(records, self.group) if tracing.on() and records else None
+        if spans is not None:
+            tell = spans.telling(tell)
 
         items: list[_Item] = []
         loose: list[tuple[DeadLetter, list[int]]] = []            # letters of records without an order
@@ -176,11 +187,19 @@ class BatchHandler:
                 loose.append((self._letter(record, error), [index]))
                 continue
             items.append(_Item(index, record, event))
+        if spans is not None:
+            for item in items:
+                item.span = spans.of(item.index, item.event)
+            loose = [(spans.dead(letter, indices), indices) for letter, indices in loose]
         if skipped:
             report.outcomes[Outcome.SKIPPED] += len(skipped)
+            if spans is not None:
+                spans.ended(skipped, Outcome.SKIPPED)
             tell(skipped)
         for unread in runs.values():
             letter = self._run_letter([record for _, record in unread])
+            if spans is not None:
+                letter = spans.dead(letter, [index for index, _ in unread])
             loose.append((letter, [index for index, _ in unread]))
             if len(unread) > 1:
                 report.covered[letter.reason] += len(unread) - 1      # the run's reason
@@ -199,6 +218,8 @@ class BatchHandler:
                 self._gate.leave(order, mine)
             if run.held:                            # cut short while some were held
                 run._release(run.held)
+            if spans is not None:
+                spans.close()
         run.lap("work")
         report.infra_wait_seconds = run.guard.waited
         return report
@@ -224,8 +245,71 @@ class BatchHandler:
         return replace(self._letter(first, error), covers=(first.offset, last.offset, len(unread)))
 
     def _letter_for(self, item: _Item, error: PipelineError) -> DeadLetter:
-        return letters.for_event(item.record, item.event, error, attempts=item.attempts,
-                                 first=item.first_failure or letters.now(), worker_id=self.worker_id)
+        letter = letters.for_event(item.record, item.event, error, attempts=item.attempts,
+                                   first=item.first_failure or letters.now(), worker_id=self.worker_id)
+        return dead_lettered(letter, item.span)
+
+
+def dead_lettered(letter: DeadLetter, span: Span | None) -> DeadLetter:
+    """``letter`` with the context of its ``dead-letter`` span (a child of its record's ``span``)."""
+    if span is None:
+        return letter
+    tracing.ended(span, Outcome.DEAD_LETTER, _LetterError(letter))
+    child = tracing.child_span("dead-letter", tracing.context_of(span), **{
+        "error.type": letter.reason, "retriable": letter.retriable, "dlq.attempts": letter.attempts,
+        "idem.key": letter.biz_key, "order.no": letter.order_no})
+    child.end()
+    return replace(letter, trace=tracing.traceparent(child))
+
+
+class _LetterError(PipelineError):
+    """A letter's reason, as the error a span ends with."""
+
+    def __init__(self, letter: DeadLetter) -> None:
+        super().__init__(letter.reason, reason=letter.reason)
+        self.retriable = letter.retriable
+
+
+class _RecordSpans:
+    """The spans of one batch when traced: the batch's, and each record's (continuing its producer's
+    trace, linked to the batch's); a record's span ends when the batch handler says it is finished."""
+
+    def __init__(self, records: Sequence[SourceRecord], group: str) -> None:
+        parents = [tracing.extract(r.headers, r.value) if r.unreadable is None else None for r in records]
+        self.batch = tracing.batch_span(records[0].topic, group, len(records), parents)
+        self.spans = [tracing.record_span(r.topic, group, r.partition, r.offset, parent, self.batch)
+                      for r, parent in zip(records, parents)]
+        self.open = set(range(len(records)))
+
+    def of(self, index: int, event) -> Span:
+        span = self.spans[index]
+        span.set_attribute("order.no", event.order_no)
+        span.set_attribute("event.type", event.type.value)
+        return span
+
+    def dead(self, letter: DeadLetter, indices: list[int]) -> DeadLetter:
+        for index in indices[1:]:
+            tracing.ended(self.spans[index], Outcome.DEAD_LETTER, _LetterError(letter))
+        return dead_lettered(letter, self.spans[indices[0]])
+
+    def ended(self, indices: list[int], outcome: str) -> None:
+        for index in indices:
+            tracing.ended(self.spans[index], outcome)
+
+    def telling(self, tell: Callable[[list[int]], None]) -> Callable[[list[int]], None]:
+        def told(indices: list[int]) -> None:
+            tell(indices)
+            for index in indices:
+                if index in self.open:
+                    self.open.discard(index)
+                    self.spans[index].end()
+        return told
+
+    def close(self) -> None:
+        for index in sorted(self.open):
+            self.spans[index].end()
+        self.open.clear()
+        self.batch.end()
 
 
 HOLD_MARGIN_SECONDS = 1.0      # held records go on this long before their batch's deadline
@@ -463,6 +547,9 @@ class _Run:
                 self.report.outcomes[result.outcome] += 1
                 if copies:
                     self.report.outcomes[Outcome.DUPLICATE] += len(copies)
+                tracing.ended(lead.span, result.outcome)
+                for copy in copies:
+                    tracing.ended(copy.span, Outcome.DUPLICATE)
                 continue
             if result.error is not None:
                 for item in (lead, *copies):
@@ -491,8 +578,9 @@ class _Run:
         if not items:
             return []
         try:
+            traces = [i.trace for i in items] if items[0].span is not None else None
             return await self.h.processor.run([i.event for i in items], self.guard, not_after=self.deadline,
-                                              settled=settled)
+                                              settled=settled, traces=traces)
         except Fatal:
             raise
         except Exception:
@@ -535,6 +623,9 @@ class _Run:
                 self.report.outcomes[retried.outcome] += 1
                 if same:
                     self.report.outcomes[Outcome.DUPLICATE] += len(same)
+                tracing.ended(lead.span, retried.outcome)
+                for item in same:
+                    tracing.ended(item.span, Outcome.DUPLICATE)
                 continue
             dead.append(self.h._letter_for(lead, retried))
             for item in same:
@@ -592,7 +683,8 @@ class _Run:
 
     async def _run_one(self, item: _Item) -> Result:
         try:
-            [result] = await self.h.processor.run([item.event], self.guard, not_after=self.deadline)
+            [result] = await self.h.processor.run([item.event], self.guard, not_after=self.deadline,
+                                                  traces=[item.trace] if item.span is not None else None)
             return result
         except Fatal:
             raise

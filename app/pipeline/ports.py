@@ -88,6 +88,9 @@ class DeadLetter:
     # How soon a retry may help, when its error knows (``PipelineError.wait_seconds``): the letter
     # is due then, if sooner than DLQ_RETRY_AFTER_SECONDS.
     retry_in: float | None = None
+    # The W3C traceparent of the span that dead-lettered the record (``app.pipeline.tracing``), when
+    # traced: the letter's ``dlq.traceparent`` header. The record's own trace headers stay as they were.
+    trace: str | None = None
 
 
 class Transaction(Protocol):

@@ -49,6 +49,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
+from opentelemetry.context import Context
+
+from app.pipeline import tracing
 from app.pipeline.breaker import Admit
 from app.pipeline.errors import (
     ClaimExpiring,
@@ -63,7 +66,7 @@ from app.pipeline.events import OrderEvent
 from app.pipeline.groups import Group
 from app.pipeline.limits import ProviderLimits
 from app.pipeline.liveness_fence import SelfFence
-from app.pipeline.model import BatchPlan, EffectJob
+from app.pipeline.model import BatchPlan, EffectJob, EventPlan
 from app.pipeline.outcomes import Outcome
 from app.pipeline.plan import orders_needed, plan_batch, step_keys, window_matters
 from app.pipeline.ports import EffectClient, Finished, NoObserver, Observer, Store, Transaction
@@ -136,7 +139,7 @@ class Processor:
 
     async def run(self, events: Sequence[OrderEvent], guard: Guard = _unguarded, *,
                   by_person: bool = False, owner: str | None = None, not_after: float | None = None,
-                  settled: Settled | None = None) -> list[Result]:
+                  settled: Settled | None = None, traces: Sequence[Context | None] | None = None) -> list[Result]:
         """One pass of ``events`` (offset order) through T1, T2 and T3.
 
         ``guard`` runs each database step; the batch handler passes one that waits
@@ -153,7 +156,11 @@ class Processor:
         ``settled``: called with the indices of an order's events (and the results) as soon as every
         one of them has its result, while other orders' calls go on. Without it, T3 waits for every
         call of the run and records them at once.
+        ``traces``: each event's trace context (its record's span, ``app.pipeline.tracing``), the parent
+        of its T1, call and T3 spans; None: no spans.
         """
+        if not tracing.on():
+            traces = None
         # The cutoff once per batch; only an event dated before it is asked about.
         retention = self.retention
         cutoff = retention.cutoff() if retention is not None else None
@@ -161,17 +168,21 @@ class Processor:
             refused = [retention.refusal(event.order_no, event.part_date) for event in events]
             if any(refused):
                 kept = [event for event, error in zip(events, refused) if error is None]
-                results = iter(await self.run(kept, guard, by_person=by_person, owner=owner, not_after=not_after)
+                kept_traces = None if traces is None else [t for t, error in zip(traces, refused) if error is None]
+                results = iter(await self.run(kept, guard, by_person=by_person, owner=owner, not_after=not_after,
+                                              traces=kept_traces)
                                if kept else [])     # the caller hears of every result when this returns
                 return [Result(error=error) if error is not None else next(results) for error in refused]
         return await self._run(events, guard, None if by_person else self.attempt_cap, owner or self.owner, not_after,
-                               settled)
+                               settled, traces)
 
     async def _run(self, events: Sequence[OrderEvent], guard: Guard, attempt_cap: int | None,
-                   owner: str, not_after: float | None = None, settled: Settled | None = None) -> list[Result]:
+                   owner: str, not_after: float | None = None, settled: Settled | None = None,
+                   traces: Sequence[Context | None] | None = None) -> list[Result]:
         if not events:
             return []
         claimed_at = 0.0
+        t1_started = tracing.now_ns() if traces else 0
 
         async def t1() -> BatchPlan:
             nonlocal claimed_at
@@ -184,6 +195,8 @@ class Processor:
 
         plan = await guard(t1)
         self.observer.planned(plan)
+        if traces:
+            tracing.step_spans("T1", traces, t1_started, [_planned(p, events[i]) for i, p in enumerate(plan.events)])
         results: list[Result | None] = [
             Result(outcome=p.outcome, settled=p.settled) if p.outcome else
             Result(error=p.error) if p.error else
@@ -192,12 +205,12 @@ class Processor:
         jobs = [job for p in plan.events for job in p.jobs]
         if jobs and settled is not None:
             await self._settle_as_they_finish(events, plan, jobs, results, claimed_at, not_after, guard, owner,
-                                              settled)
+                                              settled, traces)
         elif jobs:
             self._on_cut("a_b")
-            finished, skipped = await self._t2(jobs, claimed_at, not_after)
+            finished, skipped = await self._t2(jobs, claimed_at, not_after, traces)
             self._on_cut("b_c")
-            owned, broken = await self._t3(finished, guard, owner)
+            owned, broken = await self._t3(finished, guard, owner, traces)
             self._on_cut("after_c")
             self._settle(plan, finished, skipped, owned, broken, results)
         return results  # type: ignore[return-value]
@@ -228,29 +241,30 @@ class Processor:
             self._on_cut("before_a")
         return plan
 
-    async def _t2(self, jobs: list[EffectJob], claimed_at: float,
-                  not_after: float | None = None) -> tuple[list[Finished], set[int]]:
+    async def _t2(self, jobs: list[EffectJob], claimed_at: float, not_after: float | None = None,
+                  traces: Sequence[Context | None] | None = None) -> tuple[list[Finished], set[int]]:
         """Call every job; an order's jobs one after another in offset order, orders concurrently."""
         finished: list[Finished] = []
         skipped: set[int] = set()
 
         async def run_chain(chain: list[EffectJob]) -> None:
-            done, passed = await self._call_chain(chain, claimed_at, not_after)
+            done, passed = await self._call_chain(chain, claimed_at, not_after, traces)
             finished.extend(done)
             skipped.update(passed)
 
         await asyncio.gather(*(run_chain(chain) for chain in _chains(jobs).values()))
         return finished, skipped
 
-    async def _call_chain(self, chain: list[EffectJob], claimed_at: float,
-                          not_after: float | None) -> tuple[list[Finished], set[int]]:
+    async def _call_chain(self, chain: list[EffectJob], claimed_at: float, not_after: float | None,
+                          traces: Sequence[Context | None] | None = None) -> tuple[list[Finished], set[int]]:
         """One order's jobs, one after another in offset order. Once a job fails, the order's later
         jobs are not called (their events are deferred to phase 2, so they still run after it, in
         order); they are recorded as not delivered, which they surely are."""
         finished: list[Finished] = []
         skipped: set[int] = set()
         for position, job in enumerate(chain):
-            outcome = await self._paced_call(job, claimed_at, not_after)
+            outcome = await self._paced_call(job, claimed_at, not_after,
+                                             traces[job.index] if traces else None)
             finished.append(outcome)
             if outcome.error is not None:
                 for later in chain[position + 1:]:
@@ -263,7 +277,8 @@ class Processor:
 
     async def _settle_as_they_finish(self, events: Sequence[OrderEvent], plan: BatchPlan, jobs: list[EffectJob],
                                      results: list[Result | None], claimed_at: float, not_after: float | None,
-                                     guard: Guard, owner: str, settled: Settled) -> None:
+                                     guard: Guard, owner: str, settled: Settled,
+                                     traces: Sequence[Context | None] | None = None) -> None:
         """T2 and T3 without the barrier: each order's chain of calls runs on its own, and what has
         finished is recorded in groups (``settle_group`` outcomes, or ``settle_after`` seconds after
         the first of a group finished, whichever comes first); each order is told its results as
@@ -282,7 +297,7 @@ class Processor:
                 finished = [outcome for _, done, _ in taken for outcome in done]
                 skipped = {index for _, _, passed in taken for index in passed}
                 self._on_cut("b_c")
-                owned, broken = await self._t3(finished, guard, owner)
+                owned, broken = await self._t3(finished, guard, owner, traces)
                 self._on_cut("after_c")
                 indices = [i for order, _, _ in taken for i in of_order[order]]
                 self._settle(plan, finished, skipped, owned, broken, results, only=indices)
@@ -290,7 +305,7 @@ class Processor:
                     settled(of_order[order], [results[i] for i in of_order[order]])   # type: ignore[misc]
 
         async def run_chain(order: str, chain: list[EffectJob]) -> None:
-            done, passed = await self._call_chain(chain, claimed_at, not_after)
+            done, passed = await self._call_chain(chain, claimed_at, not_after, traces)
             group.add((order, done, passed), len(done))
 
         self._on_cut("a_b")
@@ -301,7 +316,8 @@ class Processor:
             group.close()           # what finished is recorded even if a chain broke: its calls were made
             await recorder
 
-    async def _paced_call(self, job: EffectJob, claimed_at: float, not_after: float | None) -> Finished:
+    async def _paced_call(self, job: EffectJob, claimed_at: float, not_after: float | None,
+                          trace: Context | None = None) -> Finished:
         """One job's call at its provider's pace: a slot and a turn of its effect's limits, then one
         of this worker's ``EFFECT_CONCURRENCY`` slots, then the lease check, then the call. A 429 is
         "not yet": nothing was done, so the same claim calls again after ``Retry-After``. The lease is
@@ -319,7 +335,7 @@ class Processor:
                 if self.limits.unpaced(effect):
                     # No limit set and no "not yet" in force: no turn to take (the common case, kept cheap).
                     async with self._slots:
-                        outcome = await self._call(job, claimed_at)
+                        outcome = await self._call(job, claimed_at, trace)
                 else:
                     async with self.limits.call(effect, not_after) as turn:
                         waited = turn.waited
@@ -329,7 +345,7 @@ class Processor:
                                 f"{job.biz_key}: not called, its provider's limits give it a turn in "
                                 f"{turn.later:.1f}s, past its batch's deadline", wait_seconds=turn.later))
                         async with self._slots:
-                            outcome = await self._call(job, claimed_at)
+                            outcome = await self._call(job, claimed_at, trace)
             finally:
                 self._breaker_ended(effect, job.biz_key, outcome, probe)
             error = outcome.error
@@ -353,7 +369,15 @@ class Processor:
         if change is not None:
             self.observer.breaker(effect, change)
 
-    async def _call(self, job: EffectJob, claimed_at: float) -> Finished:
+    async def _call(self, job: EffectJob, claimed_at: float, trace: Context | None = None) -> Finished:
+        if trace is None:
+            return await self._call_untraced(job, claimed_at)
+        with tracing.effect_span(trace, job.effect.name, job.biz_key, job.attempt) as span:
+            finished = await self._call_untraced(job, claimed_at)
+            tracing.ended(span, "done" if finished.error is None else finished.error.reason, finished.error)
+            return finished
+
+    async def _call_untraced(self, job: EffectJob, claimed_at: float) -> Finished:
         if (short := self._lease_short(job, claimed_at)) is not None:
             return short
         try:
@@ -386,8 +410,18 @@ class Processor:
             return None
         return Finished(job, error=ClaimExpiring(f"{job.biz_key}: not called{' after ' + after if after else ''}, {why}"))
 
-    async def _t3(self, finished: list[Finished], guard: Guard,
-                  owner: str) -> tuple[set[str], dict[str, PipelineError]]:
+    async def _t3(self, finished: list[Finished], guard: Guard, owner: str,
+                  traces: Sequence[Context | None] | None = None) -> tuple[set[str], dict[str, PipelineError]]:
+        if not traces:
+            return await self._t3_untraced(finished, guard, owner)
+        started = tracing.now_ns()
+        owned, broken = await self._t3_untraced(finished, guard, owner)
+        tracing.step_spans("T3", [traces[item.job.index] for item in finished], started,
+                           [_recorded(item, owned, broken) for item in finished])
+        return owned, broken
+
+    async def _t3_untraced(self, finished: list[Finished], guard: Guard,
+                           owner: str) -> tuple[set[str], dict[str, PipelineError]]:
         """Record every outcome; return the keys still ours, and the keys whose outcome could not be written.
 
         An unreachable database is waited out by ``guard``, re-running T3 with the
@@ -450,6 +484,31 @@ class Processor:
                 results[index] = Result(deferred=True)
             else:
                 results[index] = Result(outcome=Outcome.APPLIED)
+
+
+def _planned(plan: EventPlan, event: OrderEvent) -> dict:
+    """A T1 span's attributes for one event: its keys, the attempts claimed, what the plan said."""
+    attrs: dict = {"idem.key": step_keys(event)[0], "order.no": event.order_no, "event.type": event.type.value}
+    if plan.jobs:
+        attrs["outcome"] = "claimed"
+        attrs["idem.claimed"] = [job.biz_key for job in plan.jobs]
+        attrs["idem.attempt"] = max(job.attempt for job in plan.jobs)
+    elif plan.outcome is not None:
+        attrs["outcome"] = plan.outcome.value
+    elif plan.error is not None:
+        attrs["outcome"] = "error"
+        attrs["error.type"] = plan.error.reason
+    elif plan.deferred:
+        attrs["outcome"] = "deferred"
+    return attrs
+
+
+def _recorded(item: Finished, owned: set[str], broken: dict[str, PipelineError]) -> dict:
+    """A T3 span's attributes for one call's outcome."""
+    key = item.job.biz_key
+    outcome = ("error" if key in broken else "lost_lease" if key not in owned
+               else "done" if item.error is None else item.error.reason)
+    return {"idem.key": key, "idem.attempt": item.job.attempt, "outcome": outcome}
 
 
 def _chains(jobs: list[EffectJob]) -> dict[str, list[EffectJob]]:

@@ -44,10 +44,12 @@ from app.settings.events import EventsSettings
 from app.settings.kafka import KafkaSettings
 from app.settings.operations import ROW_BYTES, OperationsSettings
 from app.settings.reconcile import ReconcileSettings
+from app.settings.tracing import TracingSettings
 from app.settings.web import WebSettings
 
 __all__ = ["ROW_BYTES", "BatchesSettings", "BulkSettings", "CompensationSettings", "DatabaseSettings",
-           "EffectSettings", "EffectsSettings", "EventsSettings", "KafkaSettings", "OperationsSettings", "ReconcileSettings", "Settings", "SettingsError", "WebSettings",
+           "EffectSettings", "EffectsSettings", "EventsSettings", "KafkaSettings", "OperationsSettings", "ReconcileSettings", "Settings", "SettingsError", "TracingSettings",
+           "WebSettings",
            "env_names", "explain", "get_settings", "get_settings_or_exit"]
 
 
@@ -97,6 +99,7 @@ class Settings(BaseSettings):
     operations: OperationsSettings = Field(default_factory=OperationsSettings)
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     web: WebSettings = Field(default_factory=WebSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,

@@ -37,7 +37,7 @@ class ScriptedProcessor:
         self.batch_error = batch_error
         self.runs: list[list[str]] = []
 
-    async def run(self, events, guard=None, not_after=None, settled=None):
+    async def run(self, events, guard=None, not_after=None, settled=None, traces=None):
         async def once():
             self.runs.append([e.order_no for e in events])
             if len(events) > 1 and self.batch_error is not None:
@@ -249,7 +249,7 @@ class OrderStates:
         self.state: dict[str, str] = {}
         self.runs: list[list[str]] = []
 
-    async def run(self, events, guard=None, not_after=None, settled=None):
+    async def run(self, events, guard=None, not_after=None, settled=None, traces=None):
         self.runs.append([e.type.value for e in events])
         results, blocked = [], set()
         for e in events:
@@ -411,7 +411,7 @@ async def test_records_deferred_past_the_deadline_are_not_tried():
     class Slow(ScriptedProcessor):
         """Each retry of the first record is a call that takes 2 s (virtual)."""
 
-        async def run(self, events, guard=None, not_after=None, settled=None):
+        async def run(self, events, guard=None, not_after=None, settled=None, traces=None):
             if len(events) == 1:
                 sleeps.now += 2.0
             return await super().run(events, guard)
@@ -435,7 +435,7 @@ async def test_a_short_outage_met_by_many_records_at_once_is_waited_out():
     back = real_time.monotonic() + 0.3
 
     class Flaky(ScriptedProcessor):
-        async def run(self, events, guard=None, not_after=None, settled=None):
+        async def run(self, events, guard=None, not_after=None, settled=None, traces=None):
             async def once():
                 if len(events) == 1 and real_time.monotonic() < back:
                     raise StoreUnavailable("down")
@@ -494,7 +494,7 @@ class GatedProcessor(ScriptedProcessor):
         self.running: list[set[str]] = []
         self.overlapped: list[tuple[set[str], set[str]]] = []
 
-    async def run(self, events, guard=None, not_after=None, settled=None):
+    async def run(self, events, guard=None, not_after=None, settled=None, traces=None):
         mine = {e.order_no for e in events}
         for other in self.running:
             self.overlapped.append((other, mine))
@@ -538,7 +538,7 @@ class OrderByOrderProcessor(ScriptedProcessor):
         import asyncio
         return self.gates.setdefault(order, asyncio.Event())
 
-    async def run(self, events, guard=None, not_after=None, settled=None):
+    async def run(self, events, guard=None, not_after=None, settled=None, traces=None):
         import asyncio
         self.runs.append([e.order_no for e in events])
         by_order: dict[str, list[int]] = {}
@@ -635,7 +635,7 @@ async def test_a_record_refused_by_a_breaker_that_opened_after_its_claim_waits_f
     h, processor, sleeps = breaker_handler({a: [Result(error=refused), OK]}, hold_records=100, deadline=15)
     first = processor.run
 
-    async def run(events, guard=None, not_after=None, settled=None):
+    async def run(events, guard=None, not_after=None, settled=None, traces=None):
         if not processor.runs:
             processor.open_breaker()              # closed at its claim, open when its call came
         return await first(events, guard, not_after, settled)

@@ -10,7 +10,7 @@ from pydantic import SecretStr, ValidationError
 from app.settings import GROUPS, Settings, SettingsError, _Environment, env_names, explain, get_settings, reference
 
 # Every variable the flat Settings of before the groups read; none may be renamed or lost.
-VARIABLES = (
+VARIABLES = sorted(
     ['ALERT_WEBHOOK_TIMEOUT_SECONDS', 'ALERT_WEBHOOK_URL', 'APP_ID', 'BATCHES_IN_FLIGHT', 'BATCH_DEADLINE_SECONDS',
     'BATCH_SIZE', 'BATCH_WITHIN_SECONDS', 'BREAKER_HOLD_RECORDS', 'BROKER_COMMIT_EVERY', 'BROKER_COMMIT_INTERVAL_SECONDS',
     'BROKER_HEARTBEAT_INTERVAL_SECONDS', 'BROKER_MAX_POLL_RECORDS', 'BROKER_REBALANCE_TIMEOUT_SECONDS',
@@ -41,7 +41,9 @@ VARIABLES = (
     'STUCK_SWEEP_LIMIT', 'STUCK_SWEEP_SECONDS', 'TOPIC_REPLICATION', 'UNHANDLED_EVENT_TYPES', 'WATCHDOG_ENABLED', 'WATCHDOG_INTERVAL_SECONDS',
     'WATCHDOG_REJOIN_GRACE_SECONDS', 'WATCHDOG_STALL_SECONDS', 'WEB_ALLOWED_HOSTS', 'WEB_BIND', 'WEB_MAX_BODY_BYTES',
     'WEB_PORT', 'WEB_PUBLIC_URL', 'WEB_READ_TOKEN', 'WEB_TOKEN', 'WORKER_DEAD_AFTER_SECONDS',
-    'WORKER_HEARTBEAT_SECONDS', 'WORKER_ID'])
+    'WORKER_HEARTBEAT_SECONDS', 'WORKER_ID',
+    'OTEL_SDK_DISABLED', 'OTEL_TRACES_EXPORTER', 'OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT',
+    'OTEL_EXPORTER_OTLP_PROTOCOL', 'OTEL_TRACES_SAMPLER', 'OTEL_TRACES_SAMPLER_ARG', 'OTEL_SERVICE_NAME'])
 
 
 def test_every_variable_keeps_its_name():
@@ -107,7 +109,8 @@ def test_flat_names_land_in_their_group_or_are_refused():
 
 
 def test_every_group_is_a_field_of_the_root():
-    assert set(GROUPS) == {"kafka", "database", "effects", "events", "batches", "compensation", "bulk", "operations", "reconcile", "web"}
+    assert set(GROUPS) == {"kafka", "database", "effects", "events", "batches", "compensation", "bulk", "operations", "reconcile", "web",
+                           "tracing"}
 
 
 def test_every_setting_has_a_description():

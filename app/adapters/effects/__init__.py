@@ -9,7 +9,7 @@ event that needs it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -27,14 +27,15 @@ from tables.schema import t_waybill_receipt
 WAYBILL_NO_MAX = t_waybill_receipt.c.waybill_no.type.length
 
 
-def http_session(connections: int) -> aiohttp.ClientSession:
+def http_session(connections: int, trace_configs: Sequence[aiohttp.TraceConfig] = ()) -> aiohttp.ClientSession:
     """An HTTP session for one caller of the services: ``connections`` kept-alive connections, as
     many as the caller lets calls be in flight (``EFFECT_CONCURRENCY``), so that a call waits for
     its caller's slot (before its lease is checked), never for a pooled connection inside its own
     timeout; and nothing a service call does not use: no cookie jar (a service that sets cookies
-    gets none back; each request would otherwise filter the jar by its URL)."""
+    gets none back; each request would otherwise filter the jar by its URL). ``trace_configs``: the
+    tracing instrumentation's, when tracing is on (``app.observability.tracing``)."""
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections),
-                                 cookie_jar=aiohttp.DummyCookieJar())
+                                 cookie_jar=aiohttp.DummyCookieJar(), trace_configs=list(trace_configs) or None)
 
 
 def call_timeout(total: float, connect: float) -> aiohttp.ClientTimeout:

@@ -148,6 +148,8 @@ def _our_headers(letter: DeadLetter, group: str, notes: dict[str, str]) -> list[
         H.MAY_BE_SUPERSEDED: "true" if letter.may_be_superseded else "false",
         **notes,
     }
+    if letter.trace is not None:
+        ours[H.TRACEPARENT] = letter.trace
     if letter.covers is not None:
         first, last, count = letter.covers
         ours[H.COVERS_OFFSETS] = f"{first}-{last}"

@@ -1,0 +1,113 @@
+"""Tracing's wiring: the OpenTelemetry SDK, set up from the standard ``OTEL_*`` settings
+(``app.settings.tracing``) when an exporter is configured, and nothing at all otherwise.
+
+On: a tracer provider with the configured sampler and a batch span processor exporting over OTLP
+(http/protobuf or grpc) or to the console; the pipeline's spans turned on (``app.pipeline.tracing``);
+the effect clients' HTTP sessions get the aiohttp client instrumentation's trace config (each call a
+client span, and ``traceparent``/``tracestate`` on every request to a provider). Spans are exported in
+the background; :func:`shutdown` flushes them when the worker stops.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import aiohttp
+
+from app.pipeline import tracing as pipeline_tracing
+from app.settings.tracing import TracingSettings
+
+log = logging.getLogger(__name__)
+
+_provider = None
+
+
+def configure(settings: TracingSettings, *, worker_id: str) -> bool:
+    """Install the SDK if ``settings`` configure an exporter (once per process); whether tracing is on."""
+    global _provider
+    if not settings.enabled:
+        return False
+    if _provider is not None:
+        return True
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": settings.service_name, "service.instance.id": worker_id})
+    provider = TracerProvider(resource=resource, sampler=sampler(settings.sampler, settings.sampler_arg))
+    provider.add_span_processor(BatchSpanProcessor(exporter(settings)))
+    trace.set_tracer_provider(provider)
+    _provider = provider
+    pipeline_tracing.enable()
+    log.info("tracing on: %s spans (%s) to %s, sampler %s%s", settings.exporter or "otlp", settings.protocol,
+             "standard output" if settings.exporter == "console" else _where(settings), settings.sampler,
+             f" ({settings.sampler_arg})" if settings.sampler_arg else "")
+    return True
+
+
+def sampler(name: str, arg: str | None):
+    """The SDK's sampler named as ``OTEL_TRACES_SAMPLER`` names it."""
+    from opentelemetry.sdk.trace import sampling
+
+    ratio = 1.0 if arg in (None, "") else float(arg)
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"OTEL_TRACES_SAMPLER_ARG={arg!r}: a ratio is between 0 and 1")
+    samplers = {
+        "always_on": lambda: sampling.ALWAYS_ON,
+        "always_off": lambda: sampling.ALWAYS_OFF,
+        "traceidratio": lambda: sampling.TraceIdRatioBased(ratio),
+        "parentbased_always_on": lambda: sampling.ParentBased(sampling.ALWAYS_ON),
+        "parentbased_always_off": lambda: sampling.ParentBased(sampling.ALWAYS_OFF),
+        "parentbased_traceidratio": lambda: sampling.ParentBased(sampling.TraceIdRatioBased(ratio)),
+    }
+    if name.lower() not in samplers:
+        raise ValueError(f"OTEL_TRACES_SAMPLER={name!r}: one of {', '.join(samplers)}")
+    return samplers[name.lower()]()
+
+
+def exporter(settings: TracingSettings):
+    if settings.exporter == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+        return ConsoleSpanExporter()
+    if settings.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        return GrpcExporter(endpoint=settings.traces_endpoint or settings.endpoint)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    endpoint = settings.traces_endpoint
+    if endpoint is None and settings.endpoint is not None:
+        endpoint = settings.endpoint.rstrip("/") + "/v1/traces"
+    return HttpExporter(endpoint=endpoint)
+
+
+def _where(settings: TracingSettings) -> str:
+    """Where spans go, without what a URL may carry beside the host (a token in its query)."""
+    from urllib.parse import urlsplit
+
+    url = settings.traces_endpoint or settings.endpoint
+    if url is None:
+        return "the SDK's default endpoint"
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}{':' + str(parts.port) if parts.port else ''}{parts.path}"
+
+
+def client_trace_configs() -> list[aiohttp.TraceConfig]:
+    """The trace configs of an effect client's HTTP session: the aiohttp client instrumentation's when
+    tracing is on (a span per request, ``traceparent`` injected), none otherwise."""
+    if _provider is None:
+        return []
+    from opentelemetry.instrumentation.aiohttp_client import create_trace_config
+    return [create_trace_config(tracer_provider=_provider)]
+
+
+def shutdown() -> None:
+    """Export what is left (bounded by the SDK's export timeout) and stop tracing."""
+    global _provider
+    if _provider is None:
+        return
+    try:
+        _provider.shutdown()
+    except Exception:                      # a collector gone away must not stop the worker's stop
+        log.warning("tracing: the last spans could not be exported", exc_info=True)
+    _provider = None
+    pipeline_tracing.disable()

@@ -7,12 +7,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: run test unit lint checks have-venv chaos test-tools setup venv services services-down services-status migrate topics bench clean
+.PHONY: run test unit lint docs checks have-venv chaos test-tools setup venv services services-down services-status migrate topics bench clean
 
 run: setup ## set up everything, then run one worker, the fake services and a demo producer
 	ops/run-demo.sh
 
-test: venv services topics test-tools lint ## set up everything, then run the whole test suite (the tests migrate scratch databases of their own, never the demo's)
+test: venv services topics test-tools lint docs ## set up everything, then run the whole test suite (the tests migrate scratch databases of their own, never the demo's)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: venv checks ## ruff (the rules in pyproject.toml) and mypy on the pure core ([tool.mypy] there)
@@ -21,6 +21,12 @@ lint: venv checks ## ruff (the rules in pyproject.toml) and mypy on the pure cor
 # nothing (a missing virtualenv is made once by `make venv`, or by `make test` or `make run`).
 unit: have-venv checks ## the fast loop while editing (well under a minute): the linters, then tests/unit
 	$(BIN)/pytest tests/unit -q $(PYTEST_ARGS)
+
+# The documentation site (mkdocs.yml, docs/): built strictly, so a broken link or anchor fails;
+# `.venv/bin/mkdocs serve` serves it while editing. SITE_DIR keeps the build somewhere of your own.
+docs: venv ## build the documentation site strictly (a broken link or anchor fails) into a temporary folder, or SITE_DIR
+	@site=$${SITE_DIR:-$$(mktemp -d)}; NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -f mkdocs.yml -d "$$site" && \
+	  echo "the documentation site is in $$site (index.html)"
 
 checks: have-venv
 	$(BIN)/ruff check .
@@ -73,7 +79,7 @@ migrate: venv services ## alembic upgrade head
 topics: venv services ## create order-event and order-event-dlq (at TOPIC_REPLICATION; with KAFKA_NODES=3 it defaults to 3)
 	TOPIC_REPLICATION=$${TOPIC_REPLICATION:-$${KAFKA_NODES:-1}} $(PY) -m app.admin create-topics
 
-bench: setup ## the throughput benchmark, then the rows at a provider's pace (minutes; see README)
+bench: setup ## the throughput benchmark, then the rows at a provider's pace (minutes; see docs/benchmarks.md)
 	$(PY) -m bench.run
 	$(PY) -m bench.provider_pace
 

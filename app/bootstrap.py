@@ -67,7 +67,7 @@ from app.settings.events import EventsSettings, type_names
 log = logging.getLogger(__name__)
 
 # The most events one worker processes per second, near the benchmark's ceiling for Faust alone
-# (row f of ``make bench``; the README's Benchmark section): what a worker working off a backlog may reach.
+# (row f of ``make bench``; the docs' Benchmarks page): what a worker working off a backlog may reach.
 WORKER_MAX_RATE = 20_000.0
 
 # Each effect's client, built from the effects' settings by the provider the deployment picks

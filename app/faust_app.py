@@ -283,14 +283,14 @@ def freeze_startup_objects() -> None:
     objects; every full collection walked them all, and a gen-2 collection that landed
     inside a batch made it one of the slowest. After ``gc.freeze()`` none does: the p99
     batch and the throughput of the local-only benchmark both improved (the figures: the
-    README's Benchmark section, Measured; ``make bench`` produces them).
+    docs' Benchmarks page and bench/results/history.md; ``make bench`` produces them).
 
     Then the youngest generation is collected every ``GC_YOUNG_THRESHOLD`` allocations instead
     of CPython's 700: a batch of 500 events makes about 10,000 short-lived objects that reference
     counting frees on its own, so at 700 the collector ran about fifteen times a batch for almost
     nothing. On the local-only benchmark, in pairs taken in turns, the worker's CPU per event went
     down and its peak RSS did not move; a far higher threshold saved no more and let one
-    collection make a batch slow (the figures: the README's Benchmark section, Measured).
+    collection make a batch slow (the figures: the docs' Benchmarks page and bench/results/history.md).
     """
     gc.freeze()
     _, older, oldest = gc.get_threshold()

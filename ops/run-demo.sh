@@ -12,7 +12,7 @@ WEB_PORT="${WEB_PORT:-6066}"
 FAKES_PORT="${FAKES_PORT:-8900}"
 export LOGISTICS_URL="${LOGISTICS_URL:-http://127.0.0.1:$FAKES_PORT}"
 export SMS_URL="${SMS_URL:-http://127.0.0.1:$FAKES_PORT}"
-# The demo's deployment secret (README, "Idempotency tokens"): fixed, so a restarted demo
+# The demo's deployment secret (docs, "Idempotency tokens"): fixed, so a restarted demo
 # derives the tokens its last run did. A real deployment sets a random one of its own.
 export IDEM_TOKEN_SECRET="${IDEM_TOKEN_SECRET:-demo-only-not-a-production-secret}"
 # The console's actions need a bearer token: one for this run unless you bring your own.

@@ -1,8 +1,8 @@
 """The headers a dead letter carries on the dead-letter topic, named once: the writer
 (``app.adapters.kafka.dlq``) sets them, the compensator reads where a letter came from
 with :func:`source_of` and :func:`origin_group`. Every name starts with ``dlq.``; a
-record's own headers keep their names beside them. What each holds is in the README
-("Dead-letter records")."""
+record's own headers keep their names beside them. What each holds is in the docs
+(exactly-once page, "Dead-letter records")."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 Faust's default ``Monitor`` and its Prometheus sensor do bookkeeping for every
 message and every event (dictionaries of timestamps, histograms with
 topic/partition labels); the Prometheus sensor alone cost a no-op ``take_events()``
-agent a large part of its throughput (the README's Benchmark section, Measured, and
-Metrics; ``make bench`` row f is that agent). The processor counts
+agent a large part of its throughput (the docs' Benchmarks page, bench/results/history.md and
+the Operations page's Metrics; ``make bench`` row f is that agent). The processor counts
 per batch instead (``app.observability.metrics``), and this monitor keeps only what happens
 per commit, send and rebalance.
 """

@@ -5,7 +5,7 @@ The ``__init__`` that ``dataclasses`` writes for a frozen class sets each field 
 that makes a frozen class several times dearer to build than an unfrozen one, and a batch builds
 four of them per event (the record, the decoded event, its ``t_idem`` row, the order it moves).
 :func:`quick_init` gives such a class an ``__init__`` that calls each field's slot descriptor
-directly, which takes back much of that (the figures: the README's Benchmark section, Measured;
+directly, which takes back much of that (the figures: the docs' Benchmarks page and bench/results/history.md;
 ``python -m bench.hot_path`` measures the plan per event). Nothing else changes: the signature and
 defaults, assignment still raises ``FrozenInstanceError``, equality, hashing and ``repr`` are
 still the ones ``dataclasses`` made.

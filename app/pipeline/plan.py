@@ -103,8 +103,8 @@ def window_matters(events: Sequence[OrderEvent], keys_of: Sequence[list[str]], r
 
 
 class EffectCase(Enum):
-    """What T1 does with one effect step, by what ``t_idem`` holds of it: the README's
-    ``t_idem`` table, row by row, with the waits and refusals that keep a call from
+    """What T1 does with one effect step, by what ``t_idem`` holds of it: the ``t_idem``
+    table of the docs' exactly-once page, row by row, with the waits and refusals that keep a call from
     happening twice. :func:`effect_case` picks one; ``_Planner`` has one method for each."""
 
     DONE = "done"                            # done: nothing left to do

@@ -23,7 +23,7 @@ effect's name.
 
 A new event type is one line in :data:`PIPELINES` (and its data fields in
 ``app.pipeline.events``); a new effect is one :class:`Effect` here, used by a step, plus its
-provider's module (README, "Adding an effect").
+provider's module (the docs' Architecture page).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Keyword arguments and :meth:`Settings.model_copy` updates may also name a settin
 name, the environment variable in lower case (``Settings(order_event_partitions=2)``): it lands
 in its group; a name that is no setting is refused, never ignored.
 
-The configuration reference (README, "Configuration") is rendered from the fields'
+The configuration reference (docs/configuration.md) is rendered from the fields'
 descriptions by ``python -m app.settings.reference``.
 """
 

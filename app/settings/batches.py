@@ -21,13 +21,13 @@ class BatchesSettings(Group):
 
     fetch: bool = setting("FETCH_BATCHES", True,
         description="The agent takes whole fetches from Faust's consumer, bypassing its per-record stream path "
-                    "([Benchmark](#benchmark)); `false`: Faust's stream and `take_events()`, record by record.")
+                    "([Benchmark](benchmarks.md)); `false`: Faust's stream and `take_events()`, record by record.")
 
     in_flight: int = setting("BATCHES_IN_FLIGHT", 2, ge=1, le=8,
         description="With `FETCH_BATCHES`, the records in flight (taken, not finished) are at most this many batches'"
                     ' worth (1-8): the next batch is taken once a whole one fits. Records are acked as they finish;'
                     " an order's records in a later batch wait for that order in the earlier one, nothing else "
-                    'does ([Records finish on their own](#records-finish-on-their-own)); `1`: one batch at a time.')
+                    'does ([Records finish on their own](exactly-once.md#records-finish-on-their-own)); `1`: one batch at a time.')
 
     settle_group: int = setting("SETTLE_GROUP", 100, ge=1,
         description='Finished calls are recorded (T3) in groups of up to this many outcomes...')

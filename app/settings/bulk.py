@@ -11,7 +11,7 @@ class BulkSettings(Group):
     rate_per_second: float = setting("BULK_RATE_PER_SECOND", 200.0, gt=0,
         description='The most dead letters a bulk job works per second (a job runs in one worker at a time): a '
                     'backlog retried in bulk leaves room for the live traffic and for a service that just came back '
-                    '([Bulk actions](#bulk-actions)).')
+                    '([Bulk actions](compensation-and-console.md#bulk-actions)).')
 
     chunk_size: int = setting("BULK_CHUNK_SIZE", 100, ge=1, le=500,
         description='Rows of a bulk job claimed and run through the pipeline at once (at most `BATCH_SIZE` is used).')

@@ -78,7 +78,7 @@ class DatabaseSettings(Group):
     ssl_mode: Literal["disabled", "required", "verify"] | None = setting("MYSQL_SSL_MODE", None, shown='unset: `verify` when `MYSQL_SSL_CA` or `MYSQL_SSL_CERT` is set, else `disabled`',
         description='TLS for every database connection of the project: `disabled`; `required` (encrypted, the '
                     "server's certificate not checked); `verify` (checked against `MYSQL_SSL_CA`, or the system's CAs"
-                    ' when it is unset) ([TLS to the database](#tls-to-the-database)).')
+                    ' when it is unset) ([TLS to the database](connecting.md#tls-to-the-database)).')
 
     ssl_ca: str | None = setting("MYSQL_SSL_CA", None, shown="unset: the system's CAs",
         description="PEM file of the CA(s) that signed the database server's certificate.")
@@ -123,7 +123,7 @@ class DatabaseSettings(Group):
     sql_mode: str | None = setting("DB_SQL_MODE", None, pattern=r"^([A-Za-z_]+(,[A-Za-z_]+)*)?$",
         description="The `sql_mode` of every database session (the worker's, the CLI's, the migrations'), "
                     "comma-separated modes: the tests set MySQL 8's default this way on MariaDB ([MariaDB and MySQL "
-                    "8](#mariadb-and-mysql-8)); unset or empty: the server's default. `NO_BACKSLASH_ESCAPES` is "
+                    "8](mariadb-and-mysql8.md)); unset or empty: the server's default. `NO_BACKSLASH_ESCAPES` is "
                     "refused here and taken out of the server's default: the driver escapes bytes with backslashes "
                     "whatever the mode, so under it a record's bytes would be stored altered, or a quote among them "
                     'would end their literal.')
@@ -137,7 +137,7 @@ class DatabaseSettings(Group):
                     " (`t_store_server`), and the store's watermark with the highest this worker knows it reached; "
                     'another server (a replica promoted by a failover, a server rebuilt from a backup), or a store '
                     'back in time (a restore into the same server), opens a recovery window ([After a failover or a '
-                    'restore](#after-a-failover-or-a-restore)).')
+                    'restore](operations.md#after-a-failover-or-a-restore)).')
 
     store_watermark_seconds: float = setting("STORE_WATERMARK_SECONDS", 10.0, gt=0,
         description="How often every worker advances the store's watermark in the database, publishes it, and "

@@ -103,7 +103,7 @@ class EffectsSettings(Group):
 
     per_effect: dict[str, EffectSettings] = Field(
         default_factory=dict, json_schema_extra={"env": "EFFECTS__<EFFECT>__<SETTING>", "shown": "none"},
-        description="Each effect's own settings, by effect name ([One effect](#one-effect-effects__effect__)).")
+        description="Each effect's own settings, by effect name ([One effect](#one-effect)).")
 
     timeout_seconds: float = setting("EFFECT_TIMEOUT_SECONDS", 3.0, gt=0,
         description='The longest one external call may take, its connection included.')
@@ -112,7 +112,7 @@ class EffectsSettings(Group):
         description='The longest a call waits for its connection (a free one of its pool, or a new one: TCP and TLS),'
                     ' within `EFFECT_TIMEOUT_SECONDS` (at most half of it is used). A call that got none sent '
                     'nothing: it is retried as not delivered, never looked up or left to a person as "maybe sent" '
-                    '([An SMS whose outcome is unknown](#an-sms-whose-outcome-is-unknown)).')
+                    '([An SMS whose outcome is unknown](compensation-and-console.md#an-sms-whose-outcome-is-unknown)).')
 
     concurrency: int = setting("EFFECT_CONCURRENCY", 128, ge=1,
         description="External calls in flight per worker for the order agent's batches, all batches in flight "
@@ -122,7 +122,7 @@ class EffectsSettings(Group):
 
     breaker_hold_records: int = setting("BREAKER_HOLD_RECORDS", 10_000, ge=0,
         description="Records a worker holds, before their first try, while their effect's provider breaker is open "
-                    '([A dead provider costs nothing to the rest](#a-dead-provider-costs-nothing-to-the-rest)): they '
+                    '([A dead provider costs nothing to the rest](exactly-once.md#provider-limits)): they '
                     'wait in their orders for the breaker to close, up to their batch\'s deadline, and go on then '
                     "(dead-lettered `provider_unavailable` if it is still open). Not counted in the records in flight,"
                     " so the other orders keep flowing; but the commit waits for them, so a kill -9 replays up to "
@@ -144,7 +144,7 @@ class EffectsSettings(Group):
     worker_heartbeat_seconds: float = setting("WORKER_HEARTBEAT_SECONDS", 2.0, gt=0,
         description='How often every worker writes its heartbeat (`t_worker`), on a database connection of its own; a'
                     ' beat that has not got through within this long is abandoned and the next opens a fresh '
-                    "connection ([A dead worker's claims](#a-dead-workers-claims)).")
+                    "connection ([A dead worker's claims](compensation-and-console.md#a-dead-workers-claims)).")
 
     worker_dead_after_seconds: float = setting("WORKER_DEAD_AFTER_SECONDS", 15.0, gt=0,
         description='A worker whose last heartbeat is older than this is taken for dead: the claims it held (`t_idem`'
@@ -156,7 +156,7 @@ class EffectsSettings(Group):
     token_secret: SecretStr | None = setting("IDEM_TOKEN_SECRET", None, shown='**required**',
         description="The deployment's secret: every step's idempotency token (the logistics `Idempotency-Key`, the "
                     "SMS `client_ref`) is an HMAC of the step's key under it ([Idempotency "
-                    'tokens](#idempotency-tokens)). The same value for every process of a deployment, another one for'
+                    'tokens](compensation-and-console.md#idempotency-tokens)). The same value for every process of a deployment, another one for'
                     ' every other deployment; kept like a password (never logged or shown). Without it no process '
                     'starts (exit 78, a line that says how to make one); `make run`, `make test` and the benchmarks '
                     'set their own.')

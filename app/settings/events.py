@@ -29,7 +29,7 @@ class EventsSettings(Group):
                     '(a Debezium outbox EventRouter: key = the order number, `id` header = the event id, '
                     '`eventType` header = the type, value = the payload); `auto`: CloudEvents when the record says '
                     'so (a `ce_specversion` header, that content type, or a `specversion` attribute), native '
-                    'otherwise ([Envelopes](#envelopes)).')
+                    'otherwise ([Envelopes](exactly-once.md#envelopes)).')
 
     id_from: str = setting("EVENT_ID_FROM", "",
         description='Where the event id is, when not where the envelope puts it: `header:<name>`, `field:<name>` (of '

@@ -68,7 +68,7 @@ class KafkaSettings(Group):
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = setting("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT",
         description='`PLAINTEXT`, `SSL` (TLS; with a client certificate: mTLS), `SASL_PLAINTEXT`, `SASL_SSL`: for '
                     'every Kafka client of the project ([Connecting to a managed '
-                    'Kafka](#connecting-to-a-managed-kafka)).')
+                    'Kafka](connecting.md#connecting-to-a-managed-kafka)).')
 
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = setting("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512",
         description='`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` (with `SASL_*`).')
@@ -106,7 +106,7 @@ class KafkaSettings(Group):
         description='How the worker reads `order-event` and the dead-letter topic: `read_committed` never delivers a '
                     'record of an aborted or still open transaction of a transactional producer (an outbox relay, '
                     'Kafka Streams, Spring with exactly-once); `read_uncommitted` does ([Transactional '
-                    'producers](#transactional-producers-upstream)).')
+                    'producers](exactly-once.md#transactional-producers-upstream)).')
 
     topic: str = setting("ORDER_EVENT_TOPIC", "order-event",
         description='The input topic.')
@@ -124,7 +124,7 @@ class KafkaSettings(Group):
         description='Where the workers publish how far the store (the database) has come: one partition, compacted, a'
                     ' record per advance keyed by `APP_ID`. A store found behind it went back in time (a restore from'
                     ' backup) and opens a recovery window by itself ([After a failover or a '
-                    'restore](#after-a-failover-or-a-restore)); `make topics` creates it. A worker that cannot read '
+                    'restore](operations.md#after-a-failover-or-a-restore)); `make topics` creates it. A worker that cannot read '
                     'it logs an error and notices only what it saw itself.')
 
     replication: int = setting("TOPIC_REPLICATION", 1, ge=1,
@@ -153,12 +153,12 @@ class KafkaSettings(Group):
                     'flight (slow calls, retries, dead letters on their way) before it gives them up; the whole group '
                     'waits meanwhile. Records finished within it are committed; the ones given up are never acked, so '
                     'never committed: whoever gets their partitions reads them again, and their claims in `t_idem` '
-                    'keep the effects to one ([Records finish on their own](#records-finish-on-their-own)). Must stay '
+                    'keep the effects to one ([Records finish on their own](exactly-once.md#records-finish-on-their-own)). Must stay '
                     'under `BROKER_REBALANCE_TIMEOUT_SECONDS`.')
 
     commit_every: int = setting("BROKER_COMMIT_EVERY", 10_000, ge=1,
         description='Also commit as soon as this many events were acked; with the interval, it bounds what a kill -9 '
-                    'replays ([the budget](#the-capacity-budget)).')
+                    'replays ([the budget](operations.md#the-capacity-budget)).')
 
     max_poll_records: int = setting("BROKER_MAX_POLL_RECORDS", 500, ge=1,
         description='Records handed to Faust per fetch.')
@@ -170,7 +170,7 @@ class KafkaSettings(Group):
 
     watchdog_enabled: bool = setting("WATCHDOG_ENABLED", True,
         description="Watch this worker's group membership, heartbeats and fetching, and heal it "
-                    '([Self-healing](#self-healing)).')
+                    '([Self-healing](operations.md#self-healing)).')
 
     watchdog_interval_seconds: float = setting("WATCHDOG_INTERVAL_SECONDS", 1.0, gt=0,
         description='How often the watchdog looks.')

@@ -90,7 +90,7 @@ class OperationsSettings(Group):
     event_loop: Literal["uvloop", "asyncio"] = setting("EVENT_LOOP", "uvloop",
         description="`uvloop` or `asyncio` (uvloop makes Faust's per-event work about 15% cheaper; 400 start/stop "
                     'cycles each, `python -m bench.start_stop_cycles`: one SIGSEGV under uvloop when SIGTERM came a '
-                    'second after start, none under asyncio: [The event loop](#self-healing)).')
+                    'second after start, none under asyncio: [The event loop](operations.md#self-healing)).')
 
     data_dir: str = setting("DATA_DIR", ".cache/faust",
         description="Faust's working folder (holds nothing we rely on).")

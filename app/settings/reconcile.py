@@ -12,7 +12,7 @@ class ReconcileSettings(Group):
     every_seconds: float = setting("RECONCILE_EVERY_SECONDS", 600.0, ge=0,
         description='How often one worker (the holder of the lease `reconcile:<APP_ID>`) reconciles the trailing '
                     'window of `order-event`; 0 turns the timer off (`faust -A app reconcile` still runs) '
-                    '([Reconciliation](#reconciliation)).')
+                    '([Reconciliation](compensation-and-console.md#reconciliation)).')
 
     window_seconds: float = setting("RECONCILE_WINDOW_SECONDS", 3600.0, gt=0,
         description='How much of the input one timed run reconciles: the records whose timestamps fall in the '
@@ -36,7 +36,7 @@ class ReconcileSettings(Group):
     provider_margin_seconds: float = setting("RECONCILE_PROVIDER_MARGIN_SECONDS", 300.0, ge=0,
         description="How far either side of the range a provider's records are read, against our receipts of the "
                     "range: a receipt is written after the provider's record of its call, on another clock "
-                    '([Provider reconciliation](#provider-reconciliation)).')
+                    '([Provider reconciliation](compensation-and-console.md#provider-reconciliation)).')
 
     provider_slice_seconds: float = setting("RECONCILE_PROVIDER_SLICE_SECONDS", 300.0, gt=0,
         description="A provider's side is compared a slice of the range at a time, each read (with its margins) "

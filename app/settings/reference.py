@@ -1,12 +1,14 @@
 """The configuration reference, rendered from the fields: their variable, default, type and description.
 
-``python -m app.settings.reference`` writes it into the README between the markers below;
-a unit test fails when the README's copy differs from what this renders, or when a field has
-no description. Secrets never show a default.
+``python -m app.settings.reference --write`` writes it as the documentation site's page
+``docs/configuration.md`` (without ``--write`` it prints the page); a unit test fails when the
+page differs from what this renders, or when a field has no description. Secrets never show a
+default.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 import typing
@@ -20,10 +22,8 @@ from pydantic.fields import FieldInfo
 from app.settings import GROUPS, EffectSettings, Settings
 from app.settings._base import env_name
 
-BEGIN = "<!-- settings:begin (rendered by python -m app.settings.reference from the fields' descriptions) -->"
-END = "<!-- settings:end -->"
-README = Path(__file__).resolve().parents[2] / "README.md"
-COMMAND = "python -m app.settings.reference"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+COMMAND = "python -m app.settings.reference --write"
 
 
 def _kind(annotation: Any) -> str:
@@ -81,34 +81,45 @@ def fields() -> list[tuple[str, FieldInfo]]:
 
 
 def render() -> str:
-    lines = [BEGIN, "", "Every setting is an environment variable (any case), grouped here as in the code: "
+    """The whole page docs/configuration.md."""
+    lines = ["# Configuration", "",
+             f"<!-- Rendered by `{COMMAND}` from the fields' descriptions in app/settings/: edit those, "
+             "not this page. -->", "",
+             "Every setting is an environment variable (any case), grouped here as in the code: "
              "`APP_ID` and `WORKER_ID` on `app.settings.Settings`, the others in one group each "
              "(`settings.kafka`, `settings.database`, ...; `app/settings/`)."]
     title = None
     for group, field in fields():
         if group != title:
             title = group
-            lines += ["", f"**{title}**", "", "| variable | default | type | meaning |", "|---|---|---|---|"]
+            lines += ["", f"## {_heading(title)}", "", "| variable | default | type | meaning |", "|---|---|---|---|"]
         text = " ".join((field.description or "").split()).replace("|", "\\|")
         lines.append(f"| `{env_name(field)}` | {_default(field)} | {_kind(field.annotation)}{_bounds(field)} "
                      f"| {text} |")
-    return "\n".join([*lines, "", END])
+    lines += ["", "All `DATETIME` columns hold UTC (each connection sets `time_zone = '+00:00'`)."]
+    return "\n".join(lines) + "\n"
 
 
-def written(readme: str) -> str | None:
-    """The reference as the README has it (None without the markers)."""
-    begin, end = readme.find(BEGIN), readme.find(END)
-    return None if begin < 0 or end < 0 else readme[begin:end + len(END)]
+def _heading(title: str) -> str:
+    """A group's title as a heading. A variable's pattern in it (``EFFECTS__<EFFECT>__...``) goes in
+    code, so that it shows as written and is no HTML tag, and the heading's anchor is made of the words
+    before it (``#one-effect``)."""
+    words, pattern = re.fullmatch(r"(.*?)(?: \((\S*<\S*)\))?", title).groups()  # type: ignore[union-attr]
+    if pattern is None:
+        return title
+    return f"{words} (`{pattern}`) {{ #{'-'.join(words.lower().split())} }}"
 
 
-def main() -> int:
-    readme = README.read_text()
-    now = written(readme)
-    if now is None:
-        print(f"{README.name} has no {BEGIN!r} ... {END!r}", file=sys.stderr)
-        return 1
-    README.write_text(readme.replace(now, render()))
-    print(f"{README.name}: the configuration reference is rendered from app/settings")
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--write"]):
+        print(f"usage: {COMMAND} (without --write: print the page)", file=sys.stderr)
+        return 2
+    if not args:
+        print(render(), end="")
+        return 0
+    PAGE.write_text(render())
+    print(f"{PAGE.parent.name}/{PAGE.name}: the configuration reference is rendered from app/settings")
     return 0
 
 

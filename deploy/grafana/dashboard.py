@@ -58,7 +58,7 @@ def build() -> dash.Dashboard:
     board = (
         dash.Dashboard("Order event processor").uid(UID).tags(["order-event-processor"])
         .description("Throughput, latency, lag, external calls, dead letters, the compensation queue and the "
-                     "dedup store (README: Dashboard).")
+                     "dedup store (docs, Operations: Dashboard).")
         .refresh("30s").time("now-3h", "now").timezone("utc")
         .with_variable(dash.DatasourceVariable("datasource").label("Prometheus").type("prometheus")
                        .current(VariableOption(selected=True, text="Prometheus", value="prometheus")))

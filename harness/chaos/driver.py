@@ -82,7 +82,7 @@ GROUP = "order-event-processor"
 EVENTS, DLQ = "order-event", "order-event-dlq"
 PARTITIONS, DLQ_PARTITIONS = 8, 3
 DATABASE = USER = "chaos"
-# Documented settings (README, Configuration), chosen so that the run moves in seconds, not
+# Documented settings (docs/configuration.md), chosen so that the run moves in seconds, not
 # minutes; what each buys is said beside it. Everything else is the default.
 WORKER_SETTINGS = {
     # A SIGKILLed worker's partitions move after 6 s (the least Kafka allows), not 30 s.

@@ -1,5 +1,5 @@
 """The chaos run's report: ``render(report)``, the summary table (markdown) printed and copied
-into the README, and ``write_json(report, path)``, every figure and problem as JSON."""
+into the docs (the Testing page), and ``write_json(report, path)``, every figure and problem as JSON."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The rules the chaos checker holds the pipeline to, written out again here.
 
 Nothing is imported from ``app/``: a rule the pipeline got wrong must not be wrong in the
-checker for the same reason. Each rule below is taken from the README (sections "How
+checker for the same reason. Each rule below is taken from the docs (sections "How
 exactly-once works here", "The order state machine", "Dead-letter records", "Compensation")
 and from what ``tables/schema.py`` says the columns hold; the pipeline's own copy lives in
 ``app/pipeline/states.py`` and ``app/pipeline/steps.py``.

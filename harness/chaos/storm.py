@@ -29,7 +29,7 @@ its GTID replica) one more, in the middle slot, a seeded few seconds into it:
                    transactions since: the failover loses what it acknowledged meanwhile),
                    the replica promoted once it applied all it received, the proxy moved to it
                    (every open connection closed); then a worker must open a recovery window by
-                   itself; with ``async`` also what the README asks of an operator: the workers
+                   itself; with ``async`` also what the docs ask of an operator: the workers
                    stopped (SIGTERM), the group rewound on ``order-event`` to before the replica
                    fell behind, less the group's lag then and a margin, the workers started again;
                    the fault ends when the group has read past where it was before the rewind
@@ -462,7 +462,7 @@ class Storm:
         return None
 
     async def _rewind_after(self, behind_at: float, committed: dict[int, int]) -> dict:
-        """What the README asks of an operator after a failover that may have lost rows whose
+        """What the docs ask of an operator after a failover that may have lost rows whose
         records were committed: stop the workers, rewind the group to before the replica fell
         behind, less the group's lag at that moment and a margin, start them again."""
         self.paused = True

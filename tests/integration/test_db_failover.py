@@ -8,7 +8,7 @@ every ``t_idem`` row it had, the promoted replica has, and every effect happens 
 asynchronous replication the last acknowledged transactions are lost when the replica is behind;
 the test makes it fall behind as a loaded one does (its I/O thread stopped during the storm), and
 counts the ``t_idem`` rows lost. Some of them belong to events whose offsets were committed: those
-are never delivered again, so the test does what the README tells an operator (stop the workers,
+are never delivered again, so the test does what the docs tell an operator (stop the workers,
 rewind the group, start them); the workers' first connection to the promoted replica opened a
 recovery window by itself, and derived tokens make the replay ask the same questions: every
 effect still happens once. The workers survive either way, every order ends where its events take
@@ -145,7 +145,7 @@ class Rig:
             worker.wait_log("Worker ready", timeout=120)
 
     def rewind(self) -> None:
-        """What the README tells an operator after an async failover: stop the workers, put the
+        """What the docs tell an operator after an async failover: stop the workers, put the
         group's offsets back (here: to the beginning), start them again."""
         for worker in self.workers:
             assert worker.stop() == 0

@@ -198,7 +198,7 @@ def test_a_certificate_for_another_host_fails_unless_the_host_name_check_is_off(
         unchecked.wait_log(f"{ANSWERS} 127.0.0.1:{server.port} over TLS (", timeout=STARTUP_BOUND)
         assert "host name NOT checked" in unchecked.logs()
         # Stopped once it works, not while its group is joining: uvloop may crash a worker stopped in
-        # that second (README, The event loop; SIGSEGV in 3 of 27 runs of this test that did).
+        # that second (docs, The event loop; SIGSEGV in 3 of 27 runs of this test that did).
         unchecked.wait_log("Worker ready", timeout=STARTUP_BOUND)
         assert unchecked.stop() == 0
     finally:

@@ -12,7 +12,7 @@ A worker keeps every claim it ever made. So a worker that stalled wakes up and f
 attempt that is no longer its own (it must be fenced: nothing changes), and a finisher may run
 its T3 twice (a lost commit: the second run finds its own rows and changes nothing).
 
-The model (:class:`Model`) is the README's state machine table written out by hand; it shares
+The model (:class:`Model`) is the docs' state machine table written out by hand; it shares
 no code with ``app.pipeline.plan`` or the SQL.
 """
 
@@ -100,7 +100,7 @@ class Row:
 
 @dataclass
 class Model:
-    """One order as the README's tables say it must be."""
+    """One order as the docs' tables say it must be."""
 
     status: OrderStatus = OrderStatus.PAID
     confirm: str | None = None      # outcome of the CONFIRM's local step (mark_confirmed), once it ran
@@ -383,7 +383,7 @@ def test_t_idem_holds_its_rules_through_random_claims_expiries_crashes_and_late_
 
 
 def test_the_model_fences_a_stalled_claim():
-    """The model alone, the way the README's table reads: a claim taken over after a stall."""
+    """The model alone, the way the docs' table reads: a claim taken over after a stall."""
     model = Model()
     assert model.claim("a#1") == "claimed" and model.row.attempt == 1
     model.row.live = False                                         # a stalls past its lease

@@ -1,5 +1,5 @@
 """The Prometheus alert rules of deploy/prometheus/ are valid, unit-tested, about real metrics, and each
-links to its runbook in README.md.
+links to its runbook, a page of the documentation site (docs/runbooks/<alert>.md).
 
 promtool comes with Debian's ``prometheus`` package (``make test-tools`` installs it); without it
 these tests fail rather than skip, so a missing tool never passes for green.
@@ -7,9 +7,11 @@ these tests fail rather than skip, so a missing tool never passes for green.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,71 +105,63 @@ def test_rules_use_only_metrics_the_app_exports():
     assert sorted(used - exported_names()) == [], "rules.yml names metrics app/observability/metrics.py does not define"
 
 
-README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+RUNBOOKS = DOCS / "runbooks"
 
 
-def github_anchor(heading: str, seen: dict[str, int]) -> str:
-    """The id GitHub gives a Markdown heading: its text lower-cased, every character but letters,
-    digits, ``_``, ``-`` and spaces removed, spaces made ``-``; a repeat gets ``-1``, ``-2``..."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)          # a link counts by its text
-    slug = re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
-    count = seen.get(slug, 0)
-    seen[slug] = count + 1
-    return slug if count == 0 else f"{slug}-{count}"
+def site_url() -> str:
+    return yaml.safe_load((ROOT / "mkdocs.yml").read_text())["site_url"]
 
 
-def readme_headings() -> list[tuple[int, str, str, list[str]]]:
-    """(level, text, anchor, body lines) of every heading of README.md outside code blocks."""
-    headings: list[tuple[int, str, str, list[str]]] = []
-    seen: dict[str, int] = {}
-    fenced = False
-    for line in README.read_text().splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        match = None if fenced else re.match(r"^(#{1,6}) (.+?)\s*#*\s*$", line)
-        if match:
-            headings.append((len(match.group(1)), match.group(2), github_anchor(match.group(2), seen), []))
-        elif headings:
-            headings[-1][3].append(line)
-    return headings
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The documentation site, built strictly (a broken link or anchor fails the build)."""
+    out = tmp_path_factory.mktemp("site")
+    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+                            "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert built.returncode == 0, f"mkdocs build --strict failed:\n{built.stdout}\n{built.stderr}"
+    return out
 
 
-def runbooks() -> dict[str, tuple[str, list[str]]]:
-    """The #### sections under "### Runbooks": heading text -> (anchor, body lines)."""
-    found, inside = {}, False
-    for level, text, anchor, body in readme_headings():
-        if level <= 3:
-            inside = (level, text) == (3, "Runbooks")
-        elif inside and level == 4:
-            found[text] = (anchor, body)
-    return found
+def runbook_pages() -> dict[str, list[str]]:
+    """docs/runbooks/<Alert>.md: alert name -> the page's lines (the runbooks' index aside)."""
+    return {page.stem: page.read_text().splitlines() for page in sorted(RUNBOOKS.glob("*.md"))
+            if page.name != "index.md"}
 
 
-def test_github_anchors_are_computed_as_github_does():
-    seen: dict[str, int] = {}
-    assert github_anchor("After a failover or a restore", seen) == "after-a-failover-or-a-restore"
-    assert github_anchor("The `t_idem` state machine", seen) == "the-t_idem-state-machine"
-    assert github_anchor("Cost as `t_idem` grows", seen) == "cost-as-t_idem-grows"
-    assert github_anchor("Measured", seen) == "measured" and github_anchor("Measured", seen) == "measured-1"
+def test_the_documentation_site_builds_strictly(site: Path):
+    assert (site / "index.html").is_file()
+    assert (site / "runbooks" / "index.html").is_file()
 
 
-def test_every_alert_links_to_a_runbook_section_of_the_readme():
-    anchors = {anchor for _, _, anchor, _ in readme_headings()}
-    books = runbooks()
+def test_every_alert_links_to_its_runbook_page_on_the_site(site: Path):
+    base = site_url()
+    assert base.startswith("https://") and base.endswith("/"), base
     for rule in alerts():
         url = rule.get("annotations", {}).get("runbook_url", "")
-        assert url.startswith("README.md#"), (rule["alert"], url)
-        anchor = url.split("#", 1)[1]
-        assert anchor in anchors, f"{rule['alert']}: README.md has no heading with the anchor #{anchor}"
-        assert books.get(rule["alert"], ("",))[0] == anchor, f"{rule['alert']}: its runbook_url is not its runbook"
+        assert url == f"{base}runbooks/{rule['alert']}/", (rule["alert"], url)
+        page = site / url.removeprefix(base) / "index.html"
+        assert page.is_file(), f"{rule['alert']}: the built site has no page {url}"
 
 
-def test_every_runbook_names_its_alert_and_says_what_to_do():
+def test_every_runbook_page_belongs_to_an_alert_and_says_what_to_do():
     names = {rule["alert"] for rule in alerts()}
-    books = runbooks()
-    assert sorted(set(books) - names) == [], "runbooks of alerts rules.yml does not have"
-    assert sorted(names - set(books)) == [], "alerts without a runbook"
-    for name, (_, body) in books.items():
-        steps = [line for line in body if re.match(r"^\d+\. ", line)]
+    books = runbook_pages()
+    assert sorted(set(books) - names) == [], "runbook pages of alerts rules.yml does not have"
+    assert sorted(names - set(books)) == [], "alerts without a runbook page"
+    for name, lines in books.items():
+        assert lines[0] == f"# {name}", f"runbook {name}: its page's title is not its alert's name"
+        steps = [line for line in lines if re.match(r"^\d+\. ", line)]
         assert len(steps) >= 2, f"runbook {name} has no steps (a numbered list)"
         assert [int(s.split(".")[0]) for s in steps] == list(range(1, len(steps) + 1)), name
+
+
+def test_the_runbook_urls_in_the_rules_tests_are_the_rules_own():
+    urls = {rule["alert"]: rule["annotations"]["runbook_url"] for rule in alerts()}
+    tests = yaml.safe_load(RULES_TEST.read_text())
+    for test in tests["tests"]:
+        for case in test.get("alert_rule_test", []):
+            for alert in case.get("exp_alerts") or []:
+                assert alert["exp_annotations"]["runbook_url"] == urls[case["alertname"]], case["alertname"]

@@ -80,7 +80,7 @@ def test_a_provider_the_effect_does_not_have_is_refused():
         registry.chosen("waybill", Settings(effects__waybill__provider="fax").effects)
 
 
-# -- a throwaway effect, added as the README's recipe says: every place sees it ------------------
+# -- a throwaway effect, added as the docs' recipe says: every place sees it ------------------
 
 PARCEL = Effect("parcel_locker", done="locker_booked", request=lambda event, order: {"order_no": order.order_no})
 

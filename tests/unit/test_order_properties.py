@@ -7,7 +7,7 @@ with copies: exact ones (the same record again, same ``event_id``) and re-publis
 delivered again afterwards, as the compensator would run it, until nothing moves any more.
 
 The property: where the order ends depends only on which events there were, never on their
-order or their count. The expected end is written here from the README's table, not asked of
+order or their count. The expected end is written here from the docs' table, not asked of
 ``app.pipeline.states``.
 """
 
@@ -47,7 +47,7 @@ def deliveries(draw) -> tuple[frozenset[str], list[tuple[str, bool]], list[int]]
 
 
 def expected_status(kinds: frozenset[str]) -> OrderStatus | None:
-    """The README: CREATED -> PAID -> CONFIRMED, and CANCELLED from any of them; an event whose
+    """The docs: CREATED -> PAID -> CONFIRMED, and CANCELLED from any of them; an event whose
     order is not there yet waits for it (a retry, a redrive); an event behind the order is stale."""
     if "ORDER_CREATED" not in kinds:
         return None
@@ -150,7 +150,7 @@ def test_the_final_order_row_depends_only_on_the_set_of_events(delivery):
     assert order == expected, f"{sequence} in batches of {sizes}"
 
 
-def test_the_canonical_delivery_ends_as_the_readme_says():
+def test_the_canonical_delivery_ends_as_the_docs_say():
     order, effects = deliver(canonical(frozenset(TYPES)), [1, 1, 1, 1])
     assert order["status"] is OrderStatus.CANCELLED and order["paid_cents"] == 12_900
     assert sorted(effects.sent.values()) == [1, 1] and {e for e, _ in effects.sent} == {"waybill", "sms"}

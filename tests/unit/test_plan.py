@@ -128,7 +128,7 @@ def _pending(*, owner=ME, expired=True, attempt=1, outcome=None, since_call=0.0,
     return IdemRow("k", status, attempt, owner, "t", "h", outcome, None, expired, 0.0 if expired else 9.0, since_call)
 
 
-# (effect, row, recovering seconds, expected case): each row of the README's t_idem table, with its
+# (effect, row, recovering seconds, expected case): each row of the docs' t_idem table, with its
 # waits and refusals, under IDEM_MAX_ATTEMPTS=5, a lookup of the SMS 30 s after an unknown outcome,
 # and the logistics API, which cannot be asked.
 EFFECT_CASES = [

@@ -117,11 +117,21 @@ def test_every_setting_has_a_description():
     assert reference.missing_descriptions() == [], "describe these settings (Field description=...)"
 
 
-def test_the_readme_has_the_reference_the_fields_render():
-    written = reference.written(reference.README.read_text())
-    assert written is not None, f"README.md lost the markers {reference.BEGIN!r} ... {reference.END!r}"
-    assert written == reference.render(), \
-        f"README.md's configuration reference is not what the settings say: run `{reference.COMMAND}`"
+def test_the_configuration_page_is_what_the_fields_render():
+    assert reference.PAGE.is_file(), f"docs/configuration.md is missing: run `{reference.COMMAND}`"
+    assert reference.PAGE.read_text() == reference.render(), \
+        f"docs/configuration.md is not what the settings say: run `{reference.COMMAND}`"
+
+
+def test_the_reference_command_prints_the_page_and_writes_it_only_when_asked(capsys, monkeypatch, tmp_path):
+    page = tmp_path / "configuration.md"
+    monkeypatch.setattr(reference, "PAGE", page)
+    assert reference.main([]) == 0
+    assert capsys.readouterr().out == reference.render()
+    assert not page.exists()
+    assert reference.main(["--write"]) == 0
+    assert page.read_text() == reference.render()
+    assert reference.main(["--other"]) == 2
 
 
 def test_each_effect_has_nested_settings_with_todays_names_as_aliases(monkeypatch):

@@ -1,7 +1,7 @@
 """The SQL the code sends (every string in ``app/``, ``migrations/`` and ``tables/`` that is no
 docstring) uses no form that only one of MariaDB and MySQL 8 accepts. The tests run on
 MariaDB alone, so a MySQL-only form would pass them and fail in ``docker-compose.yml``'s
-MySQL 8; a MariaDB-only one would pass them and fail there too. README "MariaDB and
+MySQL 8; a MariaDB-only one would pass them and fail there too. The docs page "MariaDB and
 MySQL 8" lists the forms the code uses where the two differ, and why each works on both."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ run and the stale-effect advice read to know the effects and their providers.
 An effect is served by one provider per deployment: ``EFFECTS__<EFFECT>__PROVIDER`` names it,
 else the first provider listed for the effect here. A new provider is its module
 (``app/adapters/effects/<name>.py`` with a ``PROVIDER``) and one line in :data:`PROVIDERS`
-(README, "Adding an effect").
+(the docs' Architecture page).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Faust 0.15.3 moves every record one by one from its fetcher to an agent's stream
 conductor's ``on_message`` (a lock, flow control, the producer buffer's size, the schema
 registry's decode into an ``Event``), the stream's queue, the stream iterator, the
 ``take_events`` buffer, and one ``ack`` per event. An agent that does nothing spends most of
-its CPU per record there (row f of ``make bench``; the README's "The layer in Faust's path");
+its CPU per record there (row f of ``make bench``; the docs' Benchmarks page, "The layer in Faust's path");
 ours hands whole batches to the pipeline anyway.
 
 ``Consumer._drain_messages`` is replaced (by ``app.adapters.kafka.upstream``) with :func:`_drain_messages`, which

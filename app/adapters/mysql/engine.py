@@ -101,7 +101,7 @@ def session_sql_mode(mode: str | None) -> str:
     """The assignment that gives a session its sql_mode: the modes ``DB_SQL_MODE`` names, or
     the server's own without NO_BACKSLASH_ESCAPES. aiomysql escapes bytes parameters with
     backslashes whatever the mode, so under that mode a record's bytes would be stored
-    altered, or a quote among them would end their literal early (README "MariaDB and MySQL 8")."""
+    altered, or a quote among them would end their literal early (the docs, "MariaDB and MySQL 8")."""
     if not mode:
         return _KEEP_BACKSLASH_ESCAPES
     if not _SQL_MODE.fullmatch(mode):

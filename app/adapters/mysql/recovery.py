@@ -202,7 +202,7 @@ def report(change: StoreChange) -> None:
         metrics.STORE_WENT_BACK.inc()
     metrics.RECOVERY_WINDOW_OPEN.set(1)
     log.warning("%s, so recovery window %d is open for %g h: SMS claims the store has no row of, or holds pending, "
-                "are looked up before they are sent. See the README, After a failover or a restore.",
+                "are looked up before they are sent. See the docs, Operations, After a failover or a restore.",
                 change.reason().removesuffix(": rows acknowledged by the store before may be missing"),
                 change.window_id, change.hours)
 

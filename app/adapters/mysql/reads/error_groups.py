@@ -128,7 +128,7 @@ async def _unsettled(execute, group: str, sinces: Sequence[datetime], *, orders_
     ``sinces``), the oldest one's first failure, and the orders among those since each of
     ``orders_since`` (of the group ``orders_of`` only, if given). Read from the index alone:
     grouped by status first, in the index's order (a GROUP BY fingerprint alone, with a
-    COUNT(DISTINCT), sorted the rows' ids and read every row back, far slower: the README's
+    COUNT(DISTINCT), sorted the rows' ids and read every row back, far slower: the docs'
     Error groups, ``python -m bench.error_groups``), then summed here."""
     windows = "".join(", SUM(first_failure_at >= %s)" for _ in sinces)
     result = await execute(

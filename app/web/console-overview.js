@@ -115,12 +115,17 @@ async function loadOverview() {
   $("overview-error").textContent = "";
   try {
     const data = await api("/overview/");
+    $("overview-body").hidden = false;
     overviewQueue(data);
     overviewInflow(data.inflow);
     overviewGroups(data.top_groups, data.more_groups);
     overviewBulk(data.bulk_in_progress);
     overviewProviders(data.providers);
-  } catch (error) { $("overview-error").textContent = `The overview could not be read: ${error.message}`; }
+  } catch (error) {
+    $("overview-body").hidden = true;           // figures of an earlier read would mislead
+    $("overview-empty").hidden = true;
+    $("overview-error").textContent = `The overview could not be read: ${error.message}`;
+  }
 }
 
 async function loadBulkJobs() {

@@ -92,7 +92,7 @@ function rows(tbody, items, columns) {
     for (const column of columns) {
       const td = column === "status" ? badgeCell(tr, item.status)
         : TIME_COLUMNS.has(column) ? timeCell(tr, item[column]) : cell(tr, item[column]);
-      td.dataset.label = column;
+      if (!tbody.parentElement.tHead) td.dataset.label = column;
     }
     tbody.appendChild(tr);
   }
@@ -105,7 +105,9 @@ function labelCells(table) {
   const heads = [...table.tHead.rows[0].cells].map((th) => th.textContent);
   for (const body of table.tBodies) {
     for (const tr of body.rows) {
-      [...tr.cells].forEach((td, index) => { if (!td.dataset.label && heads[index]) td.dataset.label = heads[index]; });
+      [...tr.cells].forEach((td, index) => {
+        if (!td.dataset.label && heads[index] && td.colSpan === 1) td.dataset.label = heads[index];
+      });
     }
   }
 }
@@ -422,7 +424,8 @@ function detailFields(row) {
     const dd = document.createElement("dd");
     dd.dataset.field = name;
     const value = row[name];
-    if (TIME_COLUMNS.has(name)) dd.appendChild(timeElement(value));
+    if (value === null || value === undefined || value === "") dd.textContent = "none";
+    else if (TIME_COLUMNS.has(name)) dd.appendChild(timeElement(value));
     else appendText(dd, value === null || value === undefined ? "" : String(value), row.masked);
     fields.append(dt, dd);
   }
@@ -448,6 +451,8 @@ async function open(id) {
     showPre($("detail-record"), recordText(row.record), row.masked);
     rows($("history").tBodies[0], row.history, ["at", "actor", "action", "from_status", "to_status", "note", "detail"]);
     rows($("steps").tBodies[0], row.idem, ["biz_key", "status", "attempt", "outcome", "last_err"]);
+    if (!row.history.length) emptyRow($("history").tBodies[0], "Nothing done to it yet by a person or the compensator.", 7);
+    if (!row.idem.length) emptyRow($("steps").tBodies[0], "No step of this record was recorded.", 5);
     showPre($("detail-order"), row.order ? JSON.stringify(row.order, null, 2) : "(no order)", row.masked);
     for (const id of ["steps", "history"]) marked($(id), row.masked);
     $("detail").scrollIntoView({ block: "start" });

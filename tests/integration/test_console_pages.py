@@ -206,6 +206,7 @@ def test_an_empty_list_and_a_failing_api_say_what_to_do(desk):
             page.goto(f"{desk.base}/console/#/overview")
             page.wait_for_selector("#overview-error:has-text('the database is unreachable')")
             assert "readyz" in page.text_content("#overview-error") and "reload" in page.text_content("#overview-error")
+            assert not page.is_visible("#overview-body")                     # no figures of an earlier read
             page.route("**/bulk/", lambda route: route.abort())
             page.goto(f"{desk.base}/console/#/bulk")
             page.wait_for_selector("#bulk-jobs-error:has-text('did not answer')")

@@ -14,7 +14,6 @@ from app.web import (
     health,
     http,
     orders,
-    overview,
     reconcile,
     reconcile_cases,
     roles,
@@ -34,7 +33,6 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     roles.register(app, runtime, settings)
     console.register(app, settings)
     groups.register(app, runtime, settings)
-    overview.register(app, runtime, settings)
     bulk.register(app, runtime, settings)
     skipped.register(app, runtime, settings)
     reconcile.register(app, runtime, settings)

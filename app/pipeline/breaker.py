@@ -85,6 +85,17 @@ class Breaker:
             return None
         return self._refusal(now)
 
+    def health(self, now: float) -> dict:
+        """What a person may know of it now: open or closed (probing: the probe's call is out), for how
+        long, the next probe, and the requests of the window that ended and failed."""
+        recent = [failed for at, failed in self._ended.values() if at >= now - WINDOW_SECONDS]
+        state = "closed" if self.opened_at is None else "probing" if self.probing else "open"
+        return {"state": state,
+                "open_seconds": None if self.opened_at is None else round(now - self.opened_at, 1),
+                "next_probe_seconds": None if self.opened_at is None else round(max(self.next_probe - now, 0.0), 1),
+                "recent_requests": len(recent), "recent_failed": sum(recent), "window_seconds": WINDOW_SECONDS,
+                "last_failure": self.last_failure or None}
+
     def ended(self, now: float, failed: bool | None, *, probe: bool, key: str = "", error: str = "") -> Change | None:
         """A call of request ``key`` ended: ``failed`` True for the provider's sake, False if the provider
         answered, None if no call was made after all (its lease ran short, its turn came too late)."""

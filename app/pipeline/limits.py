@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -164,6 +164,14 @@ class ProviderLimits:
 
     def open_breakers(self) -> list[str]:
         return sorted(name for name, pace in self._paces.items() if pace.breaker.open)
+
+    def health(self, effects: Iterable[str]) -> list[dict]:
+        """Each of ``effects`` as this worker knows its provider: its breaker (``Breaker.health``), the
+        seconds its provider's "not yet" still holds its calls, and this worker's share of its rate."""
+        now = self._clock()
+        return [{"effect": name, **self._pace(name).breaker.health(now), "not_before_seconds": round(
+                     max(self._pace(name).not_before - now, 0.0), 1), "calls_per_second": self.share(name) or None}
+                for name in sorted(effects)]
 
     def wait_for(self, effect: str) -> float:
         """How long a call of ``effect`` made now would wait for the provider's "not before"."""

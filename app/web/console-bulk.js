@@ -94,7 +94,7 @@
     $("bulk-job").hidden = false;
     $("bulk-job-id").textContent = String(job.id);
     $("bulk-status").textContent = job.status;
-    $("bulk-status").className = `status ${job.status === "done" ? "compensated" : job.status}`;
+    $("bulk-status").className = `status badge ${job.status}`;
     const rate = job.rate_per_second === null ? "" : `, ${job.rate_per_second} rows/s`;
     const eta = job.eta_seconds === null ? "" : `, about ${Math.round(job.eta_seconds)} s left`;
     $("bulk-progress").textContent = `${job.done} of ${job.total} done: ${job.changed} changed, ` +

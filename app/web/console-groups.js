@@ -80,15 +80,15 @@ async function showGroup(fingerprint) {
     const queue = document.createElement("div");
     queue.textContent = `${groupsQueueLine(group.queue)}; sample: ${group.sample || ""}`;
     figures.appendChild(queue);
+    $("group-queue").onclick = () => openGroupQueue(group.fingerprint);
     drawInflow($("chart-24h"), group.windows["24h"].series);
     drawInflow($("chart-7d"), group.windows["7d"].series);
   } catch (error) { groupsSay(error.message); }
 }
 
-// The queue below, filtered by the group (the filter form's own submit loads it).
+// The queue page, filtered by the group.
 function openGroupQueue(fingerprint) {
-  $("filter-fingerprint").value = fingerprint;
-  $("filters").requestSubmit();
+  go(`#/queue?fingerprint=${encodeURIComponent(fingerprint)}`);
 }
 
 async function loadGroups() {
@@ -100,15 +100,22 @@ async function loadGroups() {
       (data.more_groups ? `; ${data.more_groups} smaller groups not shown` : "");
     const tbody = $("groups-table").tBodies[0];
     tbody.replaceChildren();
+    if (!data.groups.length) {
+      emptyRow(tbody, $("groups-status").value === "unsettled"
+        ? "No group has open letters: nothing waits for a person. Choose \"all\" to see the settled ones." :
+        "No dead letter in this window. Choose the 7-day window to look further back.", 10);
+    }
     for (const group of data.groups) {
       const tr = document.createElement("tr");
       tr.className = "row group";
       tr.dataset.fingerprint = group.fingerprint || "";
-      for (const value of [group.fingerprint || "(none)", group.reason, group.effect, group.detail, group.letters,
-                           group.first_seen, group.last_seen, group.orders, groupsShare(group.open_share),
-                           group.sample]) groupsCell(tr, value);
+      for (const value of [group.fingerprint || "(none)", group.reason, group.effect, group.detail, group.letters])
+        groupsCell(tr, value);
+      timeCell(tr, group.first_seen);
+      timeCell(tr, group.last_seen);
+      for (const value of [group.orders, groupsShare(group.open_share), group.sample]) groupsCell(tr, value);
       if (group.fingerprint) {
-        tr.addEventListener("click", () => { showGroup(group.fingerprint); openGroupQueue(group.fingerprint); });
+        tr.addEventListener("click", () => showGroup(group.fingerprint));
       }
       tbody.appendChild(tr);
     }
@@ -130,19 +137,22 @@ async function loadSkipped() {
     tbody.replaceChildren();
     if (!data.types.length) {
       const tr = document.createElement("tr");
-      groupsCell(tr, "none skipped").colSpan = 5;
+      groupsCell(tr, "None skipped: every type the upstreams published has a step that reads it.").colSpan = 5;
       tbody.appendChild(tr);
     }
     for (const type of data.types) {
       const tr = document.createElement("tr");
       tr.className = "row skipped-type";
       const at = type.topic === null ? "" : `${type.topic}[${type.partition}]@${type.offset}`;
-      for (const value of [type.event_type, type.skipped, type.first_seen, type.last_seen, at]) groupsCell(tr, value);
+      groupsCell(tr, type.event_type);
+      groupsCell(tr, type.skipped);
+      timeCell(tr, type.first_seen);
+      timeCell(tr, type.last_seen);
+      groupsCell(tr, at);
       tbody.appendChild(tr);
     }
   } catch (error) { $("skipped-error").textContent = error.message; }
 }
 
 $("groups-form").addEventListener("submit", (event) => { event.preventDefault(); loadGroups(); });
-$("token").addEventListener("change", () => { loadGroups(); loadSkipped(); });
-if ($("token").value) { loadGroups(); loadSkipped(); }      // without a token, once one is entered
+pageLoaders.groups = () => { loadGroups(); loadSkipped(); };      // each time the page is shown

@@ -10,6 +10,13 @@ function reconcileCell(tr, value, cls) {
   return td;
 }
 
+// A status cell (class "status <status>", for the selectors) holding its badge.
+function reconcileBadge(tr, status) {
+  const td = reconcileCell(tr, "", `status ${status}`);
+  td.appendChild(badge(status));
+  return td;
+}
+
 function reconcileEnds(ends) {
   return Object.entries(ends || {}).filter(([, n]) => n).map(([end, n]) => `${n} ${end}`).join(", ");
 }
@@ -28,14 +35,18 @@ async function loadReconcileRuns() {
     tbody.replaceChildren();
     if (!data.runs.length) {
       const tr = document.createElement("tr");
-      reconcileCell(tr, "no run yet").colSpan = 7;
+      reconcileCell(tr, "No run yet: the timer runs one every few minutes (RECONCILE_EVERY_SECONDS), or run " +
+                        "faust -A app reconcile --last 1h by hand.", "empty").colSpan = 7;
       tbody.appendChild(tr);
     }
     for (const run of data.runs) {
       const tr = document.createElement("tr");
       tr.className = "row reconcile-run";
-      for (const [value, cls] of [[run.id], [run.status, `status ${run.status}`], [run.range_from], [run.range_to],
-                                  [run.records], [run.findings], [run.started_by]]) reconcileCell(tr, value, cls);
+      reconcileCell(tr, run.id);
+      reconcileBadge(tr, run.status);
+      timeCell(tr, run.range_from);
+      timeCell(tr, run.range_to);
+      for (const value of [run.records, run.findings, run.started_by]) reconcileCell(tr, value);
       tr.addEventListener("click", () => showReconcileRun(run.id));
       tbody.appendChild(tr);
     }
@@ -95,13 +106,18 @@ async function loadCases() {
     $("cases-what").textContent = open ? `Open: ${open}.` : "No open case.";
     const tbody = $("reconcile-cases").tBodies[0];
     tbody.replaceChildren();
+    if (!data.items.length) {
+      const tr = document.createElement("tr");
+      reconcileCell(tr, "No case: the providers' listings agree with our receipts.", "empty").colSpan = 9;
+      tbody.appendChild(tr);
+    }
     for (const c of data.items) {
       const tr = document.createElement("tr");
       tr.className = "row reconcile-case";
-      for (const [value, cls] of [[c.id], [c.kind], [c.effect], [c.order_no], [c.reference],
-                                  [c.status, `status ${c.status}`], [c.found_at], [c.last_seen_at]]) {
-        reconcileCell(tr, value, cls);
-      }
+      for (const value of [c.id, c.kind, c.effect, c.order_no, c.reference]) reconcileCell(tr, value);
+      reconcileBadge(tr, c.status);
+      timeCell(tr, c.found_at);
+      timeCell(tr, c.last_seen_at);
       const td = reconcileCell(tr, "");
       if (c.status === "open" && operator()) {
         for (const [action, what] of [CASE_ACTIONS[c.kind], ["dismiss", "Dismiss: nothing is done"]]) {
@@ -142,5 +158,4 @@ async function actOnCase() {
 
 $("case-confirm-yes").addEventListener("click", actOnCase);
 $("case-confirm-no").addEventListener("click", () => { $("case-confirm").hidden = true; pendingCase = null; });
-$("token").addEventListener("change", () => { loadReconcileRuns(); loadCases(); });
-if ($("token").value) { loadReconcileRuns(); loadCases(); }
+pageLoaders.reconcile = () => { loadReconcileRuns(); loadCases(); };      // each time the page is shown

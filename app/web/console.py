@@ -25,6 +25,7 @@ def register(app: faust.App, settings: Settings) -> None:
     groups_script = (HERE / "console-groups.js").read_bytes()
     bulk_script = (HERE / "console-bulk.js").read_bytes()
     reconcile_script = (HERE / "console-reconcile.js").read_bytes()
+    overview_script = (HERE / "console-overview.js").read_bytes()
 
     @app.page("/console/")
     async def console(self: View, request: web.Request) -> web.Response:
@@ -47,4 +48,9 @@ def register(app: faust.App, settings: Settings) -> None:
     @app.page("/console/console-reconcile.js")
     async def console_reconcile_script(self: View, request: web.Request) -> web.Response:
         return web.Response(body=reconcile_script, content_type="application/javascript", charset="utf-8",
+                            headers=HEADERS)
+
+    @app.page("/console/console-overview.js")
+    async def console_overview_script(self: View, request: web.Request) -> web.Response:
+        return web.Response(body=overview_script, content_type="application/javascript", charset="utf-8",
                             headers=HEADERS)

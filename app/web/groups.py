@@ -9,9 +9,25 @@ status or error class and a sample message; the queue's depth and its oldest ope
 age beside them. A group's page gives its inflow over 24 hours (hourly) and 7 days
 (6-hourly). The queue of one group is ``GET /compensation/?fingerprint=<fingerprint>``. A viewer
 (``WEB_READ_TOKEN``) gets the sample messages masked (``app.personal.masking``), like every data view.
+
+The console's first page reads the queue at a glance beside them:
+
+    GET /overview/     the queue by status, its oldest open letter's age, the inflow over 24 hours
+                       (hourly) and 7 days (6-hourly), the top error groups (most open first), the
+                       bulk jobs running or paused, and the providers (``GET /providers/``)
+    GET /providers/    per effect: its breaker in this worker (closed, open or probing, for how long,
+                       the next probe), the requests of its window that ended and failed, the last
+                       failure, the provider's "not yet" still in force, this worker's rate share
+
+Both need a reading token like every data view, masked for a viewer: an error message may name an
+order. The breakers are this worker's (``app.pipeline.breaker``): another worker may see its
+provider otherwise; the metric ``order_provider_breaker_open`` and the alert ``ProviderDown`` see
+them all.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import faust
 from aiohttp import web
@@ -19,11 +35,31 @@ from faust.web import View
 
 from app.adapters.mysql.reads.error_groups import WINDOWS
 from app.bootstrap import Runtime
+from app.compensation.bulk import FINISHED, JobStatus
 from app.settings import Settings
 from app.web.compensation import FINGERPRINT
 from app.web.http import Refused, as_seen, json_response, refused, role, text
 
 LISTS = ("unsettled", "all")
+TOP_GROUPS = 5
+IN_PROGRESS = tuple(s.name.lower() for s in JobStatus if s not in FINISHED)
+
+
+def providers(rt: Runtime) -> list[dict[str, Any]]:
+    """What this worker knows of each effect's provider (none when it calls no provider)."""
+    limits = getattr(rt, "limits", None)
+    return [] if limits is None else limits.health(rt.client_factories)
+
+
+async def overview(rt: Runtime) -> dict[str, Any]:
+    counts = await rt.queries.counts()
+    groups = await rt.groups.groups(WINDOWS["24h"], unsettled_only=True)
+    inflow = await rt.groups.inflow()
+    jobs = [job for job in await rt.bulk_jobs.jobs() if job["status"] in IN_PROGRESS]
+    return {"now": inflow["now"], "by_status": counts["by_status"], "capped": counts["capped"], "cap": counts["cap"],
+            "queue": groups["queue"], "inflow": inflow["windows"],
+            "top_groups": groups["groups"][:TOP_GROUPS], "more_groups": max(len(groups["groups"]) - TOP_GROUPS, 0)
+            + groups["more_groups"], "bulk_in_progress": jobs, "providers": providers(rt)}
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
@@ -53,3 +89,16 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
             if found is None:
                 return json_response({"error": f"no error group {fingerprint}"}, status=404)
             return json_response(await as_seen(role(request, settings), found, rt.queries))
+
+    @app.page("/overview/")
+    class Overview(View):
+        async def get(self, request: web.Request) -> web.Response:
+            rt = runtime.started()
+            return json_response(await as_seen(role(request, settings), await overview(rt), rt.queries))
+
+    @app.page("/providers/")
+    class Providers(View):
+        async def get(self, request: web.Request) -> web.Response:
+            rt = runtime.started()
+            answer = {"providers": providers(rt), "worker": settings.worker_id}
+            return json_response(await as_seen(role(request, settings), answer, rt.queries))

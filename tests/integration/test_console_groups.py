@@ -72,6 +72,7 @@ def test_the_console_shows_a_groups_chart_and_opens_its_queue(desk):
             page.goto(f"{desk['base']}/console/")
             page.fill("#token", TOKEN)
             page.dispatch_event("#token", "change")
+            page.click("nav a[data-nav=groups]")                         # the overview comes first
             line = f"#groups-table tbody tr[data-fingerprint='{desk['outage']}']"
             page.wait_for_selector(line)
             assert "queue depth" in page.text_content("#groups-queue")
@@ -80,7 +81,8 @@ def test_the_console_shows_a_groups_chart_and_opens_its_queue(desk):
             assert page.query_selector_all("#chart-24h rect.bar").__len__() == 24
             assert page.query_selector_all("#chart-7d rect.bar").__len__() >= 28
             assert "3 letters, 3 open" in page.text_content("#group-figures")
-            # The queue below is the group's: its fingerprint in the filter form, its three orders listed.
+            # The queue page, the group's: its fingerprint in the filter form, its three orders listed.
+            page.click("#group-queue")
             assert page.input_value("#filter-fingerprint") == desk["outage"]
             for order in desk["down"]:
                 page.wait_for_selector(f"#queue tbody tr:has-text('{order}')")

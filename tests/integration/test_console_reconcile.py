@@ -44,6 +44,7 @@ def test_a_duplicate_waybill_is_shown_and_its_extra_cancelled_once_from_the_cons
                 page.fill("#actor", "alice")
                 page.fill("#token", TOKEN)
                 page.dispatch_event("#token", "change")
+                page.click("nav a[data-nav=reconcile]")                  # the overview comes first
                 page.click("#reconcile-runs tbody tr.reconcile-run:has-text('findings')")
                 page.wait_for_selector(f"#reconcile-findings tr.provider:has-text('{o}')")
                 assert "provider duplicate" in page.text_content(f"#reconcile-findings tr.provider:has-text('{o}')")

@@ -235,6 +235,7 @@ def sign_in(page, base: str, token: str, role: str) -> None:
 
 
 def open_letter(page, order: str) -> None:
+    page.click("nav a[data-nav=queue]")
     page.fill("#filters input[name=order_no]", order)
     page.click("#search")
     page.click("#queue tbody tr:has-text('payload_mismatch')")

@@ -87,3 +87,18 @@ def test_a_few_requests_failing_again_and_again_are_not_a_dead_provider():
             assert b.ended(float(attempt) / 10, True, probe=False, key=key) is None
     assert not b.open
     assert fail(b, MIN_CALLS - 5, 3.0)[-1] is Change.OPENED           # with 15 more, 20 requests failed
+
+
+def test_its_health_says_what_a_person_needs_open_or_closed_for_how_long_and_the_recent_failures():
+    b = Breaker()
+    fail(b, 3, 0.0, failed=False)
+    fail(b, 2, 1.0)
+    health = b.health(2.0)
+    assert (health["state"], health["recent_requests"], health["recent_failed"]) == ("closed", 5, 2)
+    assert health["open_seconds"] is None and health["last_failure"] == "no answer within 3s"
+    assert b.health(WINDOW_SECONDS + 5)["recent_requests"] == 0                 # out of the window
+    fail(b, MIN_CALLS, 20.0)
+    opened = b.health(23.0)
+    assert (opened["state"], opened["open_seconds"], opened["next_probe_seconds"]) == ("open", 3.0, PROBE_SECONDS - 3)
+    assert b.admit(20.0 + PROBE_SECONDS)[0] is Admit.PROBE
+    assert b.health(20.0 + PROBE_SECONDS)["state"] == "probing"

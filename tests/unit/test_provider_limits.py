@@ -127,3 +127,12 @@ async def test_a_turn_past_the_callers_deadline_is_not_waited_for_nor_taken():
         assert turn.later == pytest.approx(1.0) and clock.now == pytest.approx(100.95)    # told, not slept
     async with limits.call("waybill", not_after=103) as turn:
         assert turn.later is None and clock.now == pytest.approx(101.95)  # the turn was still free
+
+
+def test_the_health_of_every_effect_names_its_breaker_and_the_providers_not_yet():
+    limits = ProviderLimits({"waybill": EffectLimit(calls_per_second=4)})
+    limits.hold("sms", 30)
+    health = {h["effect"]: h for h in limits.health(["waybill", "sms"])}
+    assert list(health) == ["sms", "waybill"] and health["waybill"]["state"] == "closed"
+    assert health["waybill"]["calls_per_second"] == 4 and health["sms"]["calls_per_second"] is None
+    assert 29 <= health["sms"]["not_before_seconds"] <= 30 and health["waybill"]["not_before_seconds"] == 0

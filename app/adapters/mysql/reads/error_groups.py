@@ -115,6 +115,28 @@ class GroupQueries:
         return await self._read(work)
 
 
+    async def inflow(self) -> dict[str, Any]:
+        """The queue's inflow, every group together: per window, its letters and their series in the
+        window's buckets (the hourly rows of ``t_error_group_hour``, at most groups x hours)."""
+        async def work(execute):
+            now = await _now(execute)
+            longest = max(WINDOWS.values(), key=lambda w: w.hours)
+            hours = {hour: int(n) for hour, n in await execute(
+                "SELECT hour, SUM(letters) FROM t_error_group_hour WHERE consumer_group = %s AND hour >= %s "
+                "GROUP BY hour", [self.consumer_group, longest.buckets(now)[0]])}
+            return {"now": now, "windows": {window.name: _series(window, hours, now) for window in WINDOWS.values()}}
+        return await self._read(work)
+
+
+def _series(window: Window, hours: dict[datetime, int], now: datetime) -> dict[str, Any]:
+    since = window.since(now)
+    mine = {hour: n for hour, n in hours.items() if hour >= since}
+    return {"letters": sum(mine.values()), "since": since, "bucket_hours": window.step,
+            "series": [{"at": at, "letters": sum(n for hour, n in mine.items()
+                                                 if at <= hour < at + timedelta(hours=window.step))}
+                       for at in window.buckets(now)]}
+
+
 OPEN_NONE = {"open_total": 0, "open": [0, 0], "orders": [0, 0], "oldest": None}
 
 

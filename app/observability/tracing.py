@@ -97,7 +97,23 @@ def client_trace_configs() -> list[aiohttp.TraceConfig]:
     if _provider is None:
         return []
     from opentelemetry.instrumentation.aiohttp_client import create_trace_config
-    return [create_trace_config(tracer_provider=_provider)]
+    return [create_trace_config(tracer_provider=_provider), _unsampled_carrier()]
+
+
+def _unsampled_carrier() -> aiohttp.TraceConfig:
+    """A call of an unsampled trace skips the instrumentation (``app.pipeline.tracing.effect_span``):
+    this puts its ``traceparent`` (flags 00) on the request all the same, so that the provider does not
+    start a trace of its own."""
+    from opentelemetry import propagate
+    from opentelemetry.instrumentation.utils import is_http_instrumentation_enabled
+
+    async def on_request_start(session, context, params: aiohttp.TraceRequestStartParams) -> None:
+        if not is_http_instrumentation_enabled():
+            propagate.inject(params.headers)
+
+    config = aiohttp.TraceConfig()
+    config.on_request_start.append(on_request_start)
+    return config
 
 
 def shutdown() -> None:

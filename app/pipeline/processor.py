@@ -196,7 +196,7 @@ class Processor:
         plan = await guard(t1)
         self.observer.planned(plan)
         if traces:
-            tracing.step_spans("T1", traces, t1_started, [_planned(p, events[i]) for i, p in enumerate(plan.events)])
+            tracing.step_spans("T1", traces, t1_started, lambda i: _planned(plan.events[i], events[i]))
         results: list[Result | None] = [
             Result(outcome=p.outcome, settled=p.settled) if p.outcome else
             Result(error=p.error) if p.error else
@@ -417,7 +417,7 @@ class Processor:
         started = tracing.now_ns()
         owned, broken = await self._t3_untraced(finished, guard, owner)
         tracing.step_spans("T3", [traces[item.job.index] for item in finished], started,
-                           [_recorded(item, owned, broken) for item in finished])
+                           lambda i: _recorded(finished[i], owned, broken))
         return owned, broken
 
     async def _t3_untraced(self, finished: list[Finished], guard: Guard,

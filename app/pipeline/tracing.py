@@ -21,13 +21,13 @@ reasons, offsets and order numbers only.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import orjson
 from opentelemetry import propagate, trace
-from opentelemetry.context import Context
+from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY, Context, attach, detach, set_value
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
@@ -150,8 +150,11 @@ def record_span(topic: str, group: str, partition: int, offset: int, parent: Con
         "messaging.destination.partition.id": str(partition), "messaging.kafka.offset": offset}
     attrs.update({key: value for key, value in attributes.items() if value is not None})
     links = [Link(batch.get_span_context())] if batch is not None and batch.get_span_context().is_valid else []
-    return _tracer.start_span(name or f"process {topic}", context=parent or Context(), kind=SpanKind.CONSUMER,
-                              links=links, attributes=attrs)
+    span = _tracer.start_span(name or f"process {topic}", context=parent or Context(), kind=SpanKind.CONSUMER,
+                              links=links)
+    if span.is_recording():          # an unsampled record's span only carries its context on
+        span.set_attributes(attrs)
+    return span
 
 
 def root_span(name: str, links: Sequence[Link], **attributes: Any) -> Span:
@@ -166,14 +169,21 @@ def child_span(name: str, parent: Context | None, **attributes: Any) -> Span:
         key: value for key, value in attributes.items() if value is not None})
 
 
-def step_spans(name: str, parents: Sequence[Context | None], started_ns: int, attributes: Sequence[dict | None],
-               ended_ns: int | None = None) -> None:
+def recording(parent: Context | None) -> bool:
+    """Whether spans under ``parent`` are kept (its trace sampled); an unsampled one needs none of its own."""
+    return parent is not None and trace.get_current_span(parent).is_recording()
+
+
+def step_spans(name: str, parents: Sequence[Context | None], started_ns: int,
+               attributes: Callable[[int], dict], ended_ns: int | None = None) -> None:
     """One span per event of a statement that served many (T1, T3), with the statement's times: each
-    event's trace shows the statement its step waited for."""
+    event's trace shows the statement its step waited for. ``attributes(i)``: the ``i``-th one's, asked
+    only of those whose trace is sampled."""
     ended = ended_ns if ended_ns is not None else time.time_ns()
-    for parent, attrs in zip(parents, attributes):
-        if parent is None or attrs is None:
+    for at, parent in enumerate(parents):
+        if not recording(parent):
             continue
+        attrs = attributes(at)
         span = _tracer.start_span(name, context=parent, start_time=started_ns,
                                   attributes={"db.system.name": "mysql", **attrs})
         if attrs.get("outcome") == "error":
@@ -187,6 +197,16 @@ def effect_span(parent: Context | None, effect: str, key: str, attempt: int) -> 
     the provider gets its ``traceparent``)."""
     if not _on or parent is None:
         yield None
+        return
+    if not recording(parent):
+        # Unsampled: no span of ours, and none of the HTTP client's instrumentation (which costs about
+        # as much as the call's own work); the call still carries the trace, "not sampled", on
+        # (``app.observability.tracing``'s trace config injects it).
+        token = attach(set_value(_SUPPRESS_HTTP_INSTRUMENTATION_KEY, True, parent))
+        try:
+            yield None
+        finally:
+            detach(token)
         return
     with _tracer.start_as_current_span(f"effect {effect}", context=parent, kind=SpanKind.INTERNAL,
                                        record_exception=False, set_status_on_exception=True,

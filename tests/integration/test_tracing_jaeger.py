@@ -263,3 +263,24 @@ def dlq_headers(traced: Setup, order: str) -> dict[str, str]:
 
 def received_now(traced: Setup, order: str) -> list[str | None]:
     return [call.get("traceparent") for call in traced.waybill_calls(order)]
+
+
+def test_a_record_its_producer_did_not_sample_leaves_no_span_but_carries_its_context_on(traced):
+    unsampled = traced.order_ready_to_confirm("TRACEU")
+    traced.let_through(unsampled)
+    trace_id, _, _ = new_context()
+    traceparent = f"00-{trace_id}-{secrets.token_hex(8)}-00"             # the producer did not sample it
+    traced.confirm_with_trace(unsampled, traceparent, "vendor=order-service")
+    wait_for(lambda: traced.waybill_calls(unsampled), timeout=CAP, what="the unsampled record's call",
+             workers=[traced.worker])
+    [received] = [call.get("traceparent") for call in traced.waybill_calls(unsampled)]
+    assert received is not None and received.startswith(f"00-{trace_id}-") and received.endswith("-00")
+
+    # A sampled record after it: once its spans are in Jaeger, the unsampled one's would be too.
+    marker = traced.order_ready_to_confirm("TRACEM")
+    traced.let_through(marker)
+    marker_trace, _, marker_parent = new_context()
+    traced.confirm_with_trace(marker, marker_parent, "vendor=order-service")
+    wait_for(lambda: spans_named(traced.jaeger.trace(marker_trace), "T3"), timeout=CAP,
+             what="the sampled record's spans in Jaeger")
+    assert traced.jaeger.trace(trace_id) == []

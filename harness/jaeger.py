@@ -127,7 +127,7 @@ class Jaeger:
         found = self.get("/api/traces", service=service, operation=operation, tags=json.dumps(tags),
                          lookback="1h", limit="50")
         return [span for data in found.get("data") or [] for span in data["spans"]
-                if span["operationName"] == operation and all(tag_of(span, k) == v for k, v in tags.items())]
+                if span["operationName"] == operation and all(str(tag_of(span, k)) == v for k, v in tags.items())]
 
 
 def tag_of(span: dict, key: str):

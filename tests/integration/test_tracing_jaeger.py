@@ -284,3 +284,60 @@ def test_a_record_its_producer_did_not_sample_leaves_no_span_but_carries_its_con
     wait_for(lambda: spans_named(traced.jaeger.trace(marker_trace), "T3"), timeout=CAP,
              what="the sampled record's spans in Jaeger")
     assert traced.jaeger.trace(trace_id) == []
+
+
+def test_a_bulk_jobs_chunk_is_a_span_linked_to_each_letters_context(traced):
+    orders = [order_no(prefix="TRACEB") for _ in range(2)]
+    traced.fakes.configure({"waybill": {"fail_orders": orders, "fail_status": 503}})
+    asyncio.run(produce(traced.settings, traced.pair.events,
+                        [record(event(o, t)) for o in orders for t in ("ORDER_CREATED", "ORDER_PAID")]))
+    contexts = {}
+    for order in orders:
+        trace_id, producer_span, traceparent = new_context()
+        contexts[order] = (trace_id, producer_span)
+        traced.confirm_with_trace(order, traceparent, "vendor=order-service")
+    wait_for(lambda: all((traced.compensation_row(o) or {}).get("status") == 4 for o in orders), timeout=CAP,
+             what="both CONFIRMs dead-lettered and given up", workers=[traced.worker])
+    traced.let_through(orders[0])
+    job = post(traced, "/bulk/", {"action": "retry", "filter": {"status": "manual", "reason": "effect_unavailable"},
+                                  "expected_count": count(traced), "note": "the provider is back", "actor": "ops"})
+    wait_for(lambda: get(traced, f"/bulk/{job['id']}")["status"] == "done", timeout=CAP,
+             what="the bulk job done", workers=[traced.worker])
+    assert all(traced.compensation_row(o)["status"] == 3 for o in orders)
+
+    def chunk_with_both():
+        for chunk in traced.jaeger.find(SERVICE, "bulk job chunk", {"bulk.job_id": str(job["id"])}):
+            if set(contexts.values()) <= set(links_of(chunk)):
+                return chunk
+        return None
+
+    chunk = wait_for(chunk_with_both, timeout=CAP, what="the chunk's span, linked to both letters' contexts")
+    assert tag_of(chunk, "bulk.action") == "retry"
+    spans = wait_for(lambda: (lambda got: got if len(spans_named(got, "retry dead letter")) >= 2 else None)(
+        traced.jaeger.trace(chunk["traceID"])), timeout=CAP, what="the chunk's rows in Jaeger")
+    rows = [s for s in spans_named(spans, "retry dead letter") if parent_of(s) == chunk["spanID"]]
+    assert {tag_of(s, "order.no") for s in rows} >= set(orders)
+    for row in rows:
+        if tag_of(row, "order.no") in contexts:
+            assert contexts[tag_of(row, "order.no")] in links_of(row)
+            assert tag_of(row, "outcome") == "compensated"
+
+
+def count(traced: Setup) -> int:
+    return post(traced, "/bulk/dry-run", {"action": "retry",
+                                          "filter": {"status": "manual", "reason": "effect_unavailable"}})["count"]
+
+
+def post(traced: Setup, path: str, body: dict) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{traced.worker.web_port}{path}", method="POST",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def get(traced: Setup, path: str) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{traced.worker.web_port}{path}",
+                                     headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        return json.loads(resp.read())

@@ -42,7 +42,9 @@ Faults are injected per service through ``POST /__config`` (or ``--config``)::
 ``reject_orders`` answer 422 (a business refusal) for those orders, every
 time; ``fail_orders`` answer ``fail_status`` for them, every time;
 ``hang_orders`` hang ``timeout_ms`` for those orders, every time, and then do the work (a
-slow call for one order while the others go on); ``echo_orders`` answer 422 repeating the
+slow call for one order while the others go on); ``held_orders`` hold calls for those orders
+until the order leaves the set (a later ``POST /__config`` without it), then do the work (a gate a
+test opens when it is ready, not after a time); ``echo_orders`` answer 422 repeating the
 request back (its JSON, and the
 ``Idempotency-Key``), as UTF-8 without escapes and as a form-encoded trace, the
 way a service that quotes what it refused does (personal data and tokens in a
@@ -128,6 +130,7 @@ class Faults:
     fail_orders: set[str] = field(default_factory=set)
     echo_orders: set[str] = field(default_factory=set)
     hang_orders: set[str] = field(default_factory=set)
+    held_orders: set[str] = field(default_factory=set)
     ignore_idempotency_key: bool = False
     conflict_next: int = 0
     redirect_next: int = 0
@@ -267,6 +270,8 @@ class FakeServices:
             await asyncio.sleep(latency)
         if faults.take("timeout_next", "timeout_rate") or order_no in faults.hang_orders:
             await asyncio.sleep(faults.timeout_ms / 1000)
+        while order_no is not None and order_no in faults.held_orders:
+            await asyncio.sleep(0.05)
         if faults.take("fail_next", "fail_rate"):
             return web.json_response({"error": "injected failure"}, status=faults.fail_status)
         if faults.conflict_next > 0:

@@ -131,3 +131,79 @@ def test_records_acked_after_their_partition_was_revoked_commit_from_its_last_co
         assert _new_offset(consumer, fresh) == 404          # the records in flight at the revoke: committed
     finally:
         HOLES.forget([kept, fresh, unknown])
+
+
+@given(st.lists(st.tuples(st.integers(0, 300), st.integers(1, 12)), max_size=40), st.randoms())
+@settings(max_examples=300, deadline=None)
+def test_holes_learnt_in_any_order_are_all_kept(spans, rnd):
+    # A partition revoked and assigned again, or a seek back, hands holes over out of order: each
+    # must be kept (merged with the holes it touches), never folded into a later one and lost.
+    from faust.types import TP
+
+    from app.adapters.kafka.consumer import Holes
+
+    holes = [(begin, begin + length) for begin, length in spans]
+    rnd.shuffle(holes)
+    tp = TP("any-order", 0)
+    known = Holes()
+    for hole in holes:
+        known.add(tp, [hole])
+    kept = known.of(tp)
+    assert {o for b, e in kept for o in range(b, e)} == {o for b, e in holes for o in range(b, e)}
+    assert all(e1 < b2 for (_, e1), (b2, _) in zip(kept, kept[1:]))     # sorted, apart, merged when touching
+
+
+def test_an_earlier_hole_learnt_after_later_ones_still_lets_the_commit_pass_it():
+    # The group consumer's own markers at 1003 and 1007 arrive after holes at 1200.. were known:
+    # the commit from 1000 must pass every one of them, not stop at 1003 for good.
+    from faust.types import TP
+
+    from app.adapters.kafka.consumer import Holes
+
+    tp = TP("late-holes", 0)
+    known = Holes()
+    known.add(tp, [(1200, 1201), (1300, 1301)])
+    known.add(tp, [(1003, 1004), (1007, 1008)])
+    acked = [o for o in range(1000, 1302) if o not in (1003, 1007, 1200, 1300)]
+    assert commit_offset(1000, acked, known.of(tp)) == 1302
+
+
+def test_only_the_watched_consumers_fetches_feed_the_commit_bookkeeping():
+    # The reconcile's range reader is an aiokafka consumer of the same process reading the same
+    # partitions further on: its fetches must not add holes or say where the group's records begin.
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    from app.adapters.kafka import consumer as bookkeeping
+
+    tp = TP("watched", 0)
+
+    class Fetched:
+        """A fetch result of one consumer's assignment, drained from ``position`` up to ``moved_to``."""
+
+        def __init__(self, position: int, moved_to: int, offsets: list[int]) -> None:
+            state = SimpleNamespace(position=position, has_valid_position=True)
+            self._assignment = SimpleNamespace(state_value=lambda _: state)
+            self._topic_partition = tp
+            self._drain = lambda: (setattr(state, "position", moved_to), [SimpleNamespace(offset=o) for o in offsets])
+
+    class SubscriptionState:          # aiokafka's, as far as the watch reads it
+        def __init__(self, assignment) -> None:
+            self.subscription = SimpleNamespace(assignment=assignment)
+
+    def getall(self, max_records=None):
+        return self._drain()[1]
+
+    reader, group = Fetched(1200, 1210, [1200, 1202]), Fetched(1000, 1010, [1000, 1001, 1002, 1004])
+    group_consumer = SimpleNamespace(_subscription=SubscriptionState(group._assignment))
+    watched_getall = bookkeeping._watching_holes(getall)
+    try:
+        bookkeeping.watch(group_consumer)
+        watched_getall(reader)
+        assert bookkeeping.HOLES.of(tp) == [] and bookkeeping.HOLES.first(tp) is None
+        watched_getall(group)
+        assert bookkeeping.HOLES.of(tp) == [(1003, 1004), (1005, 1010)]
+        assert bookkeeping.HOLES.first(tp) == 1000
+    finally:
+        bookkeeping.HOLES.forget([tp])

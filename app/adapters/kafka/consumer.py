@@ -28,6 +28,11 @@ position after that was not handed out is a hole (a marker, an aborted record, a
 compacted one), known exactly and at once. :func:`commit_offset` then commits through
 acknowledged offsets and holes only, in order from the committed offset: never past an
 offset that was handed out and not acknowledged, and all the way past trailing markers.
+Only the worker's group consumer is watched (:func:`watch`): the process has other aiokafka
+consumers (the reconcile's range reader reads ``order-event`` over the trailing hour, ahead of
+a group that is behind), and their holes, learnt at other positions and in another order,
+would say nothing of where the group may commit. Holes may still arrive out of order (a
+partition revoked and assigned again, a seek), so :meth:`Holes.add` merges in any order.
 
 **The first commit of a partition.** Faust's ``_new_offset`` (like :func:`commit_offset` given
 ``None``) starts a partition that has no committed offset at the first offset acknowledged. That
@@ -54,7 +59,8 @@ import asyncio
 import functools
 import logging
 import threading
-from bisect import bisect_left
+import weakref
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 
 from app.adapters.kafka import upstream
@@ -144,14 +150,13 @@ class Holes:
             return self._first.get((tp.topic, tp.partition))
 
     def add(self, tp, holes: Iterable[Hole]) -> None:
+        """Record ``holes`` of ``tp``, in any order: the known ones stay sorted and disjoint, and a
+        hole that touches or overlaps others is merged with them (never dropped into a later one)."""
         key = (tp.topic, tp.partition)
         with self._lock:
             known = self._by_tp.setdefault(key, [])
-            for begin, end in holes:
-                if known and known[-1][1] >= begin:
-                    known[-1] = (known[-1][0], max(known[-1][1], end))
-                else:
-                    known.append((begin, end))
+            for hole in holes:
+                _merge(known, hole)
 
     def of(self, tp) -> list[Hole]:
         with self._lock:
@@ -172,7 +177,45 @@ class Holes:
                 self._first.pop((tp.topic, tp.partition), None)
 
 
+def _merge(known: list[Hole], hole: Hole) -> None:
+    """Insert ``hole`` into ``known`` (sorted, disjoint, not touching), merged with its neighbours."""
+    begin, end = hole
+    if begin >= end:
+        return
+    if not known or known[-1][1] < begin:          # the usual case: after every known hole
+        known.append(hole)
+        return
+    # The first known hole that ends at or after ``begin``, and the first that begins after ``end``:
+    # every hole between them touches or overlaps ``hole``.
+    first = bisect_left(known, begin, key=lambda h: h[1])
+    last = bisect_right(known, end, lo=first, key=lambda h: h[0])
+    if first < last:
+        begin, end = min(begin, known[first][0]), max(end, known[last - 1][1])
+    known[first:last] = [(begin, end)]
+
+
+# The holes of the worker's group consumer: the only consumer whose fetches feed the commit
+# bookkeeping. Other aiokafka consumers of the process (the reconcile's range reader, the
+# watermark's, the admin's) read the same topics at other positions, and must neither add holes
+# nor say where a partition's records begin (see :func:`watch`).
 HOLES = Holes()
+_watched: weakref.WeakSet = weakref.WeakSet()     # the group consumers' subscription states
+
+
+def watch(consumer) -> None:
+    """The fetches of ``consumer`` (an ``AIOKafkaConsumer``: the worker's group consumer, as Faust
+    makes it) feed :data:`HOLES`; no other consumer's do."""
+    _watched.add(consumer._subscription)
+
+
+def _watched_fetch(assignment) -> bool:
+    """Whether a fetch result of ``assignment`` came from a watched consumer: a watched consumer's
+    subscription holds that very assignment (a consumer's fetch results carry its assignment)."""
+    for state in _watched:
+        subscription = state.subscription
+        if subscription is not None and subscription.assignment is assignment:
+            return True
+    return False
 _isolation_level = "read_committed"
 _revoke_grace: float | None = None
 
@@ -200,6 +243,7 @@ def _with_isolation(create):
         made = create(self, transport)
         # Read by aiokafka when the consumer starts and builds its fetcher (just after this).
         upstream.replace_on_instance(made, "_isolation_level", _isolation_level)
+        watch(made)
         return made
     return create_worker_consumer
 
@@ -207,6 +251,10 @@ def _with_isolation(create):
 def _watching_holes(getall):
     @functools.wraps(getall)
     def watched_getall(self, max_records=None):
+        if not _watched_fetch(self._assignment):
+            # Another consumer of the process (the reconcile's range reader): its positions are not
+            # the group's, and what it skipped says nothing of where the group may commit.
+            return getall(self, max_records)
         # aiokafka drains a fetch only from where the partition's position stands (check_assignment);
         # draining moves the position past what it returned and past what it skipped.
         state = self._assignment.state_value(self._topic_partition)

@@ -99,8 +99,10 @@ REPLACEMENTS: tuple[Replacement, ...] = (
         mirrors="aiokafka: aiokafka/consumer/consumer.py AIOKafkaConsumer.__init__ (isolation_level), read "
                 "when the consumer starts and builds its fetcher",
         why="the isolation level of the consumer Faust just made, before it starts (see "
-            "AIOKafkaConsumerThread._create_worker_consumer above)",
+            "AIOKafkaConsumerThread._create_worker_consumer above); its subscription state is read to tell its "
+            "fetches from other consumers' (FetchResult.getall below)",
         retire="faust-streaming: a consumer_isolation_level setting",
+        needs=("_subscription",),
     ),
     Replacement(
         target="aiokafka.consumer.fetcher.FetchResult.getall",
@@ -108,9 +110,12 @@ REPLACEMENTS: tuple[Replacement, ...] = (
         wraps=True,
         mirrors="aiokafka: aiokafka/consumer/fetcher.py FetchResult.getall",
         why="the offsets a fetch skipped (transaction markers, aborted or compacted records) are known exactly "
-            "only there; Faust guesses them later as gaps, and misses some",
+            "only there; Faust guesses them later as gaps, and misses some. Only the worker's group consumer's "
+            "fetches are watched (app.adapters.kafka.consumer.watch): another consumer of the process reads the "
+            "same partitions at other positions",
         retire="faust-streaming: commit offsets computed from the fetch position (as Kafka's Java consumer "
                "commits position()), not from acknowledged offsets plus guessed gaps",
+        needs=("_assignment", "_topic_partition"),
     ),
     Replacement(
         target="faust.transport.consumer.Consumer._new_offset",

@@ -41,7 +41,7 @@ from app.adapters.mysql.reconcile_cases import ReconcileCases
 from app.adapters.mysql.recovery import Remembered
 from app.adapters.mysql.recovery_windows import RecoveryWindows
 from app.adapters.mysql.skipped_types import SkippedTypes
-from app.adapters.watermark import StoreWatermark
+from app.adapters.watermark import WATERMARK_RETRY_TICKS, StoreWatermark
 from app.chaos import cut_hook
 from app.compensation.bulk import BulkRunner
 from app.compensation.compensator import Compensator
@@ -208,7 +208,8 @@ class Runtime:
                 # Before the first batch: is the store still where Kafka remembers it?
                 self.watermark = StoreWatermark(
                     self.recovery, WatermarkTopic(KafkaConnection.from_settings(s.kafka), s.kafka.store_watermark_topic, s.app_id), self.remembered,
-                    worker_id=s.worker_id, hours=s.database.recovery_auto_hours)
+                    worker_id=s.worker_id, hours=s.database.recovery_auto_hours,
+                    retry_seconds=WATERMARK_RETRY_TICKS * s.database.store_watermark_seconds)
                 await self.watermark.start()
             self.batches = BatchHandler(
                 self.processor, self.store, self.dead_letters, group=s.app_id, worker_id=s.worker_id,

@@ -165,6 +165,11 @@ STORE_WENT_BACK = Counter(
     "Times this worker found the store's watermark below the one it had reached (read from the watermark topic, "
     "or seen in the store): the database went back in time, a restore from backup or a failover that lost "
     "transactions; it opened a recovery window.")
+RESTORE_DETECTION_UP = Gauge(
+    "order_restore_detection_up",
+    "1 while this worker reads and publishes the store's watermark on the watermark topic (a database restored "
+    "from a backup is noticed); 0 while it cannot (the topic missing, the broker or its ACLs refusing): tried again "
+    "every 6 advances (a minute by default).")
 RECOVERY_WINDOW_OPEN = Gauge("order_recovery_window_open",
                              "1 while a recovery window is open: fresh SMS claims are looked up before they are sent.")
 # Reconciliation (app.reconcile): set by the process that ran it (the timer's lease holder).

@@ -141,7 +141,8 @@ class DatabaseSettings(Group):
 
     store_watermark_seconds: float = setting("STORE_WATERMARK_SECONDS", 10.0, gt=0,
         description="How often every worker advances the store's watermark in the database, publishes it, and "
-                    'compares the store with what Kafka remembers; a clean stop advances it once more.')
+                    'compares the store with what Kafka remembers; a clean stop advances it once more. A watermark '
+                    'topic that cannot be opened is tried again every 6 advances (a minute by default).')
 
     recovery_auto_hours: float = setting("RECOVERY_AUTO_HOURS", 24.0, gt=0, le=2160,
         description='How long a recovery window a worker opened by itself lasts (a server change, a store back in '

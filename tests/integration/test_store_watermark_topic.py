@@ -4,6 +4,7 @@ its first read. Real Kafka."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -12,6 +13,7 @@ from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.topics import topic_specs
 from app.adapters.kafka.watermark import TopicMissing, WatermarkTopic
+from harness.services import wait_for, worker_metric
 
 
 @pytest.fixture
@@ -55,3 +57,31 @@ async def test_a_missing_topic_is_said_with_what_to_run(settings):
             await reader.start()
     finally:
         await reader.stop()
+
+
+def test_a_watermark_topic_missing_at_start_up_is_opened_once_it_exists(settings, topics, spawn_worker):
+    # An upgrade whose create-topics nobody ran: the worker runs, says it cannot notice a restore
+    # (the gauge at 0), and opens the topic by itself once it exists, without a restart.
+    name = f"test-store-watermark-{uuid.uuid4().hex[:8]}"
+    worker = spawn_worker(topics(), STORE_WATERMARK_TOPIC=name, STORE_WATERMARK_SECONDS="1")
+    wait_for(lambda: worker_metric(worker, "order_restore_detection_up") == 0, timeout=60,
+             what="order_restore_detection_up at 0 while the topic is missing", workers=[worker])
+    worker.wait_log(f"the topic {name} does not exist")
+    [spec] = [s for s in topic_specs(settings.model_copy(update={"store_watermark_topic": name})) if s.name == name]
+    connection = KafkaConnection.from_settings(settings.kafka)
+    asyncio.run(kafka_ops.create_topics(connection, [spec]))
+    try:
+        wait_for(lambda: worker_metric(worker, "order_restore_detection_up") == 1, timeout=60,
+                 what="order_restore_detection_up at 1 once the topic exists", workers=[worker])
+        worker.wait_log("the store's watermark is read from Kafka again")
+
+        async def published() -> int:
+            reader = await opened(settings, name, worker.env["APP_ID"])
+            try:
+                return await reader.read()
+            finally:
+                await reader.stop()
+
+        assert asyncio.run(published()) > 0
+    finally:
+        asyncio.run(kafka_ops.delete_topics(connection, [name]))

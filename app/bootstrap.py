@@ -27,7 +27,7 @@ from app.adapters.kafka.watermark import WatermarkTopic
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.clock import DatabaseClock
 from app.adapters.mysql.engine import create_engine
-from app.adapters.mysql.heartbeat import Heartbeat
+from app.adapters.mysql.heartbeat import Heartbeat, beats_in_flight
 from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.ledger.bulk_jobs import MySqlBulkJobs
 from app.adapters.mysql.ledger.port import MySqlLedger
@@ -142,9 +142,10 @@ class Runtime:
             self.retention = Retention(s.operations.idem_retention_days, today=self.clock.today, ahead=s.operations.partitions_ahead)
             # This process's heartbeat: its calls start only while it is recent, and other workers
             # take its claims over once it is not (app.pipeline.liveness_fence).
-            # Its own connection, each beat bounded by its interval: a beat never waits behind the
-            # batches for a pooled connection, nor on a connection a restart or a cut left dead
-            # (the next one starts on a fresh connection instead).
+            # Its own connections, a beat every interval each on its own, bounded by the time after which
+            # it could keep nothing open: a beat never waits behind the batches for a pooled connection,
+            # nor on a connection a restart or a cut left dead (the next one starts on a fresh connection),
+            # and on a slow database the beats land late instead of not at all (app.adapters.mysql.heartbeat).
             self.fence = SelfFence(s.effects.worker_dead_after_seconds)
             # Each provider's limits, shared by every caller of this process; a group-wide rate is
             # shared among the live workers, counted at each heartbeat (app.pipeline.limits).
@@ -152,9 +153,10 @@ class Runtime:
             for name in self.client_factories:      # every effect's breaker has its series from the start
                 BREAKER_OPEN.labels(name).set(0)
                 BREAKER_OPENED.labels(name).set(0)
-            self.heartbeat_engine = create_engine(s, pool_size=1, max_overflow=0, remembered=self.remembered)
-            beats = MySqlStore(self.heartbeat_engine, lock_retries=0, statement_timeout=s.effects.worker_heartbeat_seconds,
-                               transaction_timeout=s.effects.worker_heartbeat_seconds)
+            in_flight = beats_in_flight(s.effects.worker_heartbeat_seconds, s.effects.worker_dead_after_seconds)
+            self.heartbeat_engine = create_engine(s, pool_size=in_flight, max_overflow=0, remembered=self.remembered)
+            beats = MySqlStore(self.heartbeat_engine, lock_retries=0, statement_timeout=s.effects.worker_dead_after_seconds,
+                               transaction_timeout=s.effects.worker_dead_after_seconds)
             self.heartbeat = Heartbeat(beats, self.incarnation, s.worker_id, self.fence,
                                        every=s.effects.worker_heartbeat_seconds, on_members=self._members)
             try:

@@ -6,6 +6,13 @@ peers see a connection that is up and never answers (a half-open connection, a
 firewall dropping packets), not a refusal. ``restore()`` lets connections opened
 afterwards through; the blackholed ones stay hung until their client gives up.
 
+``delay(seconds)`` holds every answer of the server that long before the client gets it (0: none),
+on every connection, open or new: a slow network, or a database that is slow at everything (each
+round trip takes that much longer; the connections stay up). ``slow_commits(seconds)`` holds only
+the answers to ``COMMIT`` (MySQL's protocol: a ``COM_QUERY`` packet whose text is ``COMMIT``): a
+database whose commits are slow (a disk that takes seconds to flush its log, a replica that must
+acknowledge first) while its reads and the connections' set-up stay quick.
+
 ``retarget(host, port)`` is a failover's move of the traffic (a proxy switching its
 backend, a virtual IP moving): connections opened afterwards go to the new server,
 and every connection open at that moment is closed at both ends, hung ones included.
@@ -33,6 +40,8 @@ class BlackholeProxy:
         self._open: dict[tuple[asyncio.StreamWriter, asyncio.StreamWriter], asyncio.Task] = {}   # (client, server)
         self._server: asyncio.AbstractServer | None = None
         self.connections = 0
+        self.latency = 0.0                     # seconds every answer of the server is held
+        self.commit_latency = 0.0              # seconds the answer to a COMMIT is held
 
     def start(self) -> BlackholeProxy:
         self._thread.start()
@@ -63,6 +72,18 @@ class BlackholeProxy:
             self._live.clear()          # the cut connections stay cut
         self._loop.call_soon_threadsafe(heal)
 
+    def delay(self, seconds: float) -> None:
+        """Hold every answer of the server ``seconds`` before it goes on (0: no more)."""
+        def slow():
+            self.latency = seconds
+        self._loop.call_soon_threadsafe(slow)
+
+    def slow_commits(self, seconds: float) -> None:
+        """Hold the server's answer to every ``COMMIT`` ``seconds`` before it goes on (0: no more)."""
+        def slow():
+            self.commit_latency = seconds
+        self._loop.call_soon_threadsafe(slow)
+
     def retarget(self, host: str, port: int) -> None:
         """From now on forward to ``host:port``; close every connection open now (returns once
         they are closed). A blackhole in force ends: the new server answers."""
@@ -92,8 +113,9 @@ class BlackholeProxy:
             return
         ends = (client_w, server_w)
         self._open[ends] = asyncio.current_task()
-        pumps = [asyncio.ensure_future(self._pump(client_r, server_w, switch)),
-                 asyncio.ensure_future(self._pump(server_r, client_w, switch))]
+        commits: list[float] = []       # this connection's COMMITs asked: the latency each answer is held
+        pumps = [asyncio.ensure_future(self._pump(client_r, server_w, switch, asked=self._commits_asked(commits))),
+                 asyncio.ensure_future(self._pump(server_r, client_w, switch, self._answer_latency(commits)))]
         try:
             # One side gone (closed or reset: a broker SIGKILLed) ends the other, as a real network
             # that still carries packets would tell the client; a blackholed connection stays hung.
@@ -109,13 +131,29 @@ class BlackholeProxy:
             for writer in ends:
                 writer.close()
 
+    def _commits_asked(self, commits: list[float]):
+        def asked(data: bytes) -> None:
+            # A client's packet: 3 bytes of length, 1 of sequence, then the command (0x03: a query).
+            if self.commit_latency and data[4:11].upper() == b"\x03COMMIT":
+                commits.append(self.commit_latency)
+        return asked
+
+    def _answer_latency(self, commits: list[float]):
+        def latency() -> float:
+            return self.latency + (commits.pop(0) if commits else 0.0)
+        return latency
+
     @staticmethod
-    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, switch: asyncio.Event) -> None:
+    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, switch: asyncio.Event,
+                    latency=lambda: 0.0, asked=lambda data: None) -> None:
         try:
             while True:
                 data = await reader.read(65536)
                 if not data:
                     break
+                asked(data)
+                if held := latency():
+                    await asyncio.sleep(held)      # a slow server: its answer comes that much later
                 await switch.wait()            # a blackholed connection holds its bytes for ever
                 writer.write(data)
                 await writer.drain()

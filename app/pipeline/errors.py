@@ -169,6 +169,17 @@ class StoreUnavailable(PipelineError):
 
     retriable = True
     reason = "store_unavailable"
+    # Whether waiting for it spends the infrastructure's retry budget (INFRA_RETRY_BUDGET_SECONDS),
+    # after which the worker stops (exit 70): a database that answers, slowly, is no outage.
+    spends_budget = True
+
+
+class DatabaseSlow(StoreUnavailable):
+    """The database answers, but so late that this worker's heartbeats could not keep its claims
+    safe through a call: nothing is claimed until they land sooner. Waited out without end (a
+    restart would not make the database quicker); an outage spends the budget as before."""
+
+    spends_budget = False
 
 
 class StoreFailure(PipelineError):

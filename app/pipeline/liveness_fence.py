@@ -48,6 +48,7 @@ class SelfFence:
     def __init__(self, dead_after: float) -> None:
         self.dead_after = dead_after
         self._sent_ok: float | None = None          # when the last heartbeat that got through was sent
+        self._acked_ok: float | None = None         # when the last heartbeat got through
         self._taken_before = float("-inf")          # claims made before this may have been taken over
 
     @property
@@ -63,6 +64,13 @@ class SelfFence:
             self._taken_before = acked
         if self._sent_ok is None or sent > self._sent_ok:
             self._sent_ok = sent
+        if self._acked_ok is None or acked > self._acked_ok:
+            self._acked_ok = acked
+
+    def answering(self, now: float) -> bool:
+        """Whether heartbeats still get through, however late: the last one landed less than
+        ``dead_after`` ago. A refusal then means a slow database, not a gone one."""
+        return self._acked_ok is not None and now - self._acked_ok < self.dead_after
 
     def refusal(self, claimed_at: float, needs: float, now: float) -> str | None:
         """Why a call that may take ``needs`` seconds must not start now, or None when it may."""

@@ -4,6 +4,11 @@ Everything that runs through one :class:`OutageGuard` shares its budget: 64 reco
 waiting at once for a 5 s outage is a 5 s outage, not 64 x 5 s. Once the database has
 been unreachable for ``budget`` seconds, :class:`Fatal`: the worker stops without
 acknowledging what it holds, and Kafka delivers it again.
+
+A database that answers, slowly (:class:`DatabaseSlow`: this worker's heartbeats land, too late
+for a call to be safe), is waited out without spending the budget: every worker of the group
+meets the same database, and stopping them all, again after each restart, would take the whole
+group out for something that only slows it down.
 """
 
 from __future__ import annotations
@@ -36,8 +41,13 @@ class OutageGuard:
             try:
                 result = await work()
             except StoreUnavailable as exc:
-                wait = min(delay, self._failed(exc))
-                log.warning("database unavailable (%s); waiting %.1fs", exc, wait)
+                if exc.spends_budget:
+                    wait = min(delay, self._failed(exc))
+                    log.warning("database unavailable (%s); waiting %.1fs", exc, wait)
+                else:
+                    self._recovered()          # it answers: whatever outage came before is over
+                    wait = delay
+                    log.warning("database slow (%s); waiting %.1fs", exc, wait)
                 await self._sleep(wait)
                 delay = min(delay * 2, 10.0)
                 continue

@@ -55,6 +55,7 @@ from app.pipeline import tracing
 from app.pipeline.breaker import Admit
 from app.pipeline.errors import (
     ClaimExpiring,
+    DatabaseSlow,
     EffectNotDelivered,
     Fatal,
     PipelineError,
@@ -189,7 +190,10 @@ class Processor:
             claimed_at = self._clock()      # each try's: a try after an outage claims anew
             if self.fence is not None and (why := self.fence.refusal(claimed_at, self.call_needs, claimed_at)):
                 # No call could be made under a claim now, and each claim counts an attempt: none
-                # is made until the heartbeat gets through again (waited out like the database).
+                # is made until the heartbeat gets through again (waited out like the database), or
+                # lands soon enough again (a slow database: waited out without spending the budget).
+                if self.fence.answering(claimed_at):
+                    raise DatabaseSlow(f"nothing is claimed: {why}; the heartbeats land, late")
                 raise StoreUnavailable(f"nothing is claimed: {why}")
             return await self.store.in_transaction(lambda tx: self._t1(tx, events, attempt_cap, owner))
 

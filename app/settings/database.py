@@ -95,7 +95,9 @@ class DatabaseSettings(Group):
                     ' the CA only.')
 
     pool_size: int = setting("DB_POOL_SIZE", 4, ge=1,
-        description='Connections per worker (as many again may overflow); the heartbeat has one more of its own.')
+        description='Connections per worker (as many again may overflow); the heartbeat has its own besides: one, '
+                    'and up to `WORKER_DEAD_AFTER_SECONDS` / `WORKER_HEARTBEAT_SECONDS` (8 at most) while beats are '
+                    'slow to land.')
 
     pool_timeout_seconds: float = setting("DB_POOL_TIMEOUT_SECONDS", 10.0, gt=0,
         description='How long a transaction waits for a free pooled connection; then it is an infrastructure wait.')

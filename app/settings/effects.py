@@ -142,9 +142,11 @@ class EffectsSettings(Group):
                     'before the lookup and again before the send); otherwise the key is claimed again.')
 
     worker_heartbeat_seconds: float = setting("WORKER_HEARTBEAT_SECONDS", 2.0, gt=0,
-        description='How often every worker writes its heartbeat (`t_worker`), on a database connection of its own; a'
-                    ' beat that has not got through within this long is abandoned and the next opens a fresh '
-                    "connection ([A dead worker's claims](compensation-and-console.md#a-dead-workers-claims)).")
+        description='How often every worker writes its heartbeat (`t_worker`), on database connections of its own: a '
+                    'beat starts this often whether the ones before it have landed or not (one stuck on a hung '
+                    'connection costs nothing; on a slow database they land late instead of not at all), each '
+                    "bounded by `WORKER_DEAD_AFTER_SECONDS` ([A dead worker's claims]"
+                    "(compensation-and-console.md#a-dead-workers-claims)).")
 
     worker_dead_after_seconds: float = setting("WORKER_DEAD_AFTER_SECONDS", 15.0, gt=0,
         description='A worker whose last heartbeat is older than this is taken for dead: the claims it held (`t_idem`'

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterable
 import aiohttp
 
 from app.adapters.effects import EffectClients, http_session
-from app.adapters.effects.registry import ClientFactory, client_factories
+from app.adapters.effects.registry import ClientFactory, client_factories, token_paths
 from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.dlq import KafkaDeadLetterSink
 from app.adapters.kafka.ops import GroupLag
@@ -171,8 +171,8 @@ class Runtime:
             # the wait would end as "maybe sent" although nothing was).
             # Traced (OTEL_* settings), each effect call is a span and carries traceparent to its provider.
             tracing.configure(s.tracing, worker_id=s.worker_id)
-            self.http = http_session(s.effects.concurrency, tracing.client_trace_configs())
-            self.redrive_http = http_session(s.effects.concurrency, tracing.client_trace_configs())
+            self.http = http_session(s.effects.concurrency, tracing.client_trace_configs(token_paths()))
+            self.redrive_http = http_session(s.effects.concurrency, tracing.client_trace_configs(token_paths()))
             self.alert_http = http_session(ALERT_CONNECTIONS)
             self.effects = self._effect_clients(self.http)
             self.processor = self._processor(self.owner)
@@ -194,7 +194,7 @@ class Runtime:
             self.view_audit = ViewAudit(self.store, group=s.app_id)
             self.groups = GroupQueries(self.store, group=s.app_id)
             self.skipped_types = SkippedTypes(self.store, group=s.app_id)
-            self.reconcile_cases = ReconcileCases(self.store, group=s.app_id)
+            self.reconcile_cases = ReconcileCases(self.store, group=s.app_id, tokens=self.tokens)
             self.reconcile_reads = ReconcileReads(self.store, group=s.app_id)
             self.watch = Watch(self.store)
             self.recovery = RecoveryWindows(self.store)

@@ -20,6 +20,7 @@ from app.commands import budget as budget_command
 from app.commands import dlq as dlq_command
 from app.commands import reconcile as reconcile_command
 from app.commands import recovery as recovery_command
+from app.commands import web_token as web_token_command
 from app.exits import EXIT_CONFIG
 from app.faust_app import check_database, create_app, dead_letter_topic, order_event_topic
 from app.settings import SettingsError, get_settings_or_exit
@@ -69,6 +70,7 @@ dlq_command.register(app, runtime, settings)
 budget_command.register(app, runtime, settings)
 recovery_command.register(app, runtime, settings)
 reconcile_command.register(app, runtime, settings)
+web_token_command.register(app, runtime, settings)
 
 
 @app.on_before_shutdown.connect

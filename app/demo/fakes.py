@@ -11,7 +11,9 @@ Contracts:
   ``from`` and before ``to`` (``created_at``: epoch seconds, this API's clock; ``status``: ``issued`` or
   ``cancelled``), oldest first, ``limit`` (1-1000, 1000) at a time; ``next`` is the ``after`` of the
   next page, null on the last. ``400`` for a bad range. What the provider's own records say it did,
-  for reconciliation (``app/reconcile/providers.py``).
+  for reconciliation (``app/reconcile/providers.py``). ``GET /v1/waybills?order_no=<order>`` (with
+  ``limit`` and ``after``, without a range) lists every waybill of that order, whenever issued: what a
+  person's compensation reads again before it cancels (``app/reconcile/at_provider.py``).
 * ``POST /v1/waybills/{waybill_no}/cancel`` with header ``Idempotency-Key`` -> ``200 {"waybill_no",
   "status": "cancelled", "cancelled_at", "idempotency_key"}``; a cancel of a waybill cancelled before
   answers ``200`` with the same body (the first cancel's key and time), whatever its key; ``404``
@@ -53,7 +55,8 @@ message: what a viewer must not see).
 without doing the work; ``redirect_next`` does the work, then answers
 ``303 See Other`` pointing at ``/__gone``, which answers 404;
 ``waybill_no_override`` (any JSON value) replaces the waybill number in the
-answer, to play a service that breaks its own contract.
+answer, to play a service that breaks its own contract; ``cancel_answer_override`` does
+the same to a cancel's answer (the cancel is done, the answer names another waybill).
 
 ``fail_next``/``timeout_next``/``reset_next`` count down per call. A *timeout*
 sleeps ``timeout_ms`` before answering (and then does the work, for a caller
@@ -135,6 +138,7 @@ class Faults:
     conflict_next: int = 0
     redirect_next: int = 0
     waybill_no_override: object = None
+    cancel_answer_override: object = None
     lookup_fail_next: int = 0
     fail_rate: float = 0.0
     timeout_rate: float = 0.0
@@ -347,17 +351,21 @@ class FakeServices:
     async def waybill_list(self, request: web.Request) -> web.Response:
         query = request.query
         self.ledger.listings.append({"query": dict(query), "at": time.time()})
+        order = query.get("order_no")
         try:
-            since, until = float(query["from"]), float(query["to"])
+            since = float(query["from"]) if order is None else -math.inf
+            until = float(query["to"]) if order is None else math.inf
             limit = int(query.get("limit") or LIST_LIMIT)
         except (KeyError, ValueError):
-            return web.json_response({"error": "from and to (epoch seconds) are required; limit is a number"},
-                                     status=400)
+            return web.json_response({"error": "from and to (epoch seconds), or order_no, are required; limit is a "
+                                               "number"}, status=400)
         after = self.ledger.issued.get(query.get("after", ""))
-        if not (math.isfinite(since) and math.isfinite(until) and since <= until and 1 <= limit <= LIST_LIMIT):
+        if not ((order is not None or (math.isfinite(since) and math.isfinite(until))) and since <= until
+                and 1 <= limit <= LIST_LIMIT):
             return web.json_response({"error": f"from <= to, and limit 1-{LIST_LIMIT}"}, status=400)
         # Issued in order (their numbers and times both grow), so a page goes on after its last.
         found = [w for w in self.ledger.issued.values() if since <= w["created_at"] < until
+                 and (order is None or w["order_no"] == order)
                  and (after is None or (w["created_at"], w["waybill_no"]) > (after["created_at"], after["waybill_no"]))]
         page = [{name: w[name] for name in LISTED} for w in found[:limit]]
         return web.json_response({"waybills": page, "next": page[-1]["waybill_no"] if len(found) > limit else None})
@@ -373,8 +381,9 @@ class FakeServices:
         if waybill["status"] != "cancelled":          # no await since the look: one cancel wins
             waybill.update(status="cancelled", cancelled_at=time.time(), cancel_key=key)
             self.ledger.cancels.append({"waybill_no": number, "key": key, "at": waybill["cancelled_at"]})
-        return web.json_response({"waybill_no": number, "status": "cancelled", "cancelled_at": waybill["cancelled_at"],
-                                  "idempotency_key": waybill["cancel_key"]})
+        named = self.faults["waybill"].cancel_answer_override
+        return web.json_response({"waybill_no": number if named is None else named, "status": "cancelled",
+                                  "cancelled_at": waybill["cancelled_at"], "idempotency_key": waybill["cancel_key"]})
 
     async def sms(self, request: web.Request) -> web.Response:
         body = await request.json()

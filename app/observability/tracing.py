@@ -6,13 +6,25 @@ On: a tracer provider with the configured sampler and a batch span processor exp
 the effect clients' HTTP sessions get the aiohttp client instrumentation's trace config (each call a
 client span, and ``traceparent``/``tracestate`` on every request to a provider). Spans are exported in
 the background; :func:`shutdown` flushes them when the worker stops.
+
+A span's ``url.full`` never holds an idempotency token: the paths a provider declares as carrying
+one (``Provider.token_paths``: the SMS lookup's ``/v1/sms/{client_ref}``, the express courier's
+``/express/v1/orders/{out_order_no}``) show the braces instead (:func:`url_filter`), and the
+instrumentation's own ``redact_url`` drops credentials and known signature parameters. Whoever
+reads traces must not be able to ask a provider what was done under a token.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import aiohttp
+
+if TYPE_CHECKING:
+    import yarl
 
 from app.pipeline import tracing as pipeline_tracing
 from app.settings.tracing import TracingSettings
@@ -91,13 +103,37 @@ def _where(settings: TracingSettings) -> str:
     return f"{parts.scheme}://{parts.hostname}{':' + str(parts.port) if parts.port else ''}{parts.path}"
 
 
-def client_trace_configs() -> list[aiohttp.TraceConfig]:
+def url_filter(token_paths: Iterable[str]) -> Callable[[yarl.URL], str]:
+    """What a client span records of a request's URL: the path's token replaced by its name in braces
+    where the path ends as one of ``token_paths`` does (``/v1/sms/{client_ref}``: any base path
+    before it); no query parameter of ours carries a token, and the instrumentation's ``redact_url``
+    drops credentials and known signature parameters from what is left."""
+    patterns = []
+    for template in token_paths:
+        literal = re.split(r"(\{[^{}/]+\})", template)
+        body = "".join("[^/]+" if part.startswith("{") else re.escape(part) for part in literal)
+        patterns.append((re.compile(f"{body}$"), template))
+
+    def shown(url: yarl.URL) -> str:
+        path = url.raw_path
+        for pattern, template in patterns:
+            if found := pattern.search(path):
+                path = path[:found.start()] + template
+                break
+        query = f"?{url.raw_query_string}" if url.raw_query_string else ""
+        return f"{url.with_path(path, encoded=True)}{query}"
+    return shown
+
+
+def client_trace_configs(token_paths: Iterable[str] = (), *, tracer_provider=None) -> list[aiohttp.TraceConfig]:
     """The trace configs of an effect client's HTTP session: the aiohttp client instrumentation's when
-    tracing is on (a span per request, ``traceparent`` injected), none otherwise."""
-    if _provider is None:
+    tracing is on (a span per request, ``traceparent`` injected, the paths' tokens never recorded:
+    :func:`url_filter`), none otherwise. ``tracer_provider``: another than :func:`configure`'s (a test's)."""
+    provider = tracer_provider or _provider
+    if provider is None:
         return []
     from opentelemetry.instrumentation.aiohttp_client import create_trace_config
-    return [create_trace_config(tracer_provider=_provider), _unsampled_carrier()]
+    return [create_trace_config(url_filter=url_filter(token_paths), tracer_provider=provider), _unsampled_carrier()]
 
 
 def _unsampled_carrier() -> aiohttp.TraceConfig:

@@ -8,7 +8,10 @@ action         kinds               what it does
 =============  ==================  ==========================================================
 compensate     duplicate           cancels the extra waybill at the provider, with a key of
                                    the case's own (:func:`cancel_key`): a click repeated, or
-                                   two people at once, cancel it once
+                                   two people at once, cancel it once; only after reading
+                                   the order's waybills at the provider again, at that
+                                   moment (:func:`compensation_refused`), and only when the
+                                   provider's answer names the waybill asked for
 adopt          orphan              makes the waybill our receipt and its step done, in one
                                    transaction, after checking the step's token is the
                                    waybill's key and no receipt exists
@@ -20,6 +23,7 @@ Every status but ``open`` is final: a run that finds the same thing again only s
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from enum import IntEnum
 from typing import Protocol
 
@@ -63,11 +67,48 @@ def refusal(action: str, kind: str, status: CaseStatus) -> str | None:
     return None
 
 
-def cancel_key(tokens, group: str, case_id: int) -> str:
-    """The idempotency key of a case's cancel: the case's own, under the deployment's secret
-    (``app.pipeline.tokens.StepTokens``), so every cancel of one case asks the provider the same
-    question and two deployments sharing a provider account never share a key."""
-    return tokens(f"{group}:reconcile_case:{case_id}:cancel")
+def cancel_key(tokens, group: str, case_id: int, reference: str) -> str:
+    """The idempotency key of a case's cancel of ``reference``: the case's own and the waybill's, under
+    the deployment's secret (``app.pipeline.tokens.StepTokens``), so every cancel of one case asks the
+    provider the same question, a key never stands for another waybill, and two deployments sharing a
+    provider account never share a key."""
+    return tokens(f"{group}:reconcile_case:{case_id}:cancel:{reference}")
+
+
+class Listed(Protocol):
+    """One of the order's waybills as the provider lists it (``app.adapters.effects.provider.Issued``)."""
+    @property
+    def reference(self) -> str: ...
+    @property
+    def key(self) -> str | None: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def live(self) -> bool: ...
+
+
+def compensation_refused(reference: str, keeper: str, listed: Sequence[Listed], ours: Collection[str]) -> str | None:
+    """Why the extra ``reference`` must not be cancelled now, judged from what the provider lists for
+    the order at the moment a person acts (``listed``) beside our receipt's ``keeper``; None if it may:
+    the keeper is still live (the order keeps a waybill), the extra still live, and issued under one of
+    ``ours`` (this deployment's tokens for the order, ``app.reconcile.providers.our_tokens``)."""
+    by_reference = {item.reference: item for item in listed}
+    kept, extra = by_reference.get(keeper), by_reference.get(reference)
+    if kept is None:
+        return (f"the provider no longer lists our receipt's {keeper} for the order: cancelling {reference} could "
+                "leave the order with no waybill")
+    if not kept.live:
+        return (f"our receipt's {keeper} is {kept.status} at the provider now: {reference} may be the order's last "
+                "live waybill")
+    if extra is None:
+        return f"the provider does not list {reference} for the order"
+    if not extra.live:
+        return f"{reference} is {extra.status} at the provider already: nothing to cancel"
+    if extra.key not in ours:
+        return (f"{reference} was issued under a key that is none of this deployment's tokens for the order "
+                "(customer service's re-shipment, another deployment on the same provider account): not ours "
+                "to cancel")
+    return None
 
 
 class Step(Protocol):

@@ -9,7 +9,11 @@ finding    what it is
 =========  =====================================================================================
 duplicate  two or more waybills, not cancelled, for one order (a provider that ignored the key, a
            call made twice): the one our receipt holds is the keeper, the others are extras
-           (with no receipt, the earliest is the keeper, to be adopted first)
+           (with no receipt, the earliest of ours is the keeper, to be adopted first). An extra
+           is ours, and a person may cancel it, only when it was issued under one of this
+           deployment's tokens for the order (:func:`our_tokens`); one under another key
+           (customer service's re-shipment, another deployment on the same provider account)
+           is ``foreign``: reported, and its case says so, but never cancelled from here
 orphan     a waybill, not cancelled, for an order we hold no receipt for: a crash between the call
            and T3, or a receipt lost; adopting it makes it the receipt
 missing    a receipt we hold whose waybill the provider does not list, or lists cancelled
@@ -37,7 +41,7 @@ part not read might hold), the receipts by ``idx_gmt_create`` with the same boun
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -45,7 +49,13 @@ from typing import Any, Protocol
 from app.adapters.effects import http_session
 from app.adapters.effects.provider import Issued, Listing, Provider
 from app.adapters.effects.registry import chosen
-from app.adapters.mysql.reads.receipt_ranges import RECEIPT_TABLES, HeldReceipt, ReceiptRanges, StepState
+from app.adapters.mysql.reads.receipt_ranges import (
+    RECEIPT_TABLES,
+    HeldReceipt,
+    ReceiptRanges,
+    StepState,
+    step_keys,
+)
 from app.adapters.mysql.store import MySqlStore
 from app.pipeline.errors import PipelineError
 from app.pipeline.states import IdemStatus
@@ -57,8 +67,24 @@ PAGE_SIZE = 500                # entries of a provider's listing asked at once
 CONNECTIONS = 2                # the reconcile's own HTTP pool: never a slot of the order agent's
 
 
+# A step's token from its t_idem key (app.pipeline.tokens.StepTokens).
+Tokens = Callable[[str], str]
+FOREIGN = ("issued under a key that is none of this deployment's tokens for the order (customer service's "
+           "re-shipment, another deployment on the same provider account): reported, never cancelled from here")
+
+
 class HasStore(Protocol):
     store: MySqlStore
+    tokens: Tokens
+
+
+def our_tokens(tokens: Tokens, effect: str, order_no: str, *stored: str | None) -> frozenset[str]:
+    """Every idempotency key this deployment may have asked ``effect`` for ``order_no`` under: the
+    tokens of the order's step keys under today's secret (a step's key does not vary with its attempt,
+    a redrive or a replay: ``app.pipeline.plan.step_keys``), and the ``stored`` ones (the step rows'
+    and the receipt's ``idem_token``: a row keeps the token it was claimed with, under an older
+    secret too). A waybill under any other key is not ours to cancel."""
+    return frozenset({tokens(key) for key in step_keys(effect, order_no)} | {t for t in stored if t})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,19 +95,31 @@ class ProviderFinding:
     order_no: str
     biz_key: str | None         # the effect step's t_idem key
     keeper: str | None          # the waybill to keep: the receipt's, the orphan, the missing one
-    extras: tuple[str, ...]     # a duplicate's waybills to cancel
+    extras: tuple[str, ...]     # a duplicate's waybills of ours beside the keeper: a person may cancel them
     evidence: dict[str, Any]
+    foreign: tuple[str, ...] = ()   # a duplicate's live waybills under keys not ours: reported, never cancelled
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "effect": self.effect, "provider": self.provider, "order_no": self.order_no,
-                "biz_key": self.biz_key, "keeper": self.keeper, "extras": list(self.extras), "evidence": self.evidence}
+                "biz_key": self.biz_key, "keeper": self.keeper, "extras": list(self.extras),
+                "foreign": list(self.foreign), "evidence": self.evidence}
 
     @property
     def references(self) -> tuple[str, ...]:
-        """What a person acts on, one case each: each extra of a duplicate, else the keeper."""
+        """What a person acts on, one case each: each extra of a duplicate (ours and foreign), else the keeper."""
         if self.kind == DUPLICATE:
-            return self.extras
+            return self.extras + self.foreign
         return (self.keeper,) if self.keeper else ()
+
+    def case_evidence(self, reference: str) -> dict[str, Any]:
+        """What the case of ``reference`` keeps: the finding's evidence, and for a duplicate's waybill
+        whether it is ours to cancel, and why not."""
+        evidence = {"biz_key": self.biz_key, "keeper": self.keeper, "extras": list(self.extras),
+                    "foreign": list(self.foreign), **self.evidence}
+        if self.kind == DUPLICATE:
+            ours = reference in self.extras
+            evidence |= {"compensable": ours, "why_not": None if ours else f"{reference} was {FOREIGN}"}
+        return evidence
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,37 +165,13 @@ async def reconcile_providers(rt: HasStore, settings: Settings, *, since: dateti
             try:
                 found, counts = await compare_sliced(ReceiptRanges(rt.store, effect.name), listing, provider, window,
                                                      slice_seconds=options.provider_slice_seconds,
-                                                     max_rows=options.provider_max_rows)
+                                                     max_rows=options.provider_max_rows, tokens=rt.tokens)
             except PipelineError as exc:
                 section.effects[effect.name] = {"provider": provider.name, "not_listable": False, "error": str(exc)}
                 continue
             section.effects[effect.name] = counts
             section.findings += found
     return section
-
-
-class NotCancellable(Exception):
-    """This deployment cannot cancel at the provider a case names."""
-
-
-def cancel_at_provider(settings: Settings, effect: str, provider_name: str,
-                       key: str) -> Callable[[str], Awaitable[str]]:
-    """What cancels a reference at the provider of a case, under ``key`` (the case's own,
-    ``app.reconcile.cases.cancel_key``), and says what the provider answered, for the audit."""
-    provider = chosen(effect, settings.effects)
-    if provider.name != provider_name or provider.listing is None:
-        raise NotCancellable(f"the case is about {provider_name}'s {effect}; this deployment's provider of it is "
-                             f"{provider.name}, which " + ("cannot cancel" if provider.listing is None else
-                                                           "did not issue it"))
-    make = provider.listing
-
-    async def cancel(reference: str) -> str:
-        async with http_session(1) as session:
-            done = await make(session, settings.effects.effect(effect)).cancel(reference, key)
-        when = done.cancelled_at.isoformat() if done.cancelled_at else "at a time it does not say"
-        by = "this case's key" if done.key == key else "another key (cancelled before this case asked)"
-        return f"{provider_name} cancelled {reference} {when}, under {by} (...{key[-4:]})"
-    return cancel
 
 
 def not_listable(provider: Provider, effect: str) -> dict[str, Any]:
@@ -168,7 +182,8 @@ def not_listable(provider: Provider, effect: str) -> dict[str, Any]:
 
 
 async def compare_sliced(reads: ReceiptRanges, listing: Listing, provider: Provider, window: Window, *,
-                         slice_seconds: float, max_rows: int) -> tuple[list[ProviderFinding], dict[str, Any]]:
+                         slice_seconds: float, max_rows: int,
+                         tokens: Tokens) -> tuple[list[ProviderFinding], dict[str, Any]]:
     """:func:`compare_effect` a slice of the range at a time, so that each read stays within ``max_rows``
     whatever the range holds; a finding belongs to one slice (the one its extra, orphan or receipt falls
     in), and one named again by a neighbour (a duplicate whose extras span two) is kept once."""
@@ -179,7 +194,7 @@ async def compare_sliced(reads: ReceiptRanges, listing: Listing, provider: Provi
     while start < window.until:
         end = min(start + timedelta(seconds=slice_seconds), window.until)
         found, counts = await compare_effect(reads, listing, provider, Window(start, end, window.margin),
-                                             max_rows=max_rows)
+                                             max_rows=max_rows, tokens=tokens)
         for finding in found:
             if (mark := (finding.kind, finding.order_no, finding.references)) not in seen:
                 seen.add(mark)
@@ -199,7 +214,7 @@ async def compare_sliced(reads: ReceiptRanges, listing: Listing, provider: Provi
 
 
 async def compare_effect(reads: ReceiptRanges, listing: Listing, provider: Provider, window: Window, *,
-                         max_rows: int) -> tuple[list[ProviderFinding], dict[str, Any]]:
+                         max_rows: int, tokens: Tokens) -> tuple[list[ProviderFinding], dict[str, Any]]:
     """One effect: its provider's records and our receipts read (see the module's docstring), compared."""
     listed, complete = await read_listing(listing, *window.wide, max_rows=max_rows)
     receipts = await reads.written(window.since, window.until, limit=max_rows)
@@ -215,7 +230,8 @@ async def compare_effect(reads: ReceiptRanges, listing: Listing, provider: Provi
                                             max_rows=max_rows - len(listed))
         listed, complete = [*earlier, *listed], complete and whole
     steps = await reads.steps({i.order_no for i in listed} - held.keys())
-    findings, in_flight = compare(reads.effect, provider.name, window, listed, held, steps, missing=complete)
+    findings, in_flight = compare(reads.effect, provider.name, window, listed, held, steps, missing=complete,
+                                  tokens=tokens)
     counts = {kind: sum(1 for f in findings if f.kind == kind) for kind in (DUPLICATE, ORPHAN, MISSING)}
     return findings, {"provider": provider.name, "listed": len(listed), "receipts": len(receipts),
                       "duplicates": counts[DUPLICATE], "orphans": counts[ORPHAN], "missing": counts[MISSING],
@@ -234,28 +250,33 @@ async def read_listing(listing: Listing, since: datetime, until: datetime, *,
 
 
 def compare(effect: str, provider: str, window: Window, listed: Sequence[Issued], held: Mapping[str, HeldReceipt],
-            steps: Mapping[str, StepState], *, missing: bool = True) -> tuple[list[ProviderFinding], int]:
+            steps: Mapping[str, StepState], *, tokens: Tokens,
+            missing: bool = True) -> tuple[list[ProviderFinding], int]:
     """The findings of one effect, and how many orders were in flight. ``held``: our receipts by order,
     those written in the window and those of every order listed; ``steps``: the effect's step rows of
-    the orders listed that we hold no receipt for; ``missing``: whether the listing was read whole."""
+    the orders listed that we hold no receipt for; ``missing``: whether the listing was read whole;
+    ``tokens``: this deployment's (which of an order's waybills are ours, :func:`our_tokens`)."""
     findings: list[ProviderFinding] = []
     in_flight = 0
     for order, waybills in _live_by_order(listed).items():
         receipt = held.get(order)
+        step = receipt.step if receipt is not None else steps.get(order)
+        ours = our_tokens(tokens, effect, order, receipt.token if receipt else None, step.token if step else None)
         if receipt is not None:
             extras = [w for w in waybills if w.reference != receipt.reference]
             # Only beside the receipt's own, seen live: extras cancelled must never leave the order with none.
             if len(extras) < len(waybills) and any(w.created_at in window for w in extras):
-                findings.append(_duplicate(effect, provider, order, receipt, waybills, extras))
+                findings.append(_duplicate(effect, provider, order, receipt, waybills, extras, ours))
             continue
-        step = steps.get(order)
         if step is not None and step.status == IdemStatus.PENDING and step.live:
             in_flight += 1                             # between its call and T3 right now
             continue
-        if waybills[0].created_at in window:
-            findings.append(_orphan(effect, provider, order, waybills[0], step))
-        if any(w.created_at in window for w in waybills[1:]):
-            findings.append(_duplicate(effect, provider, order, None, waybills, waybills[1:], step))
+        # The keeper to adopt is the earliest of ours; a waybill under a foreign key is never it.
+        ranked = [w for w in waybills if w.key in ours] + [w for w in waybills if w.key not in ours]
+        if ranked[0].created_at in window:
+            findings.append(_orphan(effect, provider, order, ranked[0], step))
+        if any(w.created_at in window for w in ranked[1:]):
+            findings.append(_duplicate(effect, provider, order, None, ranked, ranked[1:], ours, step))
     if missing:
         by_reference = {i.reference: i for i in listed}
         for receipt in held.values():
@@ -275,19 +296,22 @@ def _live_by_order(listed: Iterable[Issued]) -> dict[str, list[Issued]]:
 
 
 def _duplicate(effect: str, provider: str, order: str, receipt: HeldReceipt | None, waybills: Sequence[Issued],
-               extras: Sequence[Issued], step: StepState | None = None) -> ProviderFinding:
+               extras: Sequence[Issued], ours: frozenset[str], step: StepState | None = None) -> ProviderFinding:
     keeper = receipt.reference if receipt is not None else waybills[0].reference
-    evidence = {"waybills": [_issued(w) for w in waybills], "receipt": _receipt(receipt),
-                "keeper_is": "our receipt's" if receipt is not None else "the earliest (no receipt: adopt it first)",
-                "keys": sorted({w.key or "" for w in waybills})}
+    mine = tuple(w.reference for w in extras if w.key in ours)
+    foreign = tuple(w.reference for w in extras if w.key not in ours)
+    evidence = {"waybills": [{**issued_evidence(w), "ours": w.key in ours} for w in waybills], "receipt": _receipt(receipt),
+                "keeper_is": "our receipt's" if receipt is not None else "the earliest of ours (no receipt: adopt "
+                                                                          "it first)",
+                "keys": sorted({w.key or "" for w in waybills}),
+                "foreign_are": FOREIGN if foreign else None}
     biz_key = receipt.biz_key if receipt is not None else (step.biz_key if step is not None else None)
-    return ProviderFinding(DUPLICATE, effect, provider, order, biz_key, keeper, tuple(w.reference for w in extras),
-                           evidence)
+    return ProviderFinding(DUPLICATE, effect, provider, order, biz_key, keeper, mine, evidence, foreign)
 
 
 def _orphan(effect: str, provider: str, order: str, waybill: Issued, step: StepState | None) -> ProviderFinding:
     why = adoption_refused(step, waybill.key)
-    evidence = {"waybill": _issued(waybill), "step": _step(step), "receipt": None, "adoptable": why is None,
+    evidence = {"waybill": issued_evidence(waybill), "step": _step(step), "receipt": None, "adoptable": why is None,
                 "why_not": why}
     return ProviderFinding(ORPHAN, effect, provider, order, step.biz_key if step else None, waybill.reference, (),
                            evidence)
@@ -297,12 +321,12 @@ def _missing(effect: str, provider: str, receipt: HeldReceipt, found: Issued | N
              others: Sequence[Issued]) -> ProviderFinding:
     evidence = {"receipt": _receipt(receipt), "step": _step(receipt.step),
                 "listed_as": found.status if found is not None else None,
-                "listed_for_order": [_issued(i) for i in others]}
+                "listed_for_order": [issued_evidence(i) for i in others]}
     return ProviderFinding(MISSING, effect, provider, receipt.order_no, receipt.biz_key, receipt.reference, (),
                            evidence)
 
 
-def _issued(item: Issued) -> dict[str, Any]:
+def issued_evidence(item: Issued) -> dict[str, Any]:
     return {"waybill_no": item.reference, "idempotency_key": item.key, "created_at": item.created_at.isoformat(),
             "status": item.status}
 

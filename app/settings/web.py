@@ -28,6 +28,15 @@ class WebSettings(Group):
                     'views) with phone numbers, addresses, e-mail addresses and idempotency tokens masked, acts on '
                     'nothing, downloads nothing; with neither it nor `WEB_TOKEN` set, they answer 403.')
 
+    tokens_file: str | None = setting("WEB_TOKENS_FILE", None,
+        description='A file of per-person tokens, one line each: `name role sha256-hex` (role `operator` or '
+                    '`viewer`; the SHA-256 of the token in hex, never the token; `#` starts a comment). A '
+                    "person's token acts and reads as its role, and the audit names the person whatever a "
+                    'request says; `faust -A app web-token NAME ROLE` makes a token and its line. Re-read when '
+                    "it changes: removing a line revokes that token at the next request, without a restart. A "
+                    'file that cannot be read stops the worker at start-up (exit 78); one broken later refuses '
+                    'every per-person token until it is fixed. Works beside `WEB_TOKEN` and `WEB_READ_TOKEN`.')
+
     allowed_hosts: str = setting("WEB_ALLOWED_HOSTS", "",
         description='More `Host` names the web views answer to, comma-separated, besides `127.0.0.1`, `localhost`, '
                     '`::1`, `WEB_BIND` and the host of `WEB_PUBLIC_URL`; any other `Host` answers 421 (DNS '
@@ -59,6 +68,8 @@ class WebSettings(Group):
 
     @model_validator(mode="after")
     def _strip_tokens(self) -> WebSettings:
+        if self.tokens_file is not None and not self.tokens_file.strip():
+            self.tokens_file = None
         # Surrounding spaces (a copy and paste, a YAML value) are no part of a token: a request's
         # token is compared stripped, so the configured one is too. WEB_TOKEN="" is no token.
         for name in ("token", "read_token"):

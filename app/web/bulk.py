@@ -101,13 +101,13 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
 
         async def post(self, request: web.Request) -> web.Response:
             try:
-                authorize(request, settings)
+                who = authorize(request, settings)
                 doc = await body(request, settings)
                 action, filters = action_of(doc), queue_filter(doc.get("filter"))
                 expected = doc.get("expected_count")
                 if not isinstance(expected, int) or isinstance(expected, bool) or not 0 <= expected <= cap:
                     raise Refused(400, f"expected_count must be the dry run's count, a whole number up to {cap}")
-                note, actor = note_and_actor(doc, "web")
+                note, actor = note_and_actor(doc, who, settings)
             except Refused as exc:
                 return refused(exc)
             rt = runtime.started()
@@ -137,11 +137,11 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     class Command(View):
         async def post(self, request: web.Request, job_id: str, command: str) -> web.Response:
             try:
-                authorize(request, settings)
+                who = authorize(request, settings)
                 if command not in TRANSITIONS:
                     raise Refused(404, f"no command {command!r}: {', '.join(TRANSITIONS)}")
                 number = integer(job_id, "id", low=1, high=2 ** 62)
-                _, actor = note_and_actor(await body(request, settings), "web")
+                _, actor = note_and_actor(await body(request, settings), who, settings)
             except Refused as exc:
                 return refused(exc)
             rt = runtime.started()

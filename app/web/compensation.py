@@ -43,10 +43,10 @@ from app.web.http import (
     moment,
     note_and_actor,
     operator,
+    reader,
     refused,
     role,
     text,
-    viewer_name,
 )
 
 REASON = re.compile(r"[a-z_.:0-9]{1,64}")
@@ -87,7 +87,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
         async def get(self, request: web.Request, row_id: str) -> web.Response:
             try:
                 number = integer(row_id, "id", low=1, high=2 ** 62)
-                who, name = role(request, settings), viewer_name(request)
+                who, name = reader(request, settings)
             except Refused as exc:
                 return refused(exc)
             rt = runtime.started()
@@ -114,7 +114,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 part = request.query.get("part") or "value"
                 if part not in ("value", "envelope"):
                     raise Refused(400, "part must be value or envelope")
-                name = viewer_name(request)
+                _, name = reader(request, settings)
             except Refused as exc:
                 return refused(exc)
             rt = runtime.started()
@@ -127,11 +127,11 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
 
         async def post(self, request: web.Request, row_id: str, action: str) -> web.Response:
             try:
-                authorize(request, settings)
+                who = authorize(request, settings)
                 if action not in ("retry", *PERSON_ACTIONS):
                     raise Refused(404, f"no action {action!r}: retry, resolve or discard")
                 number = integer(row_id, "id", low=1, high=2 ** 62)
-                note, actor = note_and_actor(await body(request, settings), "web")
+                note, actor = note_and_actor(await body(request, settings), who, settings)
             except Refused as exc:
                 return refused(exc)
             rt = runtime.started()

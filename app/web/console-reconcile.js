@@ -77,7 +77,8 @@ async function showReconcileRun(id) {
     for (const f of (report.providers || {}).findings || []) {
       const tr = document.createElement("tr");
       tr.className = "row reconcile-finding provider";
-      const held = f.kind === "duplicate" ? `keeps ${f.keeper}, extras ${(f.extras || []).join(", ")}`
+      const foreign = (f.foreign || []).length ? `; not ours (never cancelled here): ${f.foreign.join(", ")}` : "";
+      const held = f.kind === "duplicate" ? `keeps ${f.keeper}, extras ${(f.extras || []).join(", ") || "none"}${foreign}`
         : f.kind === "orphan" ? `${f.keeper} at the provider, no receipt here`
         : `the receipt's ${f.keeper} is not at the provider`;
       for (const value of [`provider ${f.kind}`, f.provider, f.order_no, f.effect, held, "a case below"]) {
@@ -119,8 +120,12 @@ async function loadCases() {
       timeCell(tr, c.found_at);
       timeCell(tr, c.last_seen_at);
       const td = reconcileCell(tr, "");
+      // A waybill not issued under our tokens (or no longer cancellable) is never offered to cancel: why, instead.
+      const refused = (c.evidence || {}).compensable === false ? (c.evidence.why_not || "not ours to cancel") : null;
+      if (refused) td.textContent = refused;
       if (c.status === "open" && operator()) {
-        for (const [action, what] of [CASE_ACTIONS[c.kind], ["dismiss", "Dismiss: nothing is done"]]) {
+        const own = refused ? [null] : CASE_ACTIONS[c.kind];
+        for (const [action, what] of [own || [null], ["dismiss", "Dismiss: nothing is done"]]) {
           if (!action) continue;
           const button = document.createElement("button");
           button.type = "button";

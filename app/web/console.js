@@ -257,8 +257,13 @@ async function signIn() {
 }
 
 function showRole() {
+  // A token of one's own (WEB_TOKENS_FILE) names the person: the audit writes that name, whatever is typed.
+  const named = me !== null && Boolean(me.name);
+  if (named) $("actor").value = me.name;
+  $("actor").readOnly = named;
   $("whoami").textContent = me ? (operator() ? "operator: whole values, actions and downloads (audited)"
                                              : "viewer: phone numbers and addresses masked, no actions") : "";
+  if (named) $("whoami").textContent = `${me.name}, ${$("whoami").textContent}`;
   $("whoami").dataset.role = me ? me.role : "";
   $("actions").hidden = !operator();
   $("downloads").hidden = !operator();

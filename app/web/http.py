@@ -4,11 +4,17 @@
   view runs: only ``/health``, ``/healthz``, ``/readyz``, ``/metrics`` and the console's
   static page and script answer without a token. Everything else needs ``Authorization:
   Bearer <token>``: ``WEB_READ_TOKEN`` (a viewer: personal fields masked) or ``WEB_TOKEN``
-  (an operator: whole values, downloads) to read, ``WEB_TOKEN`` for any other method;
-  compared in constant time; a header that is not UTF-8 text answers 401 and is not
-  repeated. Without a configured token, 403 says which to set. A ``Host`` header that is
-  not one of ``settings.web.host_names`` answers 421, so a page on another site cannot reach
-  the views through a name that resolves here (DNS rebinding).
+  (an operator: whole values, downloads) to read, ``WEB_TOKEN`` for any other method; or a
+  person's own token of either role (``WEB_TOKENS_FILE``, ``app.adapters.web_tokens``); compared in
+  constant time; a header that is not UTF-8 text answers 401 and is not repeated. Without a
+  configured token, 403 says which to set. A ``Host`` header that is not one of
+  ``settings.web.host_names`` answers 421, so a page on another site cannot reach the views
+  through a name that resolves here (DNS rebinding).
+* Who acts (:func:`note_and_actor`) and who saw whole values (:func:`reader`): the person a
+  token of ``WEB_TOKENS_FILE`` names, whatever the request says (a body's ``actor`` that says
+  otherwise is kept in the note); with a shared token (``WEB_TOKEN``, ``WEB_READ_TOKEN``) the
+  name the request gives (``actor``, ``X-Actor``) as before, ``anonymous`` without one, but
+  never the name of a person who has a token of their own.
 * Inputs are checked before they reach a query (400 with the reason); every query
   binds its values as parameters.
 * A body larger than ``WEB_MAX_BODY_BYTES`` is refused (413) before it is read.
@@ -19,6 +25,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,12 +33,14 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from app.adapters.mysql.reads.console import Queries
+from app.adapters.web_tokens import TokensFileError, digest, tokens_file
 from app.personal.masking import mask_answer, order_numbers
 from app.render import ACTOR, json_default, readable
 from app.settings import Settings
 
-__all__ = ["ACTOR", "OPERATOR", "Refused", "as_seen", "VIEWER", "access", "authorize", "body", "integer", "json_response", "moment",
-           "note_and_actor", "operator", "readable", "refused", "role", "text", "viewer_name"]
+__all__ = ["ACTOR", "OPERATOR", "Caller", "Refused", "as_seen", "VIEWER", "access", "authorize", "body", "caller",
+           "integer", "json_response", "moment", "note_and_actor", "operator", "readable", "reader", "refused", "role",
+           "text"]
 
 
 class Refused(Exception):
@@ -49,6 +58,14 @@ PAGES = frozenset({"/console/", "/console/console.js",                     # no 
                    "/console/console-reconcile.js", "/console/console-overview.js"})
 READS = frozenset({"GET", "HEAD"})
 VIEWER, OPERATOR = "viewer", "operator"
+NOTE_CHARS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a request's token says asks: its role, and the person when the token is one's own."""
+    role: str                       # OPERATOR or VIEWER
+    person: str | None = None       # the name WEB_TOKENS_FILE gives the token; None: a shared token
 NO_FRAMES = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
 
 
@@ -93,16 +110,18 @@ def _hostname(host: str | None) -> str | None:
         return None
 
 
-def _token(request: web.Request, settings: Settings, *, read: bool) -> str:
-    """The role of the request's token (:data:`OPERATOR` for ``WEB_TOKEN``, :data:`VIEWER` for
-    ``WEB_READ_TOKEN`` when ``read``), or :class:`Refused`."""
-    tokens = [(OPERATOR, settings.web.token), (VIEWER, settings.web.read_token if read else None)]
-    tokens = [(role, t) for role, t in tokens if t is not None]
-    if not tokens:
-        raise Refused(403, "reading the data views needs a token: set WEB_READ_TOKEN (or WEB_TOKEN) in the worker's "
-                           "environment, then send 'Authorization: Bearer <token>'" if read else
-                      "actions are disabled: set WEB_TOKEN in the worker's environment, then send "
-                      "'Authorization: Bearer <token>'")
+def _token(request: web.Request, settings: Settings, *, read: bool) -> Caller:
+    """Who the request's token says asks (``WEB_TOKEN``: an operator; ``WEB_READ_TOKEN``, when ``read``:
+    a viewer; a line of ``WEB_TOKENS_FILE``: that person as its role, a viewer's only when ``read``),
+    or :class:`Refused`."""
+    shared = [(OPERATOR, settings.web.token), (VIEWER, settings.web.read_token if read else None)]
+    shared = [(role, t) for role, t in shared if t is not None]
+    book = tokens_file(settings)
+    if not shared and book is None:
+        raise Refused(403, "reading the data views needs a token: set WEB_READ_TOKEN, WEB_TOKEN or WEB_TOKENS_FILE "
+                           "in the worker's environment, then send 'Authorization: Bearer <token>'" if read else
+                      "actions are disabled: set WEB_TOKEN or WEB_TOKENS_FILE in the worker's environment, then "
+                      "send 'Authorization: Bearer <token>'")
     header = request.headers.get("Authorization", "")
     if not _utf8(header):
         # aiohttp hands bytes that are not UTF-8 over as lone surrogates, which no token holds
@@ -111,10 +130,23 @@ def _token(request: web.Request, settings: Settings, *, read: bool) -> str:
     scheme, _, given = header.partition(" ")
     given_bytes = given.strip().encode()
     # Every configured token is compared, whichever matches: the time taken says nothing.
-    matches = [role for role, t in tokens if hmac.compare_digest(given_bytes, t.get_secret_value().encode())]
+    matches = [Caller(role) for role, t in shared if hmac.compare_digest(given_bytes, t.get_secret_value().encode())]
+    broken = False
+    if book is not None:
+        try:
+            people = book.people()
+        except TokensFileError:
+            people, broken = (), True
+        hashed = digest(given_bytes).encode()
+        matches += [Caller(p.role, p.name) for p in people
+                    if hmac.compare_digest(hashed, p.digest.encode()) and (read or p.role == OPERATOR)]
     if scheme.lower() != "bearer" or not matches:
+        if broken:
+            raise Refused(503, "per-person tokens are refused for now: the worker cannot read WEB_TOKENS_FILE "
+                               "(its log says why)")
         raise Refused(401, "missing or wrong bearer token")
-    return matches[0]          # WEB_TOKEN first: the same secret in both reads whole
+    # An operator's token first (the same secret in both reads whole), a person's before a shared one.
+    return min(matches, key=lambda c: (c.role != OPERATOR, c.person is None))
 
 
 def _utf8(value: str) -> bool:
@@ -125,10 +157,15 @@ def _utf8(value: str) -> bool:
     return True
 
 
+def caller(request: web.Request, settings: Settings) -> Caller:
+    """Who asks a ``GET``: its role and, with a token of its own, the person."""
+    return _token(request, settings, read=True)
+
+
 def role(request: web.Request, settings: Settings) -> str:
     """Who asks a ``GET``: :data:`OPERATOR` (``WEB_TOKEN``: whole values, downloads, actions) or
     :data:`VIEWER` (``WEB_READ_TOKEN``: personal fields masked, see ``app.personal.masking``)."""
-    return _token(request, settings, read=True)
+    return caller(request, settings).role
 
 
 async def as_seen(who: str, answer: dict, queries: Queries) -> dict:
@@ -146,22 +183,41 @@ def operator(request: web.Request, settings: Settings, what: str) -> None:
         raise Refused(403, f"{what} needs the operator's token (WEB_TOKEN); WEB_READ_TOKEN sees masked values only")
 
 
-def viewer_name(request: web.Request) -> str:
-    """The person behind the request, for the audit of unmasked views: the ``X-Actor`` header
-    (the console and the API send it), validated like ``actor``; ``anonymous`` without one."""
-    name = request.headers.get("X-Actor", "").strip() or "anonymous"
-    if not ACTOR.fullmatch(name):
+def reader(request: web.Request, settings: Settings) -> tuple[str, str]:
+    """Who reads, for the audit of unmasked views: the role, and the person their token names, else
+    the ``X-Actor`` header (the console and the API send it), validated like ``actor``;
+    ``anonymous`` without one."""
+    who = caller(request, settings)
+    said = request.headers.get("X-Actor", "").strip() or None
+    if said is not None and not ACTOR.fullmatch(said):
         raise Refused(400, "X-Actor must be 1-64 letters, digits or _.@+-")
-    return name
+    return who.role, _name(who, said, settings)
+
+
+def _name(who: Caller, said: str | None, settings: Settings) -> str:
+    """The name the audit writes: the token's person, else what the request said (never a person's
+    name under a shared token: the audit would name them for what another did)."""
+    if who.person is not None:
+        return who.person
+    book = tokens_file(settings)
+    if said is not None and book is not None:
+        try:
+            names = book.names()
+        except TokensFileError:
+            names = frozenset()
+        if said in names:
+            raise Refused(403, f"{said} has a token of their own (WEB_TOKENS_FILE): use it; a shared token cannot "
+                               "act or read under a person's name")
+    return said or "anonymous"
 
 
 def refused(exc: Refused) -> web.Response:
     return json_response({"error": exc.reason}, status=exc.status)
 
 
-def authorize(request: web.Request, settings: Settings) -> None:
-    """An action's token (:func:`access` has checked it already; a view checks it again)."""
-    _token(request, settings, read=False)
+def authorize(request: web.Request, settings: Settings) -> Caller:
+    """An action's token (:func:`access` has checked it already; a view checks it again): who acts."""
+    return _token(request, settings, read=False)
 
 
 async def body(request: web.Request, settings: Settings) -> dict[str, Any]:
@@ -183,14 +239,20 @@ async def body(request: web.Request, settings: Settings) -> dict[str, Any]:
     return doc
 
 
-def note_and_actor(doc: dict[str, Any], channel: str) -> tuple[str | None, str]:
+def note_and_actor(doc: dict[str, Any], who: Caller, settings: Settings) -> tuple[str | None, str]:
+    """An action's note and its actor, ``web:<name>`` (see the module's docstring): a body's ``actor``
+    that is not the token's person is kept at the end of the note."""
     note = doc.get("note")
-    if note is not None and (not isinstance(note, str) or len(note) > 1024):
-        raise Refused(400, "note must be a string of at most 1024 characters")
-    actor = doc.get("actor", "anonymous")
-    if not isinstance(actor, str) or not ACTOR.fullmatch(actor):
+    if note is not None and (not isinstance(note, str) or len(note) > NOTE_CHARS):
+        raise Refused(400, f"note must be a string of at most {NOTE_CHARS} characters")
+    said = doc.get("actor")
+    if said is not None and (not isinstance(said, str) or not ACTOR.fullmatch(said)):
         raise Refused(400, "actor must be 1-64 letters, digits or _.@+-")
-    return note, f"{channel}:{actor}"
+    name = _name(who, said, settings)
+    if said is not None and said != name:
+        told = f"[the request named the actor {said}; the token is {name}'s]"
+        note = f"{note[:NOTE_CHARS - len(told) - 1]} {told}" if note else told
+    return note, f"web:{name}"
 
 
 def integer(value: str | None, name: str, *, low: int, high: int, default: int | None = None) -> int | None:

@@ -22,7 +22,7 @@ from app.adapters.mysql.reads.view_audit import Seen
 from app.bootstrap import Runtime
 from app.pipeline.events import ORDER_NO
 from app.settings import Settings
-from app.web.http import OPERATOR, Refused, as_seen, integer, json_response, refused, role, text, viewer_name
+from app.web.http import OPERATOR, Refused, as_seen, integer, json_response, reader, refused, role, text
 
 BIZ_KEY = re.compile(r"ORD-[0-9]{8}-[A-Za-z0-9]{1,40}:[A-Z_]{1,32}:[a-z_]{1,32}")
 
@@ -34,7 +34,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
         async def get(self, request: web.Request, order_no: str) -> web.Response:
             try:
                 order_no = text(order_no, "order_no", ORDER_NO, "ORD-YYYYMMDD-<letters or digits>")
-                who, name = role(request, settings), viewer_name(request)
+                who, name = reader(request, settings)
             except Refused as exc:
                 return refused(exc)
             rt = runtime.started()

@@ -9,8 +9,14 @@
 An action needs the operator's token and the person's confirmation: the body names the waybill the
 person saw and means (``{"confirm": "<reference>", "note", "actor"}``), the way a bulk job carries
 the count its dry run showed; a different one is refused (400) and nothing is done. A case closed
-already answers 409 with what closed it (who, when, how, their note). Every action is written to
-``t_reconcile_case_audit`` as ``web:<actor>``. A viewer (``WEB_READ_TOKEN``) reads the cases masked.
+already answers 409 with what closed it (who, when, how, their note). A compensation reads the
+order's waybills at the provider again first and is refused (409, the case's evidence refreshed)
+when our receipt's waybill is no longer live, the extra is not live or was not issued under one of
+this deployment's tokens for the order; an answer to the cancel about another waybill is refused
+too (409, the case left open). Every action is written to ``t_reconcile_case_audit`` as
+``web:<name>``: the person a token of ``WEB_TOKENS_FILE`` names, else the body's ``actor``
+(``app.web.http``). A viewer (``WEB_READ_TOKEN``) reads the cases masked; an operator's read of
+one case (its evidence whole: the waybills' keys, the steps' tokens) is written to ``t_view_audit``.
 """
 
 from __future__ import annotations
@@ -19,13 +25,26 @@ import faust
 from aiohttp import web
 from faust.web import View
 
+from app.adapters.mysql.reads.view_audit import Seen
 from app.adapters.mysql.reconcile_cases import Acted
 from app.bootstrap import Runtime
 from app.pipeline.errors import EffectNotDelivered, EffectRejected, EffectUnavailable
+from app.reconcile.at_provider import NotCancellable, at_provider
 from app.reconcile.cases import CASE_ACTIONS, CaseStatus, cancel_key
-from app.reconcile.providers import NotCancellable, cancel_at_provider
 from app.settings import Settings
-from app.web.http import Refused, as_seen, authorize, body, integer, json_response, note_and_actor, refused, role
+from app.web.http import (
+    OPERATOR,
+    Refused,
+    as_seen,
+    authorize,
+    body,
+    integer,
+    json_response,
+    note_and_actor,
+    reader,
+    refused,
+    role,
+)
 
 STATUSES = {status.name.lower(): status for status in CaseStatus}
 CLOSED_WITH = ("status", "closed_by", "closed_at", "note")
@@ -57,25 +76,29 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
         async def get(self, request: web.Request, case_id: str) -> web.Response:
             try:
                 number = integer(case_id, "id", low=1, high=2 ** 62)
-                who = role(request, settings)
+                who, name = reader(request, settings)
             except Refused as exc:
                 return refused(exc)
             rt = runtime.started()
             case = await rt.reconcile_cases.get(number)
             if case is None:
                 return json_response({"error": f"no reconcile case {number}"}, status=404)
-            return json_response(await as_seen(who, case, rt.queries))
+            if who != OPERATOR:
+                return json_response(await as_seen(who, case, rt.queries))
+            await rt.view_audit.record(Seen(f"web:{name}", who, "reconcile_case", request.path,
+                                            order_no=case["order_no"]))
+            return json_response({**case, "masked": False})
 
     @app.page("/reconcile/cases/{case_id}/{action}")
     class Action(View):
         async def post(self, request: web.Request, case_id: str, action: str) -> web.Response:
             try:
-                authorize(request, settings)
+                who = authorize(request, settings)
                 if action not in CASE_ACTIONS:
                     raise Refused(404, f"no action {action!r}: {', '.join(CASE_ACTIONS)}")
                 number = integer(case_id, "id", low=1, high=2 ** 62)
                 doc = await body(request, settings)
-                note, actor = note_and_actor(doc, "web")
+                note, actor = note_and_actor(doc, who, settings)
                 if action == "dismiss" and not (note or "").strip():
                     raise Refused(400, "a dismissal needs a note: why nothing is to be done")
             except Refused as exc:
@@ -90,16 +113,16 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 return json_response({"error": f"confirm the {action}: send the waybill you mean as \"confirm\"",
                                       "reference": case["reference"], "kind": case["kind"]}, status=400)
             try:
-                cancel = None
+                provider = None
                 if action == "compensate":
-                    cancel = cancel_at_provider(settings, case["effect"], case["provider"],
-                                                cancel_key(rt.tokens, settings.app_id, number))
-                acted = await rt.reconcile_cases.act(number, action, actor, note, cancel=cancel)
+                    provider = at_provider(settings, case["effect"], case["provider"],
+                                           cancel_key(rt.tokens, settings.app_id, number, case["reference"]))
+                acted = await rt.reconcile_cases.act(number, action, actor, note, provider=provider)
             except NotCancellable as exc:
                 return json_response({"error": str(exc)}, status=409)
             except PROVIDER_ERRORS as exc:
-                return json_response({"error": f"the provider's cancel failed; the case is open still: {exc}",
-                                      "retriable": exc.retriable}, status=502)
+                return json_response({"error": f"the provider could not be asked or did not cancel; the case is open "
+                                               f"still: {exc}", "retriable": exc.retriable}, status=502)
             return answer(acted)
 
 

@@ -1,6 +1,7 @@
 """Who asks, and who saw personal data whole.
 
-    GET /whoami                          the caller's role and what it may do (any token)
+    GET /whoami                          the caller's role, what it may do, and the person a token of
+                                         WEB_TOKENS_FILE names (``name``; null for a shared token)
     GET /audit/views?limit=&before=      the audit of unmasked views, newest first (operators only)
 """
 
@@ -12,7 +13,7 @@ from faust.web import View
 
 from app.bootstrap import Runtime
 from app.settings import Settings
-from app.web.http import OPERATOR, Refused, integer, json_response, operator, refused, role
+from app.web.http import OPERATOR, Refused, caller, integer, json_response, operator, refused
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
@@ -21,12 +22,12 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     class WhoAmI(View):
         async def get(self, request: web.Request) -> web.Response:
             try:
-                who = role(request, settings)
+                who = caller(request, settings)
             except Refused as exc:
                 return refused(exc)
-            whole = who == OPERATOR
-            return json_response({"role": who, "masked": not whole, "may_act": whole, "may_download": whole,
-                                  "audited": whole})
+            whole = who.role == OPERATOR
+            return json_response({"role": who.role, "name": who.person, "masked": not whole, "may_act": whole,
+                                  "may_download": whole, "audited": whole})
 
     @app.page("/audit/views")
     class Views(View):

@@ -4,7 +4,8 @@
 
 Per type: how many records were skipped, first and last seen, and where the latest one is (topic,
 partition, offset), from ``t_skipped_type``; with ``UNHANDLED_EVENT_TYPES`` and the types handled,
-so the page says what a skip means. Workers add their counts at each gauges' refresh.
+so the page says what a skip means. Workers add their counts at each gauges' refresh. A type's name
+is whatever an upstream wrote: a viewer (``WEB_READ_TOKEN``) reads it masked, like every data view.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from faust.web import View
 from app.bootstrap import Runtime
 from app.pipeline.events import EventType
 from app.settings import Settings
-from app.web.http import json_response
+from app.web.http import as_seen, json_response, role
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
@@ -25,8 +26,8 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     class Skipped(View):
         async def get(self, request: web.Request) -> web.Response:
             rt = runtime.started()
-            return json_response({"unhandled": settings.events.unhandled,
-                                  "handled": [t.value for t in EventType],
-                                  "type_names": runtime.reading.type_names,
-                                  "refresh_seconds": settings.operations.metrics_refresh_seconds,
-                                  "types": await rt.skipped_types.list()})
+            answer = {"unhandled": settings.events.unhandled, "handled": [t.value for t in EventType],
+                      "type_names": runtime.reading.type_names,
+                      "refresh_seconds": settings.operations.metrics_refresh_seconds,
+                      "types": await rt.skipped_types.list()}
+            return json_response(await as_seen(role(request, settings), answer, rt.queries))

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import faust
 
+from app import exits
+from app.adapters.web_tokens import TokensFileError, tokens_file
 from app.bootstrap import Runtime
 from app.settings import Settings
 from app.web import (
@@ -27,6 +31,8 @@ def middlewares(settings: Settings) -> list:
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+    # A worker whose WEB_TOKENS_FILE cannot be read does not start (a command does not read it).
+    app.startup_checks.append(functools.partial(check_tokens_file, settings=settings))  # type: ignore[attr-defined]
     health.register(app, runtime, settings)
     compensation.register(app, runtime, settings)
     orders.register(app, runtime, settings)
@@ -37,3 +43,14 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     skipped.register(app, runtime, settings)
     reconcile.register(app, runtime, settings)
     reconcile_cases.register(app, runtime, settings)
+
+
+async def check_tokens_file(app: faust.App, settings: Settings) -> None:
+    """A worker whose WEB_TOKENS_FILE cannot be read does not start (exit 78, naming the line)."""
+    book = tokens_file(settings)
+    if book is None:
+        return
+    try:
+        book.people()
+    except TokensFileError as exc:
+        exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {exc}")

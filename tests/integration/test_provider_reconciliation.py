@@ -9,29 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
 import pytest
 
 from app.adapters.effects.waybill import WaybillListing
-from app.bootstrap import Runtime
 from app.pipeline.errors import EffectRejected
 from app.pipeline.tokens import StepTokens
 from app.reconcile.cases import cancel_key
-from app.reconcile.providers import ProviderFinding, reconcile_providers
+from app.reconcile.providers import ProviderFinding
 from harness import sql_modes
 from harness.bulk_workers import TOKEN, call
-from harness.events import event, order_no, record
+from harness.events import order_no
 from harness.fakes import FakesProcess, fakes_in_process
-from harness.services import TEST_TOKEN_SECRET, produce, wait_for, worker_metric
+from harness.provider_cases import case_of, confirmed, issued, reconciled, runtime
+from harness.services import TEST_TOKEN_SECRET, worker_metric
 
 # Every database test here runs under the server's sql_mode and under MySQL 8's.
 settings, scratch_db = sql_modes.each_sql_mode()
 
 WORKER = {"WEB_TOKEN": TOKEN, "RETRY_BACKOFF_MS": "20,20,20", "BATCH_WITHIN_SECONDS": "0.3"}
-LIFECYCLE = ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")
 
 
 @pytest.fixture
@@ -39,40 +37,6 @@ def fakes():
     fakes = FakesProcess({"waybill": {"ignore_idempotency_key": True}})
     yield fakes
     fakes.stop()
-
-
-@asynccontextmanager
-async def runtime(settings, scratch_db, pair, fakes):
-    """The runtime a reconcile run opens, on the worker's database, group and fakes."""
-    urls = {name.lower(): value for name, value in fakes.env().items()}
-    rt = await Runtime(settings.model_copy(update={"mysql_url": scratch_db.url, "app_id": pair.group, **urls})).start(
-        kafka=False)
-    try:
-        yield rt
-    finally:
-        await rt.stop()
-
-
-async def reconciled(rt, since: datetime):
-    """The providers' section from the test's start to a minute from now, its findings filed."""
-    section = await reconcile_providers(rt, rt.settings, since=since, until=datetime.now(UTC) + timedelta(minutes=1))
-    return section, await rt.reconcile_cases.file(section.findings, run_id=None)
-
-
-def confirmed(settings, scratch_db, pair, worker, order: str) -> str:
-    asyncio.run(produce(settings, pair.events, [record(event(order, t)) for t in LIFECYCLE]))
-    return wait_for(lambda: scratch_db.scalar("SELECT waybill_no FROM t_waybill_receipt WHERE order_no = %s", order),
-                    timeout=90, what=f"{order}'s receipt", workers=[worker])
-
-
-def issued(fakes, order: str) -> list[dict]:
-    return [w for w in fakes.ledger()["issued"] if w["order_no"] == order]
-
-
-def case_of(scratch_db, group: str, kind: str, order: str) -> dict:
-    [case] = scratch_db.query("SELECT * FROM t_reconcile_case WHERE consumer_group = %s AND kind = %s AND order_no = %s",
-                              group, kind, order)
-    return case
 
 
 def both_at_once(worker, path: str, body: dict) -> list[tuple[int, dict]]:
@@ -137,7 +101,7 @@ def test_a_waybill_issued_twice_for_one_key_is_found_and_its_extra_cancelled_onc
     assert status == 200 and done["case"]["status"] == "compensated" and done["case"]["closed_by"] == "web:alice"
     status, again = call(worker, "POST", path, {"actor": "bob", "confirm": extras[twice]})
     assert status == 409 and again["closed"]["closed_by"] == "web:alice" and again["closed"]["status"] == "compensated"
-    key = cancel_key(StepTokens(TEST_TOKEN_SECRET.encode()), pair.group, case["id"])
+    key = cancel_key(StepTokens(TEST_TOKEN_SECRET.encode()), pair.group, case["id"], extras[twice])
     book = fakes.ledger()
     assert [(c["waybill_no"], c["key"]) for c in book["cancels"]] == [(extras[twice], key)]
     assert [c["key"] for c in book["cancel_calls"]] == [key]
@@ -152,7 +116,7 @@ def test_a_waybill_issued_twice_for_one_key_is_found_and_its_extra_cancelled_onc
     book = fakes.ledger()
     assert [c["waybill_no"] for c in book["cancels"]] == [extras[twice], extras[raced]]
     assert {c["key"] for c in book["cancel_calls"] if c["waybill_no"] == extras[raced]} \
-        == {cancel_key(StepTokens(TEST_TOKEN_SECRET.encode()), pair.group, other["id"])}
+        == {cancel_key(StepTokens(TEST_TOKEN_SECRET.encode()), pair.group, other["id"], extras[raced])}
     assert {c["service"] for c in book["calls"]} == {"waybill"}      # the effects' calls, and nothing else
     assert worker_metric(worker, "order_reconcile_cases_open", '{kind="duplicate"}') == 0
     assert worker_metric(worker, "order_reconcile_case_actions_total", '{action="compensate"}') == 2
@@ -232,7 +196,8 @@ def test_a_receipt_lost_is_adopted_back_once_and_one_the_provider_never_issued_i
     assert filed == {"opened": 0, "seen_again": 0, "closed_before": 1}
     assert case_of(scratch_db, pair.group, "missing", made_up)["status"] == 4
 
-    # A cancel the provider refuses (it never issued that waybill): 502, the case open still, the attempt audited.
+    # A duplicate of waybills the provider never issued (filed by hand): the provider is read again before
+    # any cancel, lists neither, and the compensation is refused with the reason, the case open, audited.
     async def file_by_hand():
         async with runtime(settings, scratch_db, pair, fakes) as rt:
             await rt.reconcile_cases.file([ProviderFinding("duplicate", "waybill", "waybill", made_up, None,
@@ -241,11 +206,13 @@ def test_a_receipt_lost_is_adopted_back_once_and_one_the_provider_never_issued_i
     case = case_of(scratch_db, pair.group, "duplicate", made_up)
     status, failed = call(worker, "POST", f"/reconcile/cases/{case['id']}/compensate",
                           {"actor": "erin", "confirm": "WB-GONE"})
-    assert status == 502 and "404" in failed["error"] and failed["retriable"] is False
+    assert status == 409 and "no longer lists our receipt's WB-NEVER-ISSUED" in failed["error"], failed
+    assert failed["case"]["evidence"]["rechecked"]["waybills"] == []
     assert case_of(scratch_db, pair.group, "duplicate", made_up)["status"] == 1
+    assert fakes.ledger()["cancel_calls"] == []
     [attempt] = scratch_db.query("SELECT actor, to_status, detail FROM t_reconcile_case_audit WHERE case_id = %s "
                                  "AND action = 'compensate'", case["id"])
-    assert attempt["actor"] == "web:erin" and attempt["to_status"] is None and "cancel failed" in attempt["detail"]
+    assert attempt["actor"] == "web:erin" and attempt["to_status"] is None and "refused" in attempt["detail"]
 
     # The list: the open case first, then the closed ones, newest first; or one status.
     status, listed = call(worker, "GET", "/reconcile/cases/")
@@ -257,7 +224,7 @@ def test_a_receipt_lost_is_adopted_back_once_and_one_the_provider_never_issued_i
     assert worker.alive
 
 
-async def test_the_fake_logistics_api_lists_a_page_at_a_time_and_cancels_once():
+async def test_the_fake_logistics_api_lists_a_page_at_a_time_and_by_order_and_cancels_once():
     async with fakes_in_process() as (fakes, url), aiohttp.ClientSession() as session:
         listing = WaybillListing(session, base_url=url, timeout_seconds=5)
         for i in range(5):
@@ -272,6 +239,9 @@ async def test_the_fake_logistics_api_lists_a_page_at_a_time_and_cancels_once():
         assert numbers == sorted(numbers) and [w.key for page in pages for w in page] == [f"key-{i}" for i in range(5)]
         assert [page async for page in listing.issued(now + timedelta(minutes=1), now + timedelta(minutes=2),
                                                       page_size=2)] == []
+
+        assert [w.reference for w in await listing.of_order("ORD-20261201-L3")] == [numbers[3]]   # whenever issued
+        assert await listing.of_order("ORD-20261201-NONE") == []
 
         first = await listing.cancel(numbers[0], "cancel-1")
         again = await listing.cancel(numbers[0], "cancel-2")           # another key: the first cancel's answer

@@ -164,7 +164,7 @@ def test_only_an_operator_downloads_a_record_and_each_download_is_audited(site):
 
 def test_whoami_answers_the_role(site):
     assert json.loads(get(f"{site.base}/whoami", TOKEN)[1]) == {
-        "role": "operator", "masked": False, "may_act": True, "may_download": True, "audited": True}
+        "role": "operator", "name": None, "masked": False, "may_act": True, "may_download": True, "audited": True}
     assert json.loads(get(f"{site.base}/whoami", READ_TOKEN)[1])["role"] == "viewer"
     assert get(f"{site.base}/whoami", None)[0] == 401 and get(f"{site.base}/whoami", "wrong")[0] == 401
 

@@ -1,6 +1,7 @@
 """The providers' reconciliation as pure logic (``app.reconcile.providers.compare``, ``app.reconcile.cases``):
 what a provider's records and our receipts make a duplicate, an orphan or a missing waybill, which range
-a finding belongs to, what is in flight, what may be adopted, and what a person may do to a case."""
+a finding belongs to, what is in flight, what may be adopted, which waybills are ours to cancel, and what
+a person may do to a case (and, read again at that moment, whether a compensation may cancel)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,15 @@ from app.reconcile.cases import (
     CaseStatus,
     adoption_refused,
     cancel_key,
+    compensation_refused,
     refusal,
 )
-from app.reconcile.providers import ProviderFinding, Window, compare, read_listing
+from app.reconcile.providers import ProviderFinding, Window, compare, our_tokens, read_listing
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 WINDOW = Window(T0, T0 + timedelta(hours=1), timedelta(minutes=5))
 ORDER = "ORD-20261201-A1"
+TOKENS = StepTokens(b"this deployment's secret")
 
 
 def at(minutes: float) -> datetime:
@@ -44,13 +47,14 @@ def step(*, status: int = 2, token: str = "tok-1", live: bool = False, order: st
                      "w1/main/x", at(0), live)
 
 
-def receipt(number: str, minutes: float, *, order: str = ORDER) -> HeldReceipt:
-    return HeldReceipt(order, number, "tok-1", f"{order}:ORDER_CONFIRM:issue_waybill", at(minutes), step(order=order))
+def receipt(number: str, minutes: float, *, order: str = ORDER, token: str = "tok-1") -> HeldReceipt:
+    return HeldReceipt(order, number, token, f"{order}:ORDER_CONFIRM:issue_waybill", at(minutes),
+                       step(order=order, token=token))
 
 
 def findings(listed, held=(), steps=None, *, missing=True, window=WINDOW) -> list[ProviderFinding]:
     found, _ = compare("waybill", "waybill", window, listed, {r.order_no: r for r in held}, steps or {},
-                       missing=missing)
+                       missing=missing, tokens=TOKENS)
     return found
 
 
@@ -59,6 +63,51 @@ def test_a_second_live_waybill_beside_our_receipts_is_a_duplicate_naming_the_ord
     assert (finding.kind, finding.order_no, finding.keeper, finding.extras) == (DUPLICATE, ORDER, "WB2", ("WB1",))
     assert finding.references == ("WB1",)                       # the case is about the extra, never the keeper
     assert finding.evidence["keys"] == ["tok-1"]                 # one key, two waybills: the provider ignored it
+
+
+def test_a_waybill_under_a_key_not_ours_is_reported_beside_our_receipt_but_never_ours_to_cancel():
+    """Customer service's re-shipment, or another deployment on the same account: the same order, another key."""
+    [finding] = findings([issued("WB1", 10), issued("WB2", 10.1, key="customer-service-7"), issued("WB3", 11)],
+                         [receipt("WB1", 10.2)])
+    assert (finding.kind, finding.keeper, finding.extras, finding.foreign) == (DUPLICATE, "WB1", ("WB3",), ("WB2",))
+    assert finding.references == ("WB3", "WB2")                   # a case each: one to cancel, one reported
+    assert finding.case_evidence("WB3")["compensable"] is True
+    foreign = finding.case_evidence("WB2")
+    assert foreign["compensable"] is False and "never cancelled from here" in foreign["why_not"]
+    assert [w["ours"] for w in finding.evidence["waybills"]] == [True, False, True]
+    [only] = findings([issued("WB1", 10), issued("WB2", 10.1, key="customer-service-7")], [receipt("WB1", 10.2)])
+    assert (only.extras, only.foreign) == ((), ("WB2",))
+
+
+def test_our_tokens_for_an_order_are_its_step_keys_tokens_and_those_our_rows_hold():
+    derived = TOKENS(f"{ORDER}:ORDER_CONFIRM:issue_waybill")
+    assert our_tokens(TOKENS, "waybill", ORDER) == {derived}
+    assert our_tokens(TOKENS, "waybill", ORDER, "tok-old-secret", None) == {derived, "tok-old-secret"}
+    assert derived not in our_tokens(TOKENS, "waybill", "ORD-20261201-B2")     # another order's are not
+    # An extra under the step key's token is ours though no row holds that token (a row claimed before
+    # the secret changed keeps its old one).
+    [finding] = findings([issued("WB1", 10), issued("WB2", 11, key=derived)], [receipt("WB1", 10.2)])
+    assert finding.extras == ("WB2",) and finding.foreign == ()
+
+
+def test_with_no_receipt_the_keeper_to_adopt_is_the_earliest_of_ours():
+    found = findings([issued("WB1", 10, key="customer-service-7"), issued("WB2", 11)], steps={ORDER: step()})
+    assert [(f.kind, f.keeper, f.extras, f.foreign) for f in found] == [
+        (ORPHAN, "WB2", (), ()), (DUPLICATE, "WB2", (), ("WB1",))]
+    assert found[0].evidence["adoptable"] is True
+
+
+@pytest.mark.parametrize("listed, why", [
+    ([issued("WB1", 10), issued("WB2", 11)], None),
+    ([issued("WB1", 10, status="cancelled"), issued("WB2", 11)], "WB1 is cancelled at the provider now"),
+    ([issued("WB2", 11)], "no longer lists our receipt's WB1"),
+    ([issued("WB1", 10), issued("WB2", 11, status="cancelled")], "WB2 is cancelled at the provider already"),
+    ([issued("WB1", 10)], "does not list WB2"),
+    ([issued("WB1", 10), issued("WB2", 11, key="customer-service-7")], "not ours to cancel"),
+])
+def test_a_compensation_cancels_only_a_live_extra_of_ours_beside_a_live_keeper(listed, why):
+    refused = compensation_refused("WB2", "WB1", listed, {"tok-1"})
+    assert refused is None if why is None else why in refused
 
 
 def test_an_extra_cancelled_already_is_no_duplicate():
@@ -96,7 +145,7 @@ def test_a_pending_step_no_worker_holds_may_be_adopted():
 
 def test_an_order_between_its_call_and_its_t3_is_in_flight_not_an_orphan():
     found, in_flight = compare("waybill", "waybill", WINDOW, [issued("WB1", 10)], {},
-                               {ORDER: step(status=1, live=True)})
+                               {ORDER: step(status=1, live=True)}, tokens=TOKENS)
     assert (found, in_flight) == ([], 1)
 
 
@@ -132,7 +181,7 @@ def test_each_order_is_judged_on_its_own():
     other = "ORD-20261201-B2"
     found = findings([issued("WB1", 10), issued("WB2", 11, order=other, key="tok-2"), issued("WB3", 12, order=other,
                                                                                              key="tok-2")],
-                     [receipt("WB1", 10.1), receipt("WB3", 12.1, order=other)])
+                     [receipt("WB1", 10.1), receipt("WB3", 12.1, order=other, token="tok-2")])
     assert [(f.kind, f.order_no, f.extras) for f in found] == [(DUPLICATE, other, ("WB2",))]
 
 
@@ -179,12 +228,12 @@ def test_every_action_closes_only_an_open_case_of_its_kinds():
     assert "adopt is for orphan" in refusal("adopt", MISSING, CaseStatus.OPEN)
 
 
-def test_a_cases_cancel_key_is_its_own_and_the_same_every_time():
+def test_a_cases_cancel_key_is_its_own_and_its_waybills_and_the_same_every_time():
     tokens = StepTokens(b"a secret")
-    first = cancel_key(tokens, "orders", 7)
-    assert first == cancel_key(tokens, "orders", 7)
-    assert len({first, cancel_key(tokens, "orders", 8), cancel_key(tokens, "other-app", 7),
-                cancel_key(StepTokens(b"another secret"), "orders", 7)}) == 4
+    first = cancel_key(tokens, "orders", 7, "WB1")
+    assert first == cancel_key(tokens, "orders", 7, "WB1")
+    assert len({first, cancel_key(tokens, "orders", 8, "WB1"), cancel_key(tokens, "other-app", 7, "WB1"),
+                cancel_key(tokens, "orders", 7, "WB2"), cancel_key(StepTokens(b"another secret"), "orders", 7, "WB1")}) == 5
     assert len(first) == 32 and int(first, 16) >= 0              # an HMAC's hex: the id is not in it
 
 
@@ -197,7 +246,7 @@ async def test_a_range_is_compared_a_slice_at_a_time_each_read_bounded_and_each_
     waybills = [issued("WB1", 5), issued("WB2", 50),                                  # a duplicate, 45 min apart
                 issued("WB3", 20, order=other, key="tok-2"), issued("WB4", 21, order=other, key="tok-2"),
                 issued("WB5", 40, order="ORD-20261201-C3", key="tok-3")]             # an orphan
-    held = {ORDER: receipt("WB1", 5.1), other: receipt("WB3", 20.1, order=other)}
+    held = {ORDER: receipt("WB1", 5.1), other: receipt("WB3", 20.1, order=other, token="tok-2")}
 
     class Listing:
         asked: list[tuple[datetime, datetime]] = []
@@ -224,7 +273,8 @@ async def test_a_range_is_compared_a_slice_at_a_time_each_read_bounded_and_each_
     listing = Listing()
     provider = chosen("waybill", Settings().effects)
     window = Window(T0, T0 + timedelta(hours=1), timedelta(minutes=5))
-    found, counts = await compare_sliced(Reads(), listing, provider, window, slice_seconds=900, max_rows=100)
+    found, counts = await compare_sliced(Reads(), listing, provider, window, slice_seconds=900, max_rows=100,
+                                         tokens=TOKENS)
     # Each slice of 15 minutes read with its margins: 25 minutes; the last slice also back to the claim of
     # WB2's order (its receipt's waybill, WB1, came 45 minutes before: the late extra beside an old keeper).
     assert [(since, until) for since, until in listing.asked[:4]] == [(at(15 * i - 5), at(15 * i + 20)) for i in range(4)]

@@ -216,3 +216,18 @@ def test_the_standard_samplers_by_name():
         sampler("traceidratio", "2")
     with pytest.raises(ValueError, match="one of"):
         sampler("jaeger_remote", None)
+
+
+def test_a_client_spans_url_shows_a_tokens_name_where_a_provider_puts_one_in_the_path():
+    import yarl
+
+    from app.adapters.effects.registry import token_paths
+    from app.observability.tracing import url_filter
+
+    shown = url_filter(token_paths())
+    token = "0c101182bd0d5fb7b2075814d2c1e83e"
+    assert shown(yarl.URL(f"http://gw:8900/v1/sms/{token}")) == "http://gw:8900/v1/sms/{client_ref}"
+    assert shown(yarl.URL(f"https://gw/api/v1/sms/{token}?a=1")) == "https://gw/api/v1/sms/{client_ref}?a=1"
+    assert shown(yarl.URL(f"http://c/express/v1/orders/{token}")) == "http://c/express/v1/orders/{out_order_no}"
+    assert shown(yarl.URL("http://c/v1/waybills?from=1&to=2")) == "http://c/v1/waybills?from=1&to=2"
+    assert shown(yarl.URL("http://c/v1/sms")) == "http://c/v1/sms"

@@ -168,5 +168,5 @@ FAKE_KEY_ID = "demo-merchant"
 FAKE_SECRET = "demo-express-secret-not-for-production"
 
 PROVIDER = Provider("express", ISSUE_WAYBILL, Contract.REFUSES_DUPLICATES, build,
-                    services=("express", "express_lookup"),
+                    services=("express", "express_lookup"), token_paths=(f"{ORDERS}/{{out_order_no}}",),
                     fake_settings={"KEY_ID": FAKE_KEY_ID, "SECRET": FAKE_SECRET})

@@ -2,9 +2,10 @@
 and what its fake needs. Every provider module has one :class:`Provider` (``PROVIDER``), listed
 once in :mod:`app.adapters.effects.registry`.
 
-A provider that can say what it did, by time range, and cancel one of those things declares a
-``listing`` (:class:`Listing`): reconciliation (``app.reconcile.providers``) compares its records
-with our receipts and offers a person to cancel a duplicate. One that cannot (the express courier,
+A provider that can say what it did, by time range and for one order, and cancel one of those
+things declares a ``listing`` (:class:`Listing`): reconciliation (``app.reconcile.providers``)
+compares its records with our receipts and offers a person to cancel a duplicate (after reading the
+order's records again, ``app.reconcile.at_provider``). One that cannot (the express courier,
 the SMS gateway) declares none, and the reconcile reports it as not listable.
 """
 
@@ -48,7 +49,7 @@ class Issued:
 @dataclass(frozen=True, slots=True)
 class Cancelled:
     """A provider's answer to a cancel: done now, or done before (the same answer again)."""
-    reference: str
+    reference: str              # the waybill the answer names (a caller checks it is the one asked for)
     key: str | None             # the key of the cancel that did it
     cancelled_at: datetime | None
 
@@ -59,6 +60,10 @@ class Listing(Protocol):
 
     def issued(self, since: datetime, until: datetime, *, page_size: int) -> AsyncIterator[list[Issued]]:
         """What it did at or after ``since`` and before ``until`` (its clock), oldest first, a page at a time."""
+        ...
+
+    async def of_order(self, order_no: str) -> list[Issued]:
+        """Everything it did for ``order_no``, whenever, cancelled or not: what a person's action re-reads."""
         ...
 
     async def cancel(self, reference: str, key: str) -> Cancelled:
@@ -74,6 +79,9 @@ class Provider:
     build: Callable[[aiohttp.ClientSession, ResolvedEffect], object] = field(repr=False)
     # What the fakes' ledger (app/demo/fakes.py) records its calls as: the call, then the lookup if any.
     services: tuple[str, ...] = ()
+    # The URL paths its client puts a token in (``/v1/sms/{client_ref}``): a trace shows the braces, never
+    # the token (``app.observability.tracing``). Matched at the end of a request's path.
+    token_paths: tuple[str, ...] = ()
     # Settings (the part after EFFECTS__<EFFECT>__) a worker needs to use the provider's fake, beside its URL.
     fake_settings: Mapping[str, str] = field(default_factory=dict)
     # Whether a deployment may switch its lookup off (``EFFECTS__<EFFECT>__LOOKUP=false``): its contract is then none.

@@ -90,3 +90,8 @@ def fake_settings(url: str, effects: Iterable[Effect] | None = None,
 def services(providers: Iterable[Provider] | None = None) -> Mapping[str, tuple[str, ...]]:
     """What the fakes' ledger records each provider's calls as, by provider name."""
     return {p.name: p.services for p in (PROVIDERS if providers is None else providers)}
+
+
+def token_paths(providers: Iterable[Provider] | None = None) -> tuple[str, ...]:
+    """Every URL path a provider's client puts a token in (``Provider.token_paths``), for the traces."""
+    return tuple(path for p in (PROVIDERS if providers is None else providers) for path in p.token_paths)

@@ -118,4 +118,4 @@ def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> SmsClient
 
 
 PROVIDER = Provider("sms", SEND_SMS, Contract.LOOKUP, build, services=("sms", "sms_lookup"),
-                    lookup_optional=True)
+                    lookup_optional=True, token_paths=("/v1/sms/{client_ref}",))

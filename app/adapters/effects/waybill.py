@@ -28,8 +28,10 @@ the whole batch's T3 fail.
 
 It lists what it issued and cancels a waybill (its ``listing``, for reconciliation):
 ``GET /v1/waybills?from=&to=&limit=&after=`` (epoch seconds, a page at a time, ``next`` the
-``after`` of the next page) and ``POST /v1/waybills/{waybill_no}/cancel`` with an
-``Idempotency-Key`` (a cancel repeated answers as the first did; 404: no such waybill).
+``after`` of the next page), ``GET /v1/waybills?order_no=`` (every waybill of one order, whenever
+issued) and ``POST /v1/waybills/{waybill_no}/cancel`` with an ``Idempotency-Key`` (a cancel
+repeated answers as the first did; 404: no such waybill). The cancel's answer names the waybill
+it cancelled: :class:`Cancelled` carries that name, for the caller to check.
 """
 
 from __future__ import annotations
@@ -96,10 +98,20 @@ class WaybillListing:
         self.timeout = call_timeout(timeout_seconds, connect_timeout_seconds or timeout_seconds / 2)
 
     async def issued(self, since: datetime, until: datetime, *, page_size: int) -> AsyncIterator[list[Issued]]:
+        query = {"from": f"{since.timestamp():.6f}", "to": f"{until.timestamp():.6f}", "limit": str(page_size)}
+        async for page in self._pages(query):
+            yield page
+
+    async def of_order(self, order_no: str) -> list[Issued]:
+        found: list[Issued] = []
+        async for page in self._pages({"order_no": order_no}):
+            found += [item for item in page if item.order_no == order_no]
+        return found
+
+    async def _pages(self, asked: dict[str, str]) -> AsyncIterator[list[Issued]]:
         after: str | None = None
         while True:
-            query = {"from": f"{since.timestamp():.6f}", "to": f"{until.timestamp():.6f}", "limit": str(page_size),
-                     **({"after": after} if after else {})}
+            query = {**asked, **({"after": after} if after else {})}
             doc = await self._get(query)
             page = [_issued(item) for item in doc.get("waybills") or ()]
             if page:
@@ -131,8 +143,9 @@ class WaybillListing:
         doc = _object(at, body)
         if doc.get("status") != CANCELLED:
             raise EffectUnavailable(f"{at}: 200 without status cancelled: {excerpt(body, 200)}")
-        by = doc.get("idempotency_key")
-        return Cancelled(reference, by if isinstance(by, str) else None, _moment(doc.get("cancelled_at")))
+        by, named = doc.get("idempotency_key"), doc.get("waybill_no")
+        return Cancelled(named if isinstance(named, str) else repr(named)[:64], by if isinstance(by, str) else None,
+                         _moment(doc.get("cancelled_at")))
 
 
 def _object(at: str, body: bytes) -> dict:

@@ -9,18 +9,25 @@ Each action closes an open case once. Its statements are guarded the same way: t
 locked (``SELECT ... FOR UPDATE``) and moved only from ``open``, so of two people at once one
 closes it and the other is told who did. An adoption writes the receipt and moves the step in
 the same transaction, after checking again what the finding saw. A compensation's cancel is a
-call to the provider, never made inside a transaction: the case is checked, the provider called
-(with the case's own key, so a cancel asked twice is done once), then the case closed.
+call to the provider, never made inside a transaction: the case is checked (open, our receipt
+holds another waybill, and this deployment's tokens for the order read), the provider asked again
+what it holds for the order (``app.reconcile.at_provider``: our receipt's waybill still live, the
+extra still live and issued under one of our tokens; otherwise refused, audited, and the case's
+evidence refreshed with what the provider said), the provider called (with the case's own key, so
+a cancel asked twice is done once; an answer about another waybill is refused and audited), then
+the case closed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
+from app.adapters.effects.provider import Issued
 from app.adapters.mysql.reads.receipt_ranges import RECEIPT_TABLES, STEP_COLUMNS, step_keys, step_state
 from app.adapters.mysql.sql import Execute, marks
 from app.adapters.mysql.store import MySqlStore
@@ -28,8 +35,9 @@ from app.observability.metrics import RECONCILE_CASE_ACTIONS, RECONCILE_CASES_OP
 from app.pipeline.errors import Conflict
 from app.pipeline.states import IdemStatus
 from app.pipeline.steps import effects_used
-from app.reconcile.cases import CASE_ACTIONS, KINDS, CaseStatus, adoption_refused, refusal
-from app.reconcile.providers import ProviderFinding
+from app.reconcile.at_provider import AnswerMismatch
+from app.reconcile.cases import CASE_ACTIONS, KINDS, CaseStatus, adoption_refused, compensation_refused, refusal
+from app.reconcile.providers import ProviderFinding, Tokens, issued_evidence, our_tokens
 from app.render import json_default
 
 COLUMNS = ("id", "kind", "effect", "provider", "order_no", "reference", "evidence", "status", "found_at",
@@ -38,8 +46,18 @@ AUDIT_COLUMNS = ("at", "actor", "action", "from_status", "to_status", "note", "d
 CHUNK = 200                 # cases filed in one statement
 MAX_LIST = 500
 
-# What a compensation asks the provider: ``cancel(reference)`` -> what to write in the audit.
-Cancel = Callable[[str], Awaitable[str]]
+
+
+class AtTheProvider(Protocol):
+    """What a compensation asks the provider (``app.reconcile.at_provider.AtProvider``)."""
+
+    async def of_order(self, order_no: str) -> Sequence[Issued]:
+        """The order's waybills as the provider lists them now."""
+        ...
+
+    async def cancel(self, reference: str) -> str:
+        """Cancel ``reference``; what to write in the audit (``AnswerMismatch`` for an answer about another)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +73,10 @@ class Acted:
 
 
 class ReconcileCases:
-    def __init__(self, store: MySqlStore, *, group: str) -> None:
+    def __init__(self, store: MySqlStore, *, group: str, tokens: Tokens) -> None:
         self.store = store
         self.group = group[:255]
+        self.tokens = tokens            # which waybills are ours to cancel (app.reconcile.providers.our_tokens)
 
     async def _run(self, work: Callable[[Execute], Awaitable[Any]]) -> Any:
         return await self.store.in_transaction(lambda tx: work(tx._exec))
@@ -128,13 +147,13 @@ class ReconcileCases:
     # -- a person acts -------------------------------------------------------------------
 
     async def act(self, case_id: int, action: str, actor: str, note: str | None, *,
-                  cancel: Cancel | None = None) -> Acted:
-        """``compensate`` (with ``cancel``: the provider's cancel of the case's reference), ``adopt``
-        or ``dismiss`` an open case, once, audited."""
+                  provider: AtTheProvider | None = None) -> Acted:
+        """``compensate`` (with ``provider``: the case's provider, read again and asked to cancel the
+        case's reference), ``adopt`` or ``dismiss`` an open case, once, audited."""
         if action == "compensate":
-            if cancel is None:
-                raise ValueError("a compensation needs the provider's cancel")
-            acted = await self._compensate(case_id, actor, note, cancel)
+            if provider is None:
+                raise ValueError("a compensation needs the case's provider")
+            acted = await self._compensate(case_id, actor, note, provider)
         elif action == "adopt":
             acted = await self._run(lambda execute: _adopt(execute, self.group, case_id, actor, note))
         else:
@@ -146,15 +165,29 @@ class ReconcileCases:
             await self.refresh_gauge()
         return acted
 
-    async def _compensate(self, case_id: int, actor: str, note: str | None, cancel: Cancel) -> Acted:
-        before = await self._run(lambda execute: _compensable(execute, self.group, case_id))
+    async def _compensate(self, case_id: int, actor: str, note: str | None, provider: AtTheProvider) -> Acted:
+        before, keeper, stored = await self._run(lambda execute: _compensable(execute, self.group, case_id))
         if before.refused is not None:
             return before
-        assert before.case is not None
+        case = before.case
+        assert case is not None and keeper is not None
+        reference, order = case["reference"], case["order_no"]
         try:
-            said = await cancel(before.case["reference"])
+            # Read again now: the run that filed the case may be hours old (app.reconcile.at_provider).
+            listed = await provider.of_order(order)
+            ours = our_tokens(self.tokens, case["effect"], order, *stored)
+            why = compensation_refused(reference, keeper, listed, ours)
+            if why is not None:
+                return await self._run(lambda execute: _refuse(execute, self.group, case_id, actor, note, why,
+                                                               listed, ours))
+            said = await provider.cancel(reference)
+        except AnswerMismatch as exc:
+            wrong = str(exc)
+            await self._run(lambda execute: _audit(execute, case_id, actor, "compensate", CaseStatus.OPEN, None,
+                                                   note, wrong))
+            return Acted(case, refused=wrong)
         except Exception as exc:
-            detail = f"the provider's cancel failed, nothing changed: {exc}"
+            detail = f"the provider's listing or cancel failed, nothing changed: {exc}"
             await self._run(lambda execute: _audit(execute, case_id, actor, "compensate", CaseStatus.OPEN, None,
                                                    note, detail))
             raise
@@ -173,8 +206,7 @@ async def _file(execute: Execute, *, group: str, chunk: list, run_id: int | None
     before = {(row[0], row[1], row[2]): CaseStatus(row[3]) for row in result}
     params: list[Any] = []
     for (kind, effect, ref), finding in chunk:
-        evidence = {"biz_key": finding.biz_key, "keeper": finding.keeper, "extras": list(finding.extras),
-                    **finding.evidence}
+        evidence = finding.case_evidence(ref)
         params += [group, kind, effect, finding.provider[:32], finding.order_no[:64], ref[:64],
                    json.dumps(evidence, default=json_default, separators=(",", ":")), int(CaseStatus.OPEN), run_id]
     # VALUES(): MariaDB's form, which MySQL 8 still takes (app.adapters.mysql.skipped_types).
@@ -215,21 +247,40 @@ async def _open_case(execute: Execute, group: str, case_id: int, action: str) ->
     return Acted(case, refused=refusal(action, case["kind"], CaseStatus[case["status"].upper()]))
 
 
-async def _compensable(execute: Execute, group: str, case_id: int) -> Acted:
-    """An open duplicate whose order's receipt holds another waybill than the one to cancel."""
+async def _compensable(execute: Execute, group: str, case_id: int) -> tuple[Acted, str | None, list[str]]:
+    """An open duplicate whose order's receipt holds another waybill than the one to cancel; that
+    waybill (the keeper) and the tokens our tables hold for the order's step (the receipt's, the rows')."""
     acted = await _open_case(execute, group, case_id, "compensate")
     if acted.refused is not None:
-        return acted
+        return acted, None, []
     case = acted.case
     assert case is not None
     table, column = RECEIPT_TABLES[case["effect"]]
-    result = await execute(f"SELECT {column} FROM {table} WHERE order_no = %s", [case["order_no"]])
+    result = await execute(f"SELECT {column}, idem_token FROM {table} WHERE order_no = %s", [case["order_no"]])
     row = result.first()
     if row is None:
-        return Acted(case, refused="the order has no receipt: adopt its waybill first, then cancel the others")
+        return Acted(case, refused="the order has no receipt: adopt its waybill first, then cancel the others"), None, []
     if row[0] == case["reference"]:
-        return Acted(case, refused=f"our receipt holds {row[0]}: it is the keeper, not an extra")
-    return acted
+        return Acted(case, refused=f"our receipt holds {row[0]}: it is the keeper, not an extra"), None, []
+    keys = step_keys(case["effect"], case["order_no"])
+    steps = await execute(f"SELECT idem_token FROM t_idem WHERE biz_key IN ({marks(len(keys))})", keys)
+    return acted, row[0], [row[1], *(token for token, in steps)]
+
+
+async def _refuse(execute: Execute, group: str, case_id: int, actor: str, note: str | None, why: str,
+                  listed: Sequence[Issued], ours: frozenset[str]) -> Acted:
+    """A compensation refused on what the provider lists now: audited, and the open case's evidence
+    refreshed with it (a run that finds the case again writes its own)."""
+    acted = await _open_case(execute, group, case_id, "compensate")
+    if acted.refused is not None or acted.case is None:
+        return acted
+    evidence = {**acted.case["evidence"], "compensable": False, "why_not": why,
+                "rechecked": {"at": datetime.now(UTC).isoformat(), "by": actor,
+                              "waybills": [{**issued_evidence(w), "ours": w.key in ours} for w in listed]}}
+    await execute("UPDATE t_reconcile_case SET evidence = %s WHERE consumer_group = %s AND id = %s",
+                  [json.dumps(evidence, default=json_default, separators=(",", ":")), group, case_id])
+    await _audit(execute, case_id, actor, "compensate", CaseStatus.OPEN, None, note, f"refused: {why}")
+    return Acted(await _get(execute, group, case_id), refused=f"not cancelled: {why}")
 
 
 async def _close(execute: Execute, group: str, case_id: int, action: str, actor: str, note: str | None, *,

@@ -9,7 +9,8 @@ types and the upstream names of ``EVENT_TYPES``) in a **squashed** form:
 * NFKC-normalised (full-width letters and compatibility forms become plain ones),
 * case-folded,
 * every character that is not an ASCII letter or digit dropped (spaces around and inside,
-  ``_ - . / :``, anything else).
+  ``_ - . / :``, anything else);
+* a record's type by its first ``LONGEST`` (256) characters.
 
 ``ORDER_PAID``, ``order_paid``, ``ORDER_PAID ``, ``Order-Paid``, ``ORDER.PAID``, ``OrderPaid`` and
 ``ｏｒｄｅｒ＿ｐａｉｄ`` all squash to ``orderpaid``. A type **resembles** a handled one when its
@@ -31,15 +32,23 @@ when a person should decide once.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+# A record's type is compared by its first characters: a type is a name, not a document, and a
+# record of a megabyte of "type" must not cost a megabyte of work (or of a cache).
+LONGEST = 256
 
-@lru_cache(maxsize=4096)
+
 def squash(name: str) -> str:
     """``name`` compared without case, spaces or separators (see the module docstring)."""
     return "".join(c for c in unicodedata.normalize("NFKC", name).casefold() if c.isascii() and c.isalnum())
+
+
+@lru_cache(maxsize=64)
+def _squashed(names: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str, str], ...]:
+    """The names this processor reads (the settings': a few), squashed once."""
+    return tuple((squash(name), name, handled) for name, handled in names if squash(name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +68,14 @@ class Resemblance:
         return f"contains {self.name}{read_as}: a rename or a new version of it?"
 
 
-def resembled(raw: str, names: Iterable[tuple[str, str]]) -> Resemblance | None:
-    """The name among ``names`` (name read -> handled type) that ``raw`` resembles, or None. An equal
+def resembled(raw: str, names: tuple[tuple[str, str], ...]) -> Resemblance | None:
+    """The name among ``names`` (name read, handled type) that ``raw`` resembles, or None. An equal
     one before one contained; among those contained, the longest (the most specific), then by name."""
-    mine = squash(raw)
+    mine = squash(raw[:LONGEST])
     if not mine:
         return None
     found = [(mine == theirs, len(theirs), name, handled)
-             for name, handled in names if (theirs := squash(name)) and theirs in mine]
+             for theirs, name, handled in _squashed(names) if theirs in mine]
     if not found:
         return None
     equal, _, name, handled = min(found, key=lambda f: (not f[0], -f[1], f[2]))

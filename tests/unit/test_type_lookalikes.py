@@ -141,3 +141,14 @@ def test_the_settings_read_foreign_types_and_refuse_one_this_processor_reads():
     for settings in ({"foreign": "ORDER_PAID"}, {"foreign": "com.x", "type_names": "com.x=ORDER_PAID"}):
         with pytest.raises(ValidationError, match="FOREIGN_EVENT_TYPES names"):
             EventsSettings(**settings)
+
+
+def test_a_type_is_compared_by_its_first_characters_only():
+    long = "X" * 1_000_000
+    with pytest.raises(UnhandledType) as info:
+        decoded(native(long))
+    assert info.value.type_name == "X" * 64
+    with pytest.raises(UnhandledType):                 # the handled name past the first 256 characters
+        decoded(native("Y" * 300 + "ORDER_PAID"))
+    with pytest.raises(LookalikeType):
+        decoded(native("Y" * 200 + "ORDER_PAID"))

@@ -48,6 +48,7 @@ from app.exits import stop_without_ack
 from app.faust_app import freeze_startup_objects
 from app.observability import metrics
 from app.pipeline.batch import BatchReport
+from app.pipeline.reasons import label_of
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -159,15 +160,18 @@ def _record(report: BatchReport, size: int, seconds: float, round_trips: int) ->
     metrics.DB_ROUND_TRIPS.inc(round_trips)
     for outcome, count in report.outcomes.items():
         metrics.EVENTS.labels(outcome).inc(count)
+    # Labels from a closed vocabulary (app.pipeline.reasons): a reason's detail the record chose
+    # (unsupported_version:<v>) stays in the letter and the log line, never in a series.
     for letter in report.dead_letters:
-        metrics.DEAD_LETTERS.labels(letter.reason).inc()
+        label = label_of(letter.reason)
+        metrics.DEAD_LETTERS.labels(label).inc()
         if letter.order_no is None and letter.reason != "internal_error":   # failed to decode
-            metrics.MALFORMED.labels(letter.reason).inc()
+            metrics.MALFORMED.labels(label).inc()
     for reason, count in report.covered.items():         # unreadable records another letter stands for
-        metrics.MALFORMED.labels(reason).inc(count)
+        metrics.MALFORMED.labels(label_of(reason)).inc(count)
     if report.skipped:
         metrics.SKIPPED_TYPES.record(report.skipped, report.skipped_at)
     for reason, count in report.retries.items():
-        metrics.RETRIES.labels(reason).inc(count)
+        metrics.RETRIES.labels(label_of(reason)).inc(count)
     metrics.LEASE_WAITS.inc(report.lease_waits)
     metrics.INFRA_WAIT_SECONDS.inc(report.infra_wait_seconds)

@@ -47,7 +47,14 @@ from app.compensation.bulk import BulkRunner
 from app.compensation.compensator import Compensator
 from app.compensation.rules import Backoff
 from app.observability import tracing
-from app.observability.metrics import BREAKER_OPEN, BREAKER_OPENED, LIVE_MEMBERS, RATE_SHARE, PipelineMetrics
+from app.observability.metrics import (
+    BREAKER_OPEN,
+    BREAKER_OPENED,
+    LIVE_MEMBERS,
+    RATE_SHARE,
+    SKIPPED_TYPES,
+    PipelineMetrics,
+)
 from app.pipeline.batch import BatchHandler
 from app.pipeline.capacity import Budget, Inputs, budget
 from app.pipeline.envelopes import Reading, reading_of
@@ -79,7 +86,7 @@ ALERT_CONNECTIONS = 2        # the stuck sweep's alert webhook: one POST at a ti
 def event_reading(events: EventsSettings) -> Reading:
     """How the worker reads records, as the settings say (``app.pipeline.envelopes``)."""
     return reading_of(events.envelope, events.sources(), type_names(events.type_names), events.versions,
-                      events.unhandled)
+                      events.unhandled, events.foreign)
 
 
 def provider_limits(effects: EffectsSettings, names: Iterable[str]) -> ProviderLimits:
@@ -119,6 +126,7 @@ class Runtime:
         self._idle = asyncio.Event()
         self._idle.set()
         self.reading = event_reading(settings.events)
+        SKIPPED_TYPES.declare(self.reading.foreign)
 
     async def start(self, *, kafka: bool = True) -> Runtime:
         """Open everything (``kafka=False``: all but the dead-letter producer, for commands)."""

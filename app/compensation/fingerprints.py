@@ -4,14 +4,17 @@ After an outage thousands of dead letters say the same thing with different orde
 event ids and timings. A letter's fingerprint is 16 hex digits of the SHA-256 of what stays
 the same across one outage:
 
-* the reason (``effect_unavailable``),
+* the reason (``effect_unavailable``; without the detail a record chose: ``unsupported_version:2`` and
+  ``unsupported_version:x9`` are one ``unsupported_version``, the version stays in the letter),
 * the effect the message names (``waybill``, ``sms``: the effect's name; every client starts its messages
   with ``<effect> for <order>:``),
 * the service's HTTP status (``answered 503``, ``refused with 422``) or the error class
-  (``ClientConnectorError``, ``TimeoutError``),
+  (``ClientConnectorError``, ``TimeoutError``), read outside quoted values (a record's or a
+  service's text cannot name them),
 * the message with every value that differs between the letters of one outage replaced by
   a placeholder: order numbers, UUIDs, event ids, hex, IP:port, durations, quoted values and
-  numbers.
+  numbers. A letter whose message quotes a record's bytes as an excerpt (``key_mismatch``,
+  ``header_not_utf8``) is grouped by its reason alone: no pattern can tell its record's text apart.
 
 The ledger's message is all it has (the pipeline's errors carry their service's status and
 class only in their text), so the parts are read back from it. The compensator's wording
@@ -28,6 +31,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from app.pipeline.reasons import kind_of
+
 # Wording the compensator and the batch put around an error's own text (compensation.judge_redrive,
 # letters.same_request): not part of the cause.
 WRAPPERS = (re.compile(r"^not retriable: "), re.compile(r"^gave up after \d+ redrives: "),
@@ -35,6 +40,10 @@ WRAPPERS = (re.compile(r"^not retriable: "), re.compile(r"^gave up after \d+ red
 EFFECT = re.compile(r"(?:^|: )([A-Za-z][A-Za-z0-9_-]{0,31}) for \S+?:")
 STATUS = re.compile(r"\b(?:answered|refused with|status|HTTP) ?:? ?([1-5][0-9]{2})\b")
 ERROR_CLASS = re.compile(r"\b([A-Z][A-Za-z0-9]*(?:Error|Exception|Timeout|Refused|Reset))\b")
+
+# A value quoted in a message (repr of a str or bytes): data, never the cause's structure. The effect,
+# status and error class are read outside such values, so a record or a service cannot choose them.
+QUOTED = re.compile(r"b?'(?:[^'\\]|\\.)*'|b?\"(?:[^\"\\]|\\.)*\"")
 
 # Most specific first: an order number holds digits a later rule would take apart.
 NORMALISE = (
@@ -46,12 +55,15 @@ NORMALISE = (
     (re.compile(r"\b[A-Za-z0-9.-]+:[0-9]{2,5}\b"), "<host:port>"),
     # 0x..., or a word of hex digits with a digit and a letter in it (not an English word like "added")
     (re.compile(r"\b0[xX][0-9a-fA-F]+\b|\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]+\b"), "<hex>"),
-    (re.compile(r"b?'(?:[^'\\]|\\.)*'|b?\"(?:[^\"\\]|\\.)*\""), "<value>"),
+    (QUOTED, "<value>"),
     (re.compile(r"\b[0-9]+(?:\.[0-9]+)?\s?(?:ms|s|sec|seconds?|min|minutes?|h|hours?)\b"), "<duration>"),
     (re.compile(r"[-+]?\b[0-9]+(?:\.[0-9]+)?\b"), "<n>"),
 )
 SPACES = re.compile(r"\s+")
 UNKNOWN = "-"
+# Reasons whose message quotes a record's bytes as an excerpt (app.pipeline.excerpts: readable, quotes
+# not escaped), which no pattern can delimit: their letters are one group each, whatever the message.
+OPAQUE = frozenset({"key_mismatch", "header_not_utf8"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +96,18 @@ def normalise(message: str) -> str:
 
 
 def shape(reason: str, message: str | None) -> ErrorShape:
-    """The parts of a dead letter's cause, read from its reason and message."""
+    """The parts of a dead letter's cause, read from its reason (without a detail the record chose:
+    ``unsupported_version:<v>`` is ``unsupported_version``) and its message."""
+    kind = kind_of(reason)
+    if kind in OPAQUE:
+        return ErrorShape(kind, UNKNOWN, UNKNOWN, "")
     text = unwrap(reason, message or "")
-    effect = EFFECT.search(text)
-    status = STATUS.search(text)
-    error_class = ERROR_CLASS.search(text)
+    bare = QUOTED.sub("<value>", text)
+    effect = EFFECT.search(bare)
+    status = STATUS.search(bare)
+    error_class = ERROR_CLASS.search(bare)
     detail = status.group(1) if status else error_class.group(1) if error_class else UNKNOWN
-    return ErrorShape(reason, effect.group(1).lower() if effect else UNKNOWN, detail, normalise(text)[:512])
+    return ErrorShape(kind, effect.group(1).lower() if effect else UNKNOWN, detail, normalise(text)[:512])
 
 
 def fingerprint(reason: str, message: str | None) -> str:

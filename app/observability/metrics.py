@@ -18,8 +18,9 @@ EVENTS = Counter("order_events_total", "Events consumed from order-event, by out
 MALFORMED = Counter("order_events_malformed_total", "Events that break the contract, by reason.", ["reason"])
 DEAD_LETTERS = Counter("order_dead_letters_total", "Records sent to the dead-letter topic, by reason.", ["reason"])
 SKIPPED = Counter("order_events_skipped_total",
-                  "Events of types this processor does not handle, skipped (UNHANDLED_EVENT_TYPES=skip), by type "
-                  "(the first 100 types seen by a worker; later ones count as `other`).", ["type"])
+                  "Events of types this processor does not handle, skipped (UNHANDLED_EVENT_TYPES=skip), by type: a "
+                  "type FOREIGN_EVENT_TYPES names by its name, any other as `other` (never a name a record chose; "
+                  "/skipped/ lists them by name).", ["type"])
 RETRIES = Counter("order_record_retries_total", "Per-record retries in phase 2, by reason.", ["reason"])
 BATCHES = Counter("order_batches_total", "Batches finished (their offsets may be committed).")
 BATCH_SECONDS = Histogram(
@@ -188,34 +189,44 @@ RECONCILE_LAST_RANGE_END = Gauge("order_reconcile_last_range_end_timestamp_secon
 
 
 class SkippedTypes:
-    """Counts the records of types not handled by type, says so in the log once per type per
-    ``every`` seconds (how many since it last did: a new upstream type is seen, never a flood), and
-    keeps what :meth:`take` hands to ``t_skipped_type`` (the counts since, the latest one's place)."""
+    """Counts the records of types not handled, says so in the log once per type per ``every`` seconds
+    (how many since it last did: a new upstream type is seen, never a flood), and keeps what :meth:`take`
+    hands to ``t_skipped_type`` (the counts since, the latest one's place). The counter's label is a
+    type's name only when ``FOREIGN_EVENT_TYPES`` names it (:meth:`declare`), else ``other``; the log
+    and the table keep the names, a worker's first ``MAX_TYPES`` (later ones as ``other``)."""
 
     MAX_TYPES = 100
 
     def __init__(self, every: float = 60.0, clock=time.monotonic) -> None:
         self.every = every
         self._clock = clock
+        self.declared: frozenset[str] = frozenset()
         self._since: dict[str, int] = {}
         self._said: dict[str, float] = {}
         self._pending: dict[str, tuple[int, tuple[str, int, int] | None]] = {}
+        SKIPPED.labels("other")
+
+    def declare(self, names: frozenset[str]) -> None:
+        """The types named by ``FOREIGN_EVENT_TYPES``: each a series of its own, from 0."""
+        self.declared = names
+        for name in names:
+            SKIPPED.labels(name)
 
     def record(self, counts, where=None) -> None:
         now = self._clock()
         for name, count in counts.items():
-            label = name if name in self._said or len(self._said) < self.MAX_TYPES else "other"
-            SKIPPED.labels(label).inc(count)
-            held, _ = self._pending.get(label, (0, None))
-            self._pending[label] = (held + count, (where or {}).get(name))
-            self._since[label] = self._since.get(label, 0) + count
-            last = self._said.get(label)
+            SKIPPED.labels(name if name in self.declared else "other").inc(count)
+            key = name if name in self._said or len(self._said) < self.MAX_TYPES else "other"
+            held, _ = self._pending.get(key, (0, None))
+            self._pending[key] = (held + count, (where or {}).get(name))
+            self._since[key] = self._since.get(key, 0) + count
+            last = self._said.get(key)
             if last is None or now - last >= self.every:
                 log.info("skipped %d event(s) of type %r since %s: not a type this processor handles "
                          "(UNHANDLED_EVENT_TYPES=skip; EVENT_TYPES maps upstream names)",
-                         self._since[label], name if label != "other" else "<one of many>",
+                         self._since[key], name if key != "other" else "<one of many>",
                          "the start" if last is None else f"{now - last:.0f} s ago")
-                self._said[label], self._since[label] = now, 0
+                self._said[key], self._since[key] = now, 0
 
     def take(self) -> dict[str, tuple[int, tuple[str, int, int] | None]]:
         """What was skipped since the last take, by type: (how many, where the latest is)."""
@@ -230,6 +241,13 @@ class SkippedTypes:
 
 
 SKIPPED_TYPES = SkippedTypes()
+# Read from t_skipped_type by every worker's gauges' refresh (the same values on every worker: max them).
+SKIPPED_TYPE_COUNT = Gauge("order_skipped_types",
+                           "Types this consumer group skipped, ever (t_skipped_type; a worker's types past its first "
+                           "100 count as one, `other`).")
+SKIPPED_TYPES_NEW = Gauge("order_skipped_types_new",
+                          "Types this consumer group skipped for the first time within NEW_SKIPPED_TYPE_SECONDS that "
+                          "FOREIGN_EVENT_TYPES does not name (the alert NewEventTypeSkipped).")
 
 # The providers' reconciliation's cases for a person (t_reconcile_case, app.reconcile.cases): read from the
 # table by whichever process files cases or acts on one, so every worker that did exports the same values.

@@ -69,13 +69,16 @@ def check_source(text: str) -> str:
 class Reading:
     """How this processor reads records: the envelope, where each field comes from (only what differs
     from the envelope's defaults), the upstream names of the types it handles, the schema versions it
-    reads, and whether a type it does not handle is skipped (counted) or dead-lettered."""
+    reads, whether a type it does not handle is skipped (counted) or dead-lettered, and the types other
+    teams publish that it skips knowingly (``FOREIGN_EVENT_TYPES``: skipped even when they look like a
+    handled one, and counted under their own name)."""
 
     envelope: Envelope = Envelope.AUTO
     sources: Mapping[str, str] = field(default_factory=dict)
     type_names: Mapping[str, str] = field(default_factory=dict)     # upstream name -> ORDER_*
     versions: frozenset[str] = frozenset({"1"})
     skip_unhandled: bool = True
+    foreign: frozenset[str] = frozenset()
 
     def native_only(self) -> bool:
         """Every record is read as the native envelope, from its default places (the fast path)."""
@@ -94,9 +97,10 @@ class Reading:
         return Envelope.NATIVE
 
     def read(self, key: bytes | None, doc: Any, headers: Sequence[tuple[str, bytes | None]],
-             timestamp_ms: int | None) -> tuple[dict[str, Any], dict[str, str]]:
-        """The native document this record stands for (fields found, absent ones left out), and for
-        each field the source it came from (for the errors' messages)."""
+             timestamp_ms: int | None) -> tuple[dict[str, Any], dict[str, str], str | None]:
+        """The native document this record stands for (fields found, absent ones left out), for each
+        field the source it came from (for the errors' messages), and the body's own ``type`` when the
+        type was read from elsewhere (a ``ce_type`` header): what the decoder checks the two against."""
         envelope = self.envelope_of(headers, doc)
         places = {**DEFAULTS[envelope], **self.sources}
         structured = isinstance(doc, dict) and not _has_header(headers, "ce_specversion")
@@ -113,17 +117,19 @@ class Reading:
             value = _take(places[name], key, doc, body, headers, timestamp_ms, structured)
             if value is not None:
                 found[name] = value
-        return found, places
+        own = body.get("type") if places["type"] != "field:type" and isinstance(body, dict) else None
+        return found, places, own if type(own) is str else None
 
 
 def reading_of(envelope: str, sources: Mapping[str, str], type_names: Mapping[str, str], versions: str,
-               unhandled: str) -> Reading:
+               unhandled: str, foreign: str = "") -> Reading:
     """The reading the settings describe (``EVENT_ENVELOPE``, ``EVENT_*_FROM``, ``EVENT_TYPES``,
-    ``EVENT_SCHEMA_VERSIONS``, ``UNHANDLED_EVENT_TYPES``)."""
+    ``EVENT_SCHEMA_VERSIONS``, ``UNHANDLED_EVENT_TYPES``, ``FOREIGN_EVENT_TYPES``)."""
     return Reading(envelope=Envelope(envelope), sources={k: check_source(v) for k, v in sources.items()},
                    type_names=dict(type_names),
                    versions=frozenset(v for v in (version_of(p) for p in versions.split(",")) if v),
-                   skip_unhandled=unhandled == "skip")
+                   skip_unhandled=unhandled == "skip",
+                   foreign=frozenset(filter(None, (name.strip() for name in foreign.split(",")))))
 
 
 def version_of(raw: Any) -> str:

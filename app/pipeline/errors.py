@@ -51,6 +51,27 @@ class UnhandledType(MalformedEvent):
         self.type_name = type_name[:64]
 
 
+class LookalikeType(MalformedEvent):
+    """A type not handled that looks like a handled one (``order_paid``, ``ORDER_CONFIRMED``): never
+    skipped, for a person (``app.pipeline.lookalikes``)."""
+
+    reason = "lookalike_type"
+
+    def __init__(self, type_name: str, handled: str, how: str) -> None:
+        super().__init__(f"event type {type_name[:60]!r} is not one this processor handles, but it {how}: "
+                         "dead-lettered, not skipped. Fix the producer, or read it as that type (EVENT_TYPES); "
+                         "another team's type is skipped once FOREIGN_EVENT_TYPES names it")
+        self.type_name = type_name[:64]
+        self.handled = handled
+
+
+class AmbiguousType(MalformedEvent):
+    """The record names two types: the envelope's (a ``ce_type`` header) and its body's own ``type``,
+    a handled one. Neither is guessed: the one would act, the other would skip."""
+
+    reason = "ambiguous_type"
+
+
 class PayloadMismatch(PipelineError):
     """The idempotency key was seen before with a different payload."""
 

@@ -8,8 +8,10 @@ Key: the ``order_no`` as UTF-8. Value: a UTF-8 JSON object::
 
 Unknown fields are ignored; a missing or ill-typed required field makes the
 event malformed, with a reason naming the field (``missing_field:data.phone``).
-A type not among the four is :class:`UnhandledType` (skipped, unless strict); a
-``schema_version`` not among those read is ``unsupported_version:<v>``. The same
+A type not among the four is :class:`UnhandledType` (skipped, unless strict), unless it looks like
+one of them (:class:`LookalikeType`, ``order_paid``: :mod:`app.pipeline.lookalikes`); a record whose
+envelope and body name two types is :class:`AmbiguousType`; a ``schema_version`` not among those read
+is ``unsupported_version:<v>``. The same
 fields may come in a CloudEvent or a Debezium outbox record
 (:mod:`app.pipeline.envelopes`).
 """
@@ -28,9 +30,10 @@ from typing import Any
 import orjson
 
 from app.pipeline.envelopes import Envelope, Reading, version_of
-from app.pipeline.errors import MalformedEvent, UnhandledType
+from app.pipeline.errors import AmbiguousType, LookalikeType, MalformedEvent, UnhandledType
 from app.pipeline.excerpts import excerpt
 from app.pipeline.frozen import quick_init
+from app.pipeline.lookalikes import resembled
 
 ORDER_NO = re.compile(r"ORD-([0-9]{4})([0-9]{2})([0-9]{2})-[A-Za-z0-9]{1,40}")
 # RFC 3339 date-time (section 5.6), ASCII digits only; a space may replace the T.
@@ -117,9 +120,9 @@ def decode(key: bytes | None, value: bytes | None, *, max_bytes: int, latest: da
         doc = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise MalformedEvent(f"value is not JSON: {exc}", reason="not_json") from None
-    places = None
+    places = own = None
     if not reading.native_only() and reading.envelope_of(headers, doc) is not Envelope.NATIVE or reading.sources:
-        doc, places = reading.read(key, doc, headers, timestamp_ms)
+        doc, places, own = reading.read(key, doc, headers, timestamp_ms)
     elif not isinstance(doc, dict):
         raise MalformedEvent(f"value is a JSON {type(doc).__name__}, not an object", reason="not_object")
 
@@ -127,8 +130,12 @@ def decode(key: bytes | None, value: bytes | None, *, max_bytes: int, latest: da
     type_ = _TYPES.get(raw_type) if type(raw_type) is str else None
     if type_ is None and type(raw_type) is str and raw_type.strip():
         type_ = _TYPES.get(reading.type_names.get(raw_type, ""))
+        if own is not None:
+            _one_type(raw_type, type_, own, places, reading)
         if type_ is None:
-            raise UnhandledType(raw_type)
+            raise _unhandled(raw_type, reading)
+    elif own is not None and type_ is not None:
+        _one_type(raw_type, type_, own, places, reading)
     event_id = _str(doc, "event_id", MAX_EVENT_ID, places)
     order_no = _str(doc, "order_no", 64, places)
     if type_ is None:
@@ -181,7 +188,35 @@ def check_headers(headers) -> None:
             raise MalformedEvent(f"header key \"{excerpt(raw, 80)}\" is not UTF-8", reason="header_not_utf8") from None
 
 
+def _unhandled(raw_type: str, reading: Reading) -> MalformedEvent:
+    """A type not handled: skipped (:class:`UnhandledType`), unless it looks like a handled one
+    (:class:`LookalikeType`, ``app.pipeline.lookalikes``) and ``FOREIGN_EVENT_TYPES`` does not name it."""
+    if raw_type not in reading.foreign:
+        like = resembled(raw_type, (*_OWN_NAMES, *reading.type_names.items()))
+        if like is not None:
+            return LookalikeType(raw_type, like.handled, like.says())
+    return UnhandledType(raw_type)
+
+
+def _one_type(raw_type: str, type_: EventType | None, own: str, places: Mapping[str, str] | None,
+              reading: Reading) -> None:
+    """Refuse a record whose body's own ``type`` is a handled type other than the one the envelope
+    says (``type_``; None: not handled). A relay that adds ``ce_*`` headers to native records turns
+    every ``ORDER_CONFIRM`` into a ``com.shop.order.confirm`` this processor would skip; a CloudEvent
+    whose data merely quotes another event would be acted on if the body won. Neither is guessed."""
+    said = _TYPES.get(own) or _TYPES.get(reading.type_names.get(own, ""))
+    if said is None or said is type_:
+        return
+    where = (places or {}).get("type", "the envelope")
+    envelope_says = f"{type_.value}" if type_ is not None else "a type this processor does not handle"
+    raise AmbiguousType(f"the record's type {raw_type[:60]!r} (read from {where}) is {envelope_says}, but its body's "
+                        f"own type {own[:60]!r} is {said.value}: dead-lettered as ambiguous, neither guessed. A relay "
+                        "that adds CloudEvents headers to native records: EVENT_ENVELOPE=native; an upstream's name "
+                        "for that type: EVENT_TYPES")
+
+
 _TYPES = {t.value: t for t in EventType}
+_OWN_NAMES = tuple((t.value, t.value) for t in EventType)
 # DATA_FIELDS as tuples, for the decoder's loop.
 _DATA = {t: tuple((name, kind, bound) for name, (kind, bound) in fields.items()) for t, fields in DATA_FIELDS.items()}
 

@@ -13,7 +13,9 @@ duplicate     the same, for a record whose request (order and type) an earlier r
               already accounts for: an exact duplicate, a re-publication, a relay's copy
 superseded    its local step ``done stale``, or an effect step ``failed stale``: the order had moved
               past it, so nothing was owed
-skipped       a type this processor does not handle (``UNHANDLED_EVENT_TYPES=skip``)
+skipped       a type this processor does not handle (``UNHANDLED_EVENT_TYPES=skip``); the report lists
+              them by type and count (a type that looks like a handled one is never skipped: its
+              record is a dead letter, ``lookalike_type``)
 unread        past the group's committed offset: not read yet (not a finding; the next run sees it)
 in_progress   a step ``pending`` for less than the stuck threshold (not a finding)
 ============  =====================================================================================
@@ -198,16 +200,24 @@ def ledger_strays(rows: Iterable[Mapping[str, Any]], offsets: set[int]) -> list[
 
 @dataclass
 class Tally:
-    """Counts per end, and the findings (the first ``keep``)."""
+    """Counts per end, the records skipped by type (the first ``MAX_SKIPPED_TYPES`` names, the rest
+    together under ``None``: a range of random types is not a report of random types), and the findings
+    (the first ``keep``)."""
+
+    MAX_SKIPPED_TYPES = 1000
 
     keep: int = 1000
     ends: dict[str, int] = field(default_factory=lambda: {end.value: 0 for end in End})
+    skipped_types: dict[str | None, int] = field(default_factory=dict)
     findings: list[dict[str, Any]] = field(default_factory=list)
     findings_total: int = 0
 
     def add(self, verdict: Verdict, *, topic: str, partition: int, offset: int, order_no: str | None,
             type_: str | None) -> None:
         self.ends[verdict.end.value] += 1
+        if verdict.end is End.SKIPPED:
+            name = type_ if type_ in self.skipped_types or len(self.skipped_types) < self.MAX_SKIPPED_TYPES else None
+            self.skipped_types[name] = self.skipped_types.get(name, 0) + 1
         if verdict.end.finding:
             self.finding(verdict.end, verdict.why, topic=topic, partition=partition, offset=offset,
                          order_no=order_no, type_=type_, steps=list(verdict.steps))

@@ -10,6 +10,7 @@ from typing import Any
 
 from app.reconcile.input import FINDINGS, End, Tally
 
+SKIPPED_TYPES_SHOWN = 100
 # The order a person reads the ends in: the findings last, where the eye lands.
 ENDS = (End.DONE, End.DUPLICATE, End.SUPERSEDED, End.SKIPPED, End.DEAD_LETTER, End.IN_PROGRESS, End.UNREAD)
 
@@ -29,6 +30,7 @@ class Report:
     seconds: float = 0.0
     waited: dict[str, float] = field(default_factory=dict)     # seconds waited on Kafka and on the database
     error: str | None = None
+    foreign: frozenset[str] = frozenset()                      # FOREIGN_EVENT_TYPES: the types skipped knowingly
 
     @property
     def findings(self) -> int:
@@ -44,11 +46,21 @@ class Report:
         """The findings by kind, the providers' as ``provider``: what the gauges show."""
         return {**self.tally.by_kind(), "provider": self.provider_findings}
 
+    def skipped_types(self) -> list[dict[str, Any]]:
+        """The records skipped by type, the most first (at most ``SKIPPED_TYPES_SHOWN``; the rest under a
+        ``type`` of None), each with whether ``FOREIGN_EVENT_TYPES`` names it."""
+        counts = sorted(self.tally.skipped_types.items(), key=lambda kv: (kv[0] is None, -kv[1], kv[0] or ""))
+        shown = [(name, n) for name, n in counts if name is not None][:SKIPPED_TYPES_SHOWN]
+        rest = sum(n for _, n in counts) - sum(n for _, n in shown)
+        listed = [{"type": name, "records": n, "declared": name in self.foreign} for name, n in shown]
+        return listed + ([{"type": None, "records": rest, "declared": False}] if rest else [])
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id, "status": self.status, "group": self.group, "topic": self.topic,
             "from": self.since.isoformat(), "to": self.until.isoformat(), "started_by": self.started_by,
-            "records": self.tally.records, "ends": dict(self.tally.ends), "findings_total": self.findings,
+            "records": self.tally.records, "ends": dict(self.tally.ends), "skipped_types": self.skipped_types(),
+            "findings_total": self.findings,
             "findings_by_kind": self.tally.by_kind(), "findings": self.tally.findings,
             "findings_shown": len(self.tally.findings), "partitions": self.partitions,
             "providers": self.providers, "seconds": round(self.seconds, 3),
@@ -64,6 +76,11 @@ class Report:
                  + (f" (run {self.run_id})" if self.run_id else ""),
                  f"{d['records']:,} records in {d['seconds']:.1f} s over {len(self.partitions)} partitions: "
                  + ", ".join(f"{self.tally.ends[e.value]:,} {e.value}" for e in ENDS if self.tally.ends[e.value])]
+        if d["skipped_types"]:
+            lines.append("skipped by type: " + ", ".join(
+                f"{t['records']:,} " + (repr(t["type"]) + ("" if t["declared"] else " (not in FOREIGN_EVENT_TYPES)")
+                                        if t["type"] is not None else "of other types")
+                for t in d["skipped_types"]))
         if self.error:
             lines.append(f"FAILED: {self.error}")
         if self.providers:

@@ -67,7 +67,8 @@ class Reconciler:
 
     async def run(self, since: datetime, until: datetime, *, started_by: str, store: bool = True) -> Report:
         since, until = _utc(since), _utc(until)
-        report = Report(self.group, self.topic, since, until, started_by, tally=Tally(keep=self.keep_findings))
+        report = Report(self.group, self.topic, since, until, started_by, tally=Tally(keep=self.keep_findings),
+                        foreign=self.reading.foreign)
         self.timings = report.waited = {"kafka": 0.0, "database": 0.0}
         clock = time.monotonic()
         if store:

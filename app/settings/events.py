@@ -1,6 +1,6 @@
 """Events: how records carry the events (the envelope and where each field is), the upstream names
 of the types this processor handles, the schema versions it reads, and what it does with the types
-it does not handle.
+it does not handle (skipped, and the types other teams publish that look like handled ones).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
 
 from app.settings._base import Group, setting
 
@@ -60,8 +60,23 @@ class EventsSettings(Group):
 
     unhandled: Literal["skip", "dead_letter"] = setting("UNHANDLED_EVENT_TYPES", "skip",
         description='A type this processor does not handle: `skip` (finished as it is, counted in '
-                    '`order_events_skipped_total` by type, logged once a minute per type) or `dead_letter` '
-                    '(`unknown_type`, for a person).')
+                    '`order_events_skipped_total`, listed by type on `/skipped/`, logged once a minute per type) or '
+                    '`dead_letter` (`unknown_type`, for a person). Either way a type that looks like a handled one '
+                    'is dead-lettered `lookalike_type` (unless `FOREIGN_EVENT_TYPES` names it).')
+
+    foreign: str = setting("FOREIGN_EVENT_TYPES", "",
+        description='Types other teams publish on this topic that this processor skips knowingly, exact names, '
+                    'comma-separated (`ORDER_SHIPPED,ORDER_CANCEL_REQUESTED`). A type that looks like a handled one '
+                    '(`ORDER_CANCEL_REQUESTED` contains `ORDER_CANCEL`) is dead-lettered `lookalike_type` unless '
+                    'named here; a type named here is counted under its own name in `order_events_skipped_total` '
+                    '(any other as `other`) and is never a new skipped type (the alert `NewEventTypeSkipped`) '
+                    '([Types not handled](exactly-once.md#types-not-handled)).')
+
+    new_skipped_type_seconds: float = setting("NEW_SKIPPED_TYPE_SECONDS", 604800.0, gt=0,
+        description='How long a type this consumer group skipped for the first time counts as new: '
+                    '`order_skipped_types_new` counts it, and the alert `NewEventTypeSkipped` fires, for that long '
+                    'after its first record (7 days: a weekend and a holiday). Naming it in `FOREIGN_EVENT_TYPES` '
+                    'ends it at once.')
 
     @field_validator("id_from", "type_from", "order_no_from", "time_from", "data_from", "version_from")
     @classmethod
@@ -85,11 +100,25 @@ class EventsSettings(Group):
             raise ValueError("name at least one version")
         return value
 
+    @model_validator(mode="after")
+    def _foreign_types_are_not_read(self) -> EventsSettings:
+        read = set(HANDLED) | set(type_names(self.type_names))
+        both = sorted(read & foreign_types(self.foreign))
+        if both:
+            raise ValueError(f"FOREIGN_EVENT_TYPES names {', '.join(both)}, which this processor reads "
+                             "(a handled type, or an upstream name in EVENT_TYPES): it cannot also skip it")
+        return self
+
     def sources(self) -> dict[str, str]:
         """The fields whose place differs from the envelope's: native name -> source."""
         fields = {"event_id": self.id_from, "type": self.type_from, "order_no": self.order_no_from,
                   "occurred_at": self.time_from, "data": self.data_from, "schema_version": self.version_from}
         return {k: v for k, v in fields.items() if v}
+
+
+def foreign_types(text: str) -> set[str]:
+    """``FOREIGN_EVENT_TYPES`` as a set of names."""
+    return set(filter(None, (name.strip() for name in text.split(","))))
 
 
 def type_names(text: str) -> dict[str, str]:

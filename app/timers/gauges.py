@@ -4,7 +4,8 @@ Every ``METRICS_REFRESH_SECONDS`` each worker reads, with a few cheap queries (i
 ranges over unfinished work, InnoDB's row estimate, the partition list) and one look at
 the broker: stuck and over-cap pending rows, unsettled dead letters and their ages, an open recovery window,
 ``t_idem``'s size against its budget, the months ready ahead, and the group's lag; and it
-adds what it skipped of the types not handled to ``t_skipped_type``.
+adds what it skipped of the types not handled to ``t_skipped_type`` and counts them there (every
+type, and the new ones: first skipped within ``NEW_SKIPPED_TYPE_SECONDS``, not ``FOREIGN_EVENT_TYPES``).
 Every worker exports the same values, so an alert rule reads them with ``max``, and a
 worker that hangs does not take the numbers with it. Each refresh also reads the
 database's clock (``app.adapters.mysql.clock``).
@@ -74,6 +75,14 @@ async def refresh(rt: Runtime, settings: Settings, *, today: date | None = None)
     except Exception as exc:
         metrics.SKIPPED_TYPES.give_back(taken)
         log.warning("the types skipped could not be recorded: %r", exc)
+    try:
+        total, new = await rt.skipped_types.census(declared=rt.reading.foreign,
+                                                   new_within_seconds=settings.events.new_skipped_type_seconds)
+    except Exception as exc:
+        log.warning("the types skipped could not be counted: %r", exc)
+    else:
+        metrics.SKIPPED_TYPE_COUNT.set(total)
+        metrics.SKIPPED_TYPES_NEW.set(new)
     try:
         lag = await rt.lag.read()
     except Exception as exc:

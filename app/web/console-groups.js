@@ -130,7 +130,8 @@ async function loadSkipped() {
     const data = await api("/skipped/");
     $("skipped-what").textContent = data.unhandled === "skip"
       ? `Records of these types were skipped (UNHANDLED_EVENT_TYPES=skip): acked and counted, never acted on. ` +
-        `Handled: ${data.handled.join(", ")}. Counted by each worker every ${data.refresh_seconds} s.`
+        `Handled: ${data.handled.join(", ")}. Counted by each worker every ${data.refresh_seconds} s. ` +
+        "A type FOREIGN_EVENT_TYPES does not name is new for the alert NewEventTypeSkipped after its first record."
       : "Types not handled are dead-lettered (UNHANDLED_EVENT_TYPES=dead_letter, reason unknown_type); " +
         "these were skipped before.";
     const tbody = $("skipped-table").tBodies[0];
@@ -144,7 +145,7 @@ async function loadSkipped() {
       const tr = document.createElement("tr");
       tr.className = "row skipped-type";
       const at = type.topic === null ? "" : `${type.topic}[${type.partition}]@${type.offset}`;
-      groupsCell(tr, type.event_type);
+      groupsCell(tr, type.declared ? `${type.event_type} (FOREIGN_EVENT_TYPES)` : type.event_type);
       groupsCell(tr, type.skipped);
       timeCell(tr, type.first_seen);
       timeCell(tr, type.last_seen);

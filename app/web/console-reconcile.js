@@ -21,6 +21,13 @@ function reconcileEnds(ends) {
   return Object.entries(ends || {}).filter(([, n]) => n).map(([end, n]) => `${n} ${end}`).join(", ");
 }
 
+// The records skipped by type (a type not handled): the ones FOREIGN_EVENT_TYPES does not name say so.
+function reconcileSkipped(types) {
+  if (!types || !types.length) return "";
+  return "; skipped by type: " + types.map((t) => t.type === null ? `${t.records} of other types`
+    : `${t.records} ${JSON.stringify(t.type)}${t.declared ? "" : " (not in FOREIGN_EVENT_TYPES)"}`).join(", ");
+}
+
 async function loadReconcileRuns() {
   $("reconcile-error").textContent = "";
   try {
@@ -61,7 +68,8 @@ async function showReconcileRun(id) {
     $("reconcile-run-title").textContent = `Run ${run.id}: ${run.status}, ${run.range_from} .. ${run.range_to}`;
     $("reconcile-run-figures").textContent = report.error
       ? `failed: ${report.error}`
-      : `${report.records} records in ${report.seconds} s: ${reconcileEnds(report.ends)}`;
+      : `${report.records} records in ${report.seconds} s: ${reconcileEnds(report.ends)}` +
+        reconcileSkipped(report.skipped_types);
     const tbody = $("reconcile-findings").tBodies[0];
     tbody.replaceChildren();
     for (const f of report.findings || []) {

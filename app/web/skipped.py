@@ -3,9 +3,10 @@
     GET /skipped/
 
 Per type: how many records were skipped, first and last seen, and where the latest one is (topic,
-partition, offset), from ``t_skipped_type``; with ``UNHANDLED_EVENT_TYPES`` and the types handled,
-so the page says what a skip means. Workers add their counts at each gauges' refresh. A type's name
-is whatever an upstream wrote: a viewer (``WEB_READ_TOKEN``) reads it masked, like every data view.
+partition, offset), from ``t_skipped_type``, and whether ``FOREIGN_EVENT_TYPES`` names it (another
+team's type, skipped knowingly); with ``UNHANDLED_EVENT_TYPES`` and the types handled, so the page says
+what a skip means. Workers add their counts at each gauges' refresh. A type's name is whatever an
+upstream wrote: a viewer (``WEB_READ_TOKEN``) reads it masked, like every data view.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
     class Skipped(View):
         async def get(self, request: web.Request) -> web.Response:
             rt = runtime.started()
+            foreign = runtime.reading.foreign
+            types = [{**row, "declared": row["event_type"] in foreign} for row in await rt.skipped_types.list()]
             answer = {"unhandled": settings.events.unhandled, "handled": [t.value for t in EventType],
-                      "type_names": runtime.reading.type_names,
-                      "refresh_seconds": settings.operations.metrics_refresh_seconds,
-                      "types": await rt.skipped_types.list()}
+                      "type_names": runtime.reading.type_names, "foreign": sorted(foreign),
+                      "new_skipped_type_seconds": settings.events.new_skipped_type_seconds,
+                      "refresh_seconds": settings.operations.metrics_refresh_seconds, "types": types}
             return json_response(await as_seen(role(request, settings), answer, rt.queries))

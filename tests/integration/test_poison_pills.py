@@ -183,7 +183,7 @@ CASES: list[Case] = [
     bad("reason_256_chars", "bad_field:data.reason", _with(_cancel, "data.reason", "r" * 256)),
     # -- unknown type (the worker here is strict: UNHANDLED_EVENT_TYPES=dead_letter) ---
     bad("type_unknown", "unknown_type", _with(_created, "type", "ORDER_SHIPPED")),
-    bad("type_lower_case", "unknown_type", _with(_created, "type", "order_created")),
+    bad("type_lower_case", "lookalike_type", _with(_created, "type", "order_created")),     # never unknown: ours
     # -- a schema version this processor does not read ------------------------------
     bad("schema_version_2", "unsupported_version:2", _with(_created, "schema_version", 2)),
     bad("schema_uri_v3", "unsupported_version:3", _with(_created, "schema_version", "https://schemas.example/v3")),

@@ -23,6 +23,7 @@ from app.adapters.mysql.partitions import CATCH_ALL, Partitions
 from app.adapters.mysql.reads.backlog import Watch
 from app.adapters.mysql.reads.console import Queries
 from app.adapters.mysql.reads.view_audit import Seen, ViewAudit
+from app.adapters.mysql.skipped_types import SkippedTypes
 from app.pipeline.states import LedgerStatus as Status
 from harness import sql_modes
 from harness.desk import desk
@@ -129,6 +130,14 @@ async def test_every_read_of_the_views_the_sweep_and_the_gauges_answers_under_th
     rows, bytes_per_row = await partitions.size()
     assert rows >= 0 and bytes_per_row > 0
     assert abs(await DatabaseClock().sync(store)) < 60
+
+    skipped = SkippedTypes(store, group=d.group)
+    await skipped.add({"ORDER_SHIPPED": (2, ("t", 0, 9)), "ORDER_RETURNED": (1, None)})
+    assert await skipped.census(declared={"ORDER_SHIPPED"}, new_within_seconds=3600) == (2, 1)
+    assert await skipped.census(declared=(), new_within_seconds=3600) == (2, 2)
+    await asyncio.sleep(0.05)
+    assert await skipped.census(declared=(), new_within_seconds=0.01) == (2, 0)        # first seen 50 ms ago
+    assert [t["event_type"] for t in await skipped.list()] == ["ORDER_SHIPPED", "ORDER_RETURNED"]
 
 
 @pytest.mark.parametrize("assignment", ["", "SIMULTANEOUS_ASSIGNMENT"], ids=["left-to-right", "simultaneous"])

@@ -76,3 +76,23 @@ def test_the_report_counts_every_end_keeps_the_first_findings_and_says_them():
     assert d["ends"]["unaccounted"] == 5 and d["ends"]["done"] == 1 and d["records_per_second"] == 3.0
     assert "FINDINGS: 5 (5 unaccounted)" in report.text() and "... and 3 more" in report.text()
     assert Report("g", "t", report.since, report.until, "x").status == "clean"
+
+
+def test_the_report_lists_the_types_skipped_by_count_and_which_nobody_declared():
+    tally = Tally()
+    tally.MAX_SKIPPED_TYPES = 3
+    for type_, n in (("ORDER_SHIPPED", 5), ("ORDER_RETURNED", 2), ("X1", 1), ("X2", 1), ("X3", 4)):
+        for offset in range(n):
+            tally.add(verdict(Read(skipped_type=type_)), topic="t", partition=0, offset=offset, order_no=None,
+                      type_=type_)
+    report = Report("g", "t", datetime(2026, 12, 6, 10, tzinfo=UTC), datetime(2026, 12, 6, 11, tzinfo=UTC), "cli:a",
+                    tally=tally, seconds=1.0, foreign=frozenset({"ORDER_SHIPPED"}))
+    d = report.as_dict()
+    assert d["ends"]["skipped"] == 13 and report.status == "clean"
+    assert d["skipped_types"] == [{"type": "ORDER_SHIPPED", "records": 5, "declared": True},
+                                  {"type": "ORDER_RETURNED", "records": 2, "declared": False},
+                                  {"type": "X1", "records": 1, "declared": False},
+                                  {"type": None, "records": 5, "declared": False}]
+    assert ("skipped by type: 5 'ORDER_SHIPPED', 2 'ORDER_RETURNED' (not in FOREIGN_EVENT_TYPES), 1 'X1' (not in "
+            "FOREIGN_EVENT_TYPES), 5 of other types") in report.text()
+    assert Report("g", "t", report.since, report.until, "x").as_dict()["skipped_types"] == []

@@ -7,7 +7,7 @@ warning since 8.0.20); a person reads them on the console.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from app.adapters.mysql.sql import marks
@@ -35,6 +35,21 @@ class SkippedTypes:
                "last_partition = COALESCE(VALUES(last_partition), last_partition), "
                "last_offset = COALESCE(VALUES(last_offset), last_offset)")
         await self.store.in_transaction(lambda tx: tx._exec(sql, params))
+
+    async def census(self, *, declared: Collection[str], new_within_seconds: float) -> tuple[int, int]:
+        """How many types this group skipped, and how many of those it skipped for the first time
+        within ``new_within_seconds`` that are not ``declared`` (``FOREIGN_EVENT_TYPES``): the gauges
+        ``order_skipped_types`` and ``order_skipped_types_new``, by the database's clock."""
+        names = sorted(declared)
+        spared = f"AND event_type NOT IN ({marks(len(names))}) " if names else ""
+        async def work(tx):
+            result = await tx._exec(
+                f"SELECT COUNT(*), COALESCE(SUM(first_seen >= NOW(3) - INTERVAL %s MICROSECOND {spared}), 0) "
+                "FROM t_skipped_type WHERE consumer_group = %s",
+                [int(new_within_seconds * 1_000_000), *names, self.group[:255]])
+            return next(iter(result))
+        total, new = await self.store.in_transaction(work)
+        return int(total), int(new)
 
     async def list(self) -> list[dict[str, Any]]:
         """Every type this group skipped, the most skipped first (at most 200: bounded by the

@@ -362,10 +362,27 @@ def an_effect_it_has_no_check_for(run: Run):
     return "unchecked_effects", "'push'", manifest
 
 
+def a_replay_past_the_key_horizon(run: Run):
+    """The confirmed order's waybill key sent again (the API answers with the same waybill: no second
+    one), held to a provider that keeps keys a millisecond: to such a provider it was a new request."""
+    o = run.orders["confirmed"]
+    token = _one(run, "SELECT idem_token FROM t_idem WHERE biz_key = %s", f"{o}:ORDER_CONFIRM:issue_waybill")["idem_token"]
+    request = urllib.request.Request(f"{run.fakes.url}/v1/waybills", method="POST",
+                                     data=json.dumps({"order_no": o, "address": "1 Test Road"}).encode(),
+                                     headers={"Content-Type": "application/json", "Idempotency-Key": token})
+    assert urllib.request.urlopen(request, timeout=10).status == 200          # replayed
+    manifest = json.loads(json.dumps(run.manifest))
+    for declared in manifest["effect_steps"]:
+        if declared["effect"] == "waybill":
+            assert declared["keys_kept_for_seconds"] == 86400                  # the provider's own, untampered
+            declared["keys_kept_for_seconds"] = 0.001
+    return "replayed_past_horizon", o, manifest
+
+
 TAMPERS = [backwards, stale_read_as_applied, idem_row_deleted, pending_left, ledger_row_twice,
            malformed_not_dead_lettered, malformed_with_another_reason, dead_letter_reopened, receipt_without_waybill,
            receipt_of_another_waybill, record_that_never_was, worker_died, sources_out_of_reach,
-           an_effect_it_has_no_check_for]
+           an_effect_it_has_no_check_for, a_replay_past_the_key_horizon]
 
 
 @pytest.mark.parametrize("tamper", TAMPERS, ids=[t.__name__ for t in TAMPERS])

@@ -736,6 +736,24 @@ async def a_waybill_whose_key_its_provider_forgot_is_not_called_again(h: Harness
     assert (row["status"], row["attempt"]) == (IdemStatus.PENDING, 1)      # nothing claimed: a person decides
 
 
+async def a_key_horizon_counts_from_the_first_call_that_may_have_reached_the_provider(h: Harness) -> None:
+    """A provider unreachable for longer than it keeps keys (no call reached it), then a call in doubt:
+    the key is 0.1 s old to the provider, not the claim's 1.2 s, and the retry replays it as ever."""
+    h.effects.horizons = {"waybill": 1.0}
+    p = h.processor()
+    [order] = await h.paid(p)
+    h.effects.faults["waybill"].append(Fault(EffectNotDelivered("connection refused")))
+    [refused] = await p.run([ev(order, "ORDER_CONFIRM")])
+    assert isinstance(refused.error, EffectNotDelivered)
+    await h.pass_time(1.2)
+    h.effects.faults["waybill"].append(Fault(EffectUnavailable("reset after issuing"), after_work=True))
+    [doubt] = await p.run([ev(order, "ORDER_CONFIRM")])
+    assert isinstance(doubt.error, EffectUnavailable)
+    [again] = await p.run([ev(order, "ORDER_CONFIRM")])
+    assert again.outcome is Outcome.APPLIED, again
+    assert h.effects.sent["waybill", order] == 1
+
+
 async def a_call_past_its_key_horizon_is_settled_by_its_lookup_or_left_to_a_person(h: Harness) -> None:
     """The SMS gateway's lookup answers for 1 s here. Past that, an SMS it finds is done; one it does
     not find is not sent (the gateway may have forgotten it): a person decides."""
@@ -779,5 +797,6 @@ SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken
              a_worker_whose_heartbeat_is_stale_claims_nothing,
              a_worker_taken_for_dead_never_calls_under_the_claims_it_held,
              a_waybill_whose_key_its_provider_forgot_is_not_called_again,
+             a_key_horizon_counts_from_the_first_call_that_may_have_reached_the_provider,
              a_call_past_its_key_horizon_is_settled_by_its_lookup_or_left_to_a_person]
 

@@ -398,6 +398,29 @@ def test_a_tampered_run_is_reported(run: Run, tamper):
     assert any(line.startswith(violation) and names in line for line in report.problems), report.problems
 
 
+def test_a_step_left_to_a_person_past_its_key_horizon_is_not_pending_left(run: Run):
+    """What a redrive past the provider's key horizon leaves: the step pending (a person may adopt the
+    waybill the provider issued), no receipt, its dead letter manual for key_horizon_passed."""
+    o = run.orders["paid_late"]
+    key = f"{o}:ORDER_CONFIRM:issue_waybill"
+    step = _one(run, "SELECT status, outcome FROM t_idem WHERE biz_key = %s", key)
+    receipt = _one(run, "SELECT * FROM t_waybill_receipt WHERE order_no = %s", o)
+    letter = _ledger_row(run, run.entry("paid_late", "ORDER_CONFIRM"))
+    run.db.query("UPDATE t_idem SET status = 1, outcome = 'key_horizon_passed' WHERE biz_key = %s", key)
+    run.db.query("DELETE FROM t_waybill_receipt WHERE order_no = %s", o)
+    run.db.query("UPDATE t_compensation SET status = 4, reason = 'key_horizon_passed' WHERE id = %s", letter["id"])
+    try:
+        report = run.check()
+    finally:
+        run.db.query("UPDATE t_idem SET status = %s, outcome = %s WHERE biz_key = %s", step["status"],
+                     step["outcome"], key)
+        _insert(run, "t_waybill_receipt", receipt)
+        run.db.query("UPDATE t_compensation SET status = %s, reason = %s WHERE id = %s", letter["status"],
+                     letter["reason"], letter["id"])
+    assert report.pending_left == 0 and report.effects["past_horizon_manual"] == 1, render(report)
+    assert not [line for line in report.problems if o in line], report.problems
+
+
 def test_effects_the_pipeline_never_made_and_a_record_nobody_read(run: Run):
     """Last, since they cannot be undone: a second waybill and a second SMS the services really
     made (called directly, as a pipeline that lost its token would), and a record written after
@@ -419,3 +442,4 @@ def test_effects_the_pipeline_never_made_and_a_record_nobody_read(run: Run):
     assert {o for o in (confirmed, cancelled) if any(line.startswith("duplicate_effects") and o in line
                                                      for line in report.problems)} == {confirmed, cancelled}
     assert report.offsets_behind == 1 and report.manifest_mismatches == 1, render(report)
+

@@ -21,7 +21,7 @@ from typing import TypeVar
 from app.adapters.mysql.receipts import WRITERS
 from app.pipeline.errors import Conflict, StoreUnavailable
 from app.pipeline.liveness_fence import incarnation_of
-from app.pipeline.model import BatchPlan, FailRow, IdemRow
+from app.pipeline.model import NOT_DELIVERED, BatchPlan, FailRow, IdemRow
 from app.pipeline.ports import DeadLetter, Finished
 from app.pipeline.states import ORDER_DATA, IdemStatus, Order
 
@@ -42,6 +42,8 @@ class Row:
     outcome: str | None
     last_err: str | None = None
     modified: float = 0.0          # gmt_modified, on the store's clock
+    created: float = 0.0           # gmt_create
+    first_call_at: float | None = None
 
 
 @dataclass
@@ -97,7 +99,8 @@ class MemoryTransaction:
                 found[key] = IdemRow(key, row.status, row.attempt, row.owner, row.idem_token, row.payload_hash,
                                      row.outcome, row.last_err, expired, remaining,
                                      now - (max(row.modified, row.lease_until or row.modified)
-                                            if row.outcome is None else row.modified))
+                                            if row.outcome is None else row.modified),
+                                     now - (row.created if row.first_call_at is None else row.first_call_at))
         return found
 
     async def read_orders(self, order_nos: Sequence[str]) -> dict[str, Order]:
@@ -140,12 +143,15 @@ class MemoryTransaction:
             pending = new.status is IdemStatus.PENDING
             self.s.idem[new.biz_key] = Row(new.biz_key, new.part_date, new.step, new.status, 1, owner,
                                            now + lease_seconds if pending else None, new.idem_token,
-                                           new.payload_hash, new.outcome, modified=now)
+                                           new.payload_hash, new.outcome, modified=now, created=now,
+                                           first_call_at=now if pending else None)
         claimed = 0
         for reclaim in plan.reclaims:
             row = self.s.idem.get(reclaim.biz_key)
             if (row is not None and row.status is IdemStatus.PENDING and row.attempt == reclaim.attempt
                     and (row.lease_until is None or row.lease_until < now or row.owner == owner)):
+                if row.first_call_at is None:
+                    row.first_call_at = now if row.outcome == NOT_DELIVERED else row.created
                 row.attempt += 1
                 row.owner, row.outcome, row.lease_until, row.modified = owner, None, now + lease_seconds, now
                 claimed += 1
@@ -187,10 +193,12 @@ class MemoryTransaction:
                     self.s.receipts.setdefault(job.order_no, {"waybill_no": item.receipt.reference,
                                                               "idem_token": job.token, "biz_key": job.biz_key,
                                                               "attempt": job.attempt})
-            elif item.error.retriable:
+            elif item.error.retriable or not item.error.fails_step:
                 if ours and row.status is IdemStatus.PENDING:
                     row.outcome = item.job.not_called_outcome() if item.error.not_delivered else item.error.reason
                     row.last_err, row.modified = str(item.error)[:512], self.store.now
+                    if row.outcome == NOT_DELIVERED:
+                        row.first_call_at = None
                     owned.add(job.biz_key)
             elif self._fail(FailRow(job.biz_key, job.part_date, job.attempt, item.error.reason, str(item.error)),
                             owner=owner):

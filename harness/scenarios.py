@@ -24,6 +24,7 @@ from app.pipeline.errors import (
     EffectNotDelivered,
     EffectOutcomeUnknown,
     EffectUnavailable,
+    KeyHorizonPassed,
     LeaseHeld,
     PayloadMismatch,
     PipelineError,
@@ -67,6 +68,8 @@ class MemoryEffects:
     def __init__(self, wait: Callable[[float], Awaitable[None]]) -> None:
         self.wait = wait                                          # a call that takes time waits on the harness's clock
         self.verifiable: dict[str, float] = {}                    # effect -> settle seconds, as EffectClients has it
+        self.askable: dict[str, float] = {}                       # the same, for every effect that can be looked up
+        self.horizons: dict[str, float] = {}                      # effect -> how long its provider keeps keys
         self.contracts: dict[str, Contract] = {"waybill": Contract.REPLAYS, "sms": Contract.LOOKUP}
         self.crash: str | None = None                             # "before_send" or "after_send", once
         self.accepted_refs: dict[str, str] = {}
@@ -121,8 +124,14 @@ class MemoryEffects:
         self.lookups.append(job.token)
         if self.lookup_delay:
             await self.wait(self.lookup_delay)
-        found = self.accepted_refs.get(job.token)
+        found = self.accepted_refs.get(job.token) or self.reference_by_token.get(job.token)
         return None if found is None else Receipt(reference=found)
+
+    def forget_keys(self) -> None:
+        """The providers of idempotent effects forget every key they were sent (their records stay:
+        a lookup still finds what they did); a key sent again is a new request to them."""
+        self.accepted_refs.update(self.reference_by_token)
+        self.reference_by_token.clear()
 
 
 class Harness:
@@ -706,6 +715,66 @@ async def a_worker_taken_for_dead_never_calls_under_the_claims_it_held(h: Harnes
     assert h.effects.sent["sms", order] == 1 and sum(c[0] == "sms" for c in h.effects.calls) == 1
 
 
+async def a_waybill_whose_key_its_provider_forgot_is_not_called_again(h: Harness) -> None:
+    """The logistics API keeps a key 1 s here. A call in doubt repeated inside that replays its waybill;
+    past it, the same key would issue a second one: the step is left to a person, untouched."""
+    h.effects.horizons = {"waybill": 1.0}
+    p = h.processor()
+    inside, past = await h.paid(p, 2)
+    for order in (inside, past):
+        h.effects.faults["waybill"].append(Fault(EffectUnavailable("reset after issuing"), after_work=True))
+        [first] = await p.run([ev(order, "ORDER_CONFIRM")])
+        assert isinstance(first.error, EffectUnavailable)
+    [again] = await p.run([ev(inside, "ORDER_CONFIRM")])
+    assert again.outcome is Outcome.APPLIED and h.effects.sent["waybill", inside] == 1
+    await h.pass_time(1.2)
+    h.effects.forget_keys()
+    [late] = await p.run([ev(past, "ORDER_CONFIRM")])
+    assert isinstance(late.error, KeyHorizonPassed) and not late.error.retriable, late
+    assert h.effects.sent["waybill", past] == 1 and sum(c[:2] == ("waybill", past) for c in h.effects.calls) == 1
+    row = h.idem(key(past, "ORDER_CONFIRM", "issue_waybill"))
+    assert (row["status"], row["attempt"]) == (IdemStatus.PENDING, 1)      # nothing claimed: a person decides
+
+
+async def a_key_horizon_counts_from_the_first_call_that_may_have_reached_the_provider(h: Harness) -> None:
+    """A provider unreachable for longer than it keeps keys (no call reached it), then a call in doubt:
+    the key is 0.1 s old to the provider, not the claim's 1.2 s, and the retry replays it as ever."""
+    h.effects.horizons = {"waybill": 1.0}
+    p = h.processor()
+    [order] = await h.paid(p)
+    h.effects.faults["waybill"].append(Fault(EffectNotDelivered("connection refused")))
+    [refused] = await p.run([ev(order, "ORDER_CONFIRM")])
+    assert isinstance(refused.error, EffectNotDelivered)
+    await h.pass_time(1.2)
+    h.effects.faults["waybill"].append(Fault(EffectUnavailable("reset after issuing"), after_work=True))
+    [doubt] = await p.run([ev(order, "ORDER_CONFIRM")])
+    assert isinstance(doubt.error, EffectUnavailable)
+    [again] = await p.run([ev(order, "ORDER_CONFIRM")])
+    assert again.outcome is Outcome.APPLIED, again
+    assert h.effects.sent["waybill", order] == 1
+
+
+async def a_call_past_its_key_horizon_is_settled_by_its_lookup_or_left_to_a_person(h: Harness) -> None:
+    """The SMS gateway's lookup answers for 1 s here. Past that, an SMS it finds is done; one it does
+    not find is not sent (the gateway may have forgotten it): a person decides."""
+    h.effects.verifiable = h.effects.askable = {"sms": 0.5}
+    h.effects.horizons = {"sms": 1.0}
+    p = h.processor()
+    sent, unsure = await h.paid(p, 2)
+    h.effects.faults["sms"].append(Fault(EffectOutcomeUnknown("reset after sending"), after_work=True))
+    await p.run([ev(sent, "ORDER_CANCEL")])
+    h.effects.faults["sms"].append(Fault(EffectOutcomeUnknown("503 before anything was done")))
+    await p.run([ev(unsure, "ORDER_CANCEL")])
+    await h.pass_time(1.2)
+    [found] = await p.run([ev(sent, "ORDER_CANCEL")])
+    assert found.outcome is Outcome.APPLIED and h.effects.sent["sms", sent] == 1
+    [left] = await p.run([ev(unsure, "ORDER_CANCEL")])
+    assert isinstance(left.error, KeyHorizonPassed) and "its lookup found nothing" in str(left.error), left
+    assert h.effects.sent["sms", unsure] == 0 and len(h.effects.lookups) == 2
+    row = h.idem(key(unsure, "ORDER_CANCEL", "send_cancel_sms"))
+    assert (row["status"], row["outcome"]) == (IdemStatus.PENDING, "key_horizon_passed")
+
+
 SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken,
              a_skipped_call_is_noted_and_made_on_the_retry, an_sms_with_an_unknown_outcome_is_never_sent_again,
              a_pending_waybill_of_a_cancelled_order_is_stale, a_payment_after_the_cancel_is_stale_but_recorded,
@@ -726,5 +795,8 @@ SCENARIOS = [a_stalled_owner_is_fenced_out_by_attempt, a_live_lease_is_not_taken
              a_pending_sms_a_restore_brought_back_is_looked_up_in_a_window,
              a_dead_workers_claims_are_taken_over_at_its_death_not_at_their_leases_end,
              a_worker_whose_heartbeat_is_stale_claims_nothing,
-             a_worker_taken_for_dead_never_calls_under_the_claims_it_held]
+             a_worker_taken_for_dead_never_calls_under_the_claims_it_held,
+             a_waybill_whose_key_its_provider_forgot_is_not_called_again,
+             a_key_horizon_counts_from_the_first_call_that_may_have_reached_the_provider,
+             a_call_past_its_key_horizon_is_settled_by_its_lookup_or_left_to_a_person]
 

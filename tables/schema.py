@@ -47,6 +47,9 @@ t_idem = Table(
     Column("outcome", String(64), nullable=True, comment="applied/stale/waybill_issued/... or the failure reason"),
     Column("last_err", String(512), nullable=True),
     *_timestamps(),
+    # A provider keeps a key for a while only: the key horizon counts from here (0019).
+    Column("first_call_at", DATETIME(fsp=3), nullable=True,
+           comment="when the first claim whose call may have reached the provider began; NULL: none did yet"),
     Index("idx_status_modified", "status", "gmt_modified"),
     **TABLE_ARGS,
 )

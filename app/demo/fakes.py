@@ -58,6 +58,12 @@ without doing the work; ``redirect_next`` does the work, then answers
 answer, to play a service that breaks its own contract; ``cancel_answer_override`` does
 the same to a cancel's answer (the cancel is done, the answer names another waybill).
 
+``forget_keys_after_seconds`` (``waybill``, ``express``; 0: never) plays a provider that keeps an
+idempotency key for a while only: a key (a reference) first taken longer ago than that is new to it
+again, so a call with it issues a second waybill (the express courier no longer refuses it as a
+duplicate). Its records stay: the listing and the express lookup still find the first waybill. The
+ledger's ``keys`` holds when each key was first taken, per service (``{"waybill": {key: at}}``).
+
 ``fail_next``/``timeout_next``/``reset_next`` count down per call. A *timeout*
 sleeps ``timeout_ms`` before answering (and then does the work, for a caller
 that may have given up); a *reset* does the work (issues the waybill, sends
@@ -108,7 +114,7 @@ ORDER_IN_TEXT = re.compile(r"ORD-\d{8}-[A-Za-z0-9]+")
 # The express fake's accounts: key id -> secret (the provider module's fake settings sign with these).
 EXPRESS_ACCOUNTS = {"demo-merchant": "demo-express-secret-not-for-production"}
 EXPRESS_CLOCK_SKEW_SECONDS = 300
-PACE = ("latency_median_ms", "latency_sigma", "calls_per_second", "outage_seconds")
+PACE = ("latency_median_ms", "latency_sigma", "calls_per_second", "outage_seconds", "forget_keys_after_seconds")
 LIST_LIMIT = 1000             # the most waybills one page of the logistics API's listing holds
 LISTED = ("waybill_no", "order_no", "idempotency_key", "created_at", "status")
 
@@ -140,6 +146,7 @@ class Faults:
     waybill_no_override: object = None
     cancel_answer_override: object = None
     lookup_fail_next: int = 0
+    forget_keys_after_seconds: float = 0.0
     fail_rate: float = 0.0
     timeout_rate: float = 0.0
     reset_rate: float = 0.0
@@ -169,6 +176,11 @@ class Faults:
                 self._outage_until = time.monotonic() + float(value)
             elif name == "calls_per_second":
                 self._tokens, self._tokens_at = float(value), time.monotonic()
+
+    def forgotten(self, taken_at: float | None) -> bool:
+        """Whether a key taken at ``taken_at`` (None: never) is new to the provider again."""
+        forget = self.forget_keys_after_seconds
+        return taken_at is not None and forget > 0 and time.time() - taken_at > forget
 
     def latency(self) -> float:
         """This call's latency in seconds: ``latency_ms``, plus a lognormal draw when a median is set."""
@@ -216,6 +228,9 @@ class Ledger:
     sms: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
     sms_by_ref: dict[str, str] = field(default_factory=dict)
     express_by_ref: dict[str, str] = field(default_factory=dict)
+    # When each key was last taken as new (what a provider that forgets keys counts from), and first taken.
+    taken_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    keys: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     nonces: set[str] = field(default_factory=set)
     refused_signatures: int = 0
     in_flight: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -227,7 +242,7 @@ class Ledger:
         return {"calls": self.calls, "waybills": self.waybills, "issued": list(self.issued.values()),
                 "cancels": self.cancels, "cancel_calls": self.cancel_calls, "listings": self.listings, "sms": self.sms,
                 "peak_in_flight_per_key": self.peak_in_flight, "refused_signatures": self.refused_signatures,
-                "rate_limited": self.rate_limited, "outage_calls": self.outage_calls,
+                "rate_limited": self.rate_limited, "outage_calls": self.outage_calls, "keys": self.keys,
                 "counts": {"calls": len(self.calls),
                            "waybills": sum(len(v) for v in self.waybills.values()),
                            "sms": sum(len(v) for v in self.sms.values())}}
@@ -305,6 +320,17 @@ class FakeServices:
             return web.Response(status=303, headers={"Location": "/__gone"})
         return None
 
+    def _known(self, service: str, key: str, known: dict) -> bool:
+        """Whether the provider still answers ``key`` as a repeat: it has it, and has not forgotten it."""
+        faults = self.faults[service]
+        return (key in known and not faults.ignore_idempotency_key
+                and not faults.forgotten(self.ledger.taken_at.get((service, key))))
+
+    def _taken(self, service: str, key: str) -> None:
+        now = time.time()
+        self.ledger.taken_at[service, key] = now
+        self.ledger.keys[service].setdefault(key, now)
+
     @contextmanager
     def _in_flight(self, key: str):
         ledger = self.ledger
@@ -333,11 +359,12 @@ class FakeServices:
         if (response := await self._fault("waybill", request, order_no, asked)) is not None:
             return response
         faults = self.faults["waybill"]
-        if key in self.ledger.waybill_by_key and not faults.ignore_idempotency_key:
+        if self._known("waybill", key, self.ledger.waybill_by_key):
             status, waybill_no = 200, self.ledger.waybill_by_key[key]
         else:
             status, waybill_no = 201, f"WB{next(self._serial):010d}"
             self.ledger.waybill_by_key[key] = waybill_no
+            self._taken("waybill", key)
             self.ledger.waybills[order_no].append(waybill_no)
             self.ledger.issued[waybill_no] = {"waybill_no": waybill_no, "order_no": order_no, "idempotency_key": key,
                                               "created_at": time.time(), "status": "issued"}
@@ -461,11 +488,11 @@ class FakeServices:
             return web.json_response({"code": 2000, "message": "out_order_no, order_no and address are required"})
         if (response := await self._fault("express", request, order_no, body)) is not None:
             return response
-        faults = self.faults["express"]
-        if ref in self.ledger.express_by_ref and not faults.ignore_idempotency_key:
+        if self._known("express", ref, self.ledger.express_by_ref):
             return web.json_response({"code": 1002, "message": f"duplicate out_order_no {ref}"})
         waybill_no = f"EX{next(self._serial):010d}"
-        self.ledger.express_by_ref[ref] = waybill_no
+        self.ledger.express_by_ref.setdefault(ref, waybill_no)      # its lookup finds the first
+        self._taken("express", ref)
         self.ledger.waybills[order_no].append(waybill_no)
         self._maybe_reset("express", request)
         if (redirect := self._maybe_redirect("express")) is not None:

@@ -26,6 +26,9 @@ class PipelineError(Exception):
     # How soon a retry may help, when the error knows (a lease's end, the settle of an unknown
     # outcome): its dead letter is due then rather than after DLQ_RETRY_AFTER_SECONDS.
     wait_seconds: float | None = None
+    # False when an error that is not retriable still leaves the step's row pending (T3 notes it
+    # rather than failing it): a person decides, and may still make it done (a reconcile's adoption).
+    fails_step: bool = True
 
     def __init__(self, message: str = "", *, reason: str | None = None, wait_seconds: float | None = None) -> None:
         super().__init__(message or self.__class__.__doc__ or self.reason)
@@ -167,6 +170,15 @@ class StaleEffectMayExist(PipelineError):
     attempt may have reached its service: what it did there may have to be undone by hand."""
 
     reason = "stale_effect_may_exist"
+
+
+class KeyHorizonPassed(PipelineError):
+    """An earlier call of the step may have reached a provider that no longer keeps its key (the first
+    such call is older than the provider's ``keys_kept_for``): called again, the key would be new to it
+    and could make a second effect. Not called; a person decides with the facts, the step kept pending."""
+
+    reason = "key_horizon_passed"
+    fails_step = False
 
 
 class EffectOutcomeUnknown(PipelineError):

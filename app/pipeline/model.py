@@ -27,9 +27,10 @@ UNKNOWN = REOPENABLE_OUTCOME              # t_idem.outcome of a failed row whose
 # What a claim of one step key found: taken (``new``: no row yet; ``reclaimed``: a pending row whose
 # lease ran out), or ``done``, ``held`` (another worker's live lease), ``failed`` for good, ``waiting``
 # for its service to settle before it is asked, ``mismatch`` (recorded with another payload), or
-# ``capped`` (claimed IDEM_MAX_ATTEMPTS times). Conflicts, the numerator of the conflict rate, are the
+# ``capped`` (claimed IDEM_MAX_ATTEMPTS times), or ``past_horizon`` (an earlier call may have reached a
+# provider that no longer keeps its key and cannot be asked: left to a person). Conflicts, the numerator of the conflict rate, are the
 # claims that found the key done or held.
-CLAIM_RESULTS = ("new", "reclaimed", "done", "held", "failed", "waiting", "mismatch", "capped")
+CLAIM_RESULTS = ("new", "reclaimed", "done", "held", "failed", "waiting", "mismatch", "capped", "past_horizon")
 CONFLICTS = frozenset({"done", "held"})
 STALE = Outcome.STALE.value              # t_idem.outcome of an effect never called: its order moved past it
 # t_idem.outcome of an effect step a person settled (resolving or discarding its dead letter)
@@ -58,6 +59,9 @@ class IdemRow:
     # clock): since its lease ended, or since the row last changed if that came later. A claim
     # may call until its lease is almost over, so its row's last change dates no call.
     since_call: float = 0.0
+    # Seconds since the first claim whose call may have reached the provider began (``first_call_at``,
+    # the database clock): what a provider's key horizon is measured against (``keys_kept_for``).
+    first_call_age: float = 0.0
 
 
 @quick_init
@@ -113,6 +117,9 @@ class EffectJob:
     # An earlier attempt may have reached the service (any effect). If this attempt is not called
     # either, the row must keep saying so: "not delivered" would be true of this attempt only.
     earlier_unknown: bool = False
+    # The provider may have forgotten this step's key (its first call is older than the provider keeps
+    # keys): a lookup that finds nothing then sends nothing, and this says why, for a person.
+    past_horizon: str | None = None
 
     def not_called_outcome(self) -> str:
         """t_idem.outcome for this attempt when it was surely not called."""

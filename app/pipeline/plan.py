@@ -25,8 +25,10 @@ from dataclasses import fields, replace
 from enum import Enum
 from operator import attrgetter
 
+from app.pipeline import horizon
 from app.pipeline.errors import (
     AttemptsExhausted,
+    KeyHorizonPassed,
     LeaseHeld,
     NotAskableYet,
     PayloadMismatch,
@@ -119,11 +121,15 @@ class EffectCase(Enum):
     UNKNOWN_UNASKABLE = "unknown_unaskable"  # pending, last call's outcome unknown, no way to ask: failed
     RECLAIM = "reclaim"                      # pending -> pending: attempt + 1, the same token
     RECLAIM_LOOKED_UP = "reclaim_looked_up"  # the same, the last call's outcome unknown or a recovery window
-                                             # open: asked before calling
+                                             # open, or its first call past the provider's key horizon: asked
+                                             # before calling
+    PAST_HORIZON = "past_horizon"            # pending, an earlier call may have reached a provider that no
+                                             # longer keeps its key, which cannot be asked: a person decides
 
 
 def effect_case(effect: Effect, row: IdemRow | None, *, contract: Contract, owner: str, attempt_cap: int | None,
-                verifiable: Mapping[str, float], recovering: float | None) -> EffectCase:
+                verifiable: Mapping[str, float], recovering: float | None,
+                horizons: Mapping[str, float] | None = None, askable: Mapping[str, float] | None = None) -> EffectCase:
     """The case of one effect step: a pure function of its row and the claim's context.
     The order the questions come in is the rule: a live lease is respected before the cap,
     the cap before an unknown outcome.
@@ -131,7 +137,12 @@ def effect_case(effect: Effect, row: IdemRow | None, *, contract: Contract, owne
     While a recovery window is open (``recovering``: its age), the store may have forgotten a
     claim of a verifiable effect that is not idempotent (the SMS), or brought its row back older
     than what was done: a fresh claim and every pending row of it are looked up before any call,
-    once the window is older than the service's settle time."""
+    once the window is older than the service's settle time.
+
+    A provider keeps a key for a while only (``horizons``: seconds, by effect; an effect not in it
+    keeps them for ever). Once the first call that may have reached it is older than that, a repeat
+    is no replay: the call is in doubt, asked about where the provider has a lookup (``askable``:
+    its settle seconds), for a person where it has none."""
     # How long after a call of this effect its service can be asked; None: no second call can
     # be told from the first (its provider replays or refuses a repeated call itself), or none can
     # be asked (the deployed provider's contract has no lookup).
@@ -151,8 +162,15 @@ def effect_case(effect: Effect, row: IdemRow | None, *, contract: Contract, owne
     if attempt_cap is not None and row.attempt >= attempt_cap:
         return EffectCase.CAPPED
     unknown = _outcome_unknown(contract, row)
-    if not (unknown or windowed):
+    forgotten = horizons is not None and horizon.past_horizon(row, horizons.get(effect.name))
+    if not (unknown or windowed or forgotten):
         return EffectCase.RECLAIM
+    if forgotten and contract.idempotent:
+        # Its repeat would be new to the provider: the lookup decides, or a person.
+        ask = askable.get(effect.name) if askable is not None else None
+        if ask is None:
+            return EffectCase.PAST_HORIZON
+        return EffectCase.UNKNOWN_WAIT if row.since_call < ask else EffectCase.RECLAIM_LOOKED_UP
     if delay is None:
         return EffectCase.UNKNOWN_UNASKABLE
     if recovering is not None and recovering < delay:   # windowed (delay is set here)
@@ -164,7 +182,8 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
                *, owner: str, tokens: Callable[[str], str],
                keys_of: Sequence[list[str]] | None = None,
                verifiable: Mapping[str, float] | None = None, contracts: Mapping[str, Contract] | None = None,
-               attempt_cap: int | None = None, recovering: float | None = None) -> BatchPlan:
+               attempt_cap: int | None = None, recovering: float | None = None,
+               horizons: Mapping[str, float] | None = None, askable: Mapping[str, float] | None = None) -> BatchPlan:
     """Decide T1 for ``events`` (offset order) given the rows and orders read under lock.
     ``keys_of[i]`` may carry ``step_keys(events[i])`` when the caller has them already;
     ``verifiable`` maps the effects whose service can be asked whether a call happened to
@@ -176,9 +195,13 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
     ``recovering``: seconds since a recovery window opened (None: none is open). The store may
     have forgotten claims made before it, or brought rows back older, so a fresh claim or a
     pending row of a verifiable effect that is not idempotent (the SMS) is looked up before it
-    is sent, as an unknown outcome is (:func:`effect_case`)."""
+    is sent, as an unknown outcome is (:func:`effect_case`).
+    ``horizons``: how long each effect's provider keeps keys (seconds; absent: for ever), ``askable``
+    the effects whose client can look a call up (its settle seconds): a step whose first call is past
+    its provider's horizon is asked about, or left to a person, never repeated blindly."""
     planner = _Planner(len(events), rows, orders, owner=owner, tokens=tokens, verifiable=verifiable or {},
-                       contracts=contracts or {}, attempt_cap=attempt_cap, recovering=recovering)
+                       contracts=contracts or {}, attempt_cap=attempt_cap, recovering=recovering,
+                       horizons=horizons or {}, askable=askable or {})
     plan_event = planner.event
     for index, event in enumerate(events):
         plan_event(index, event, keys_of[index] if keys_of is not None else step_keys(event))
@@ -198,11 +221,12 @@ class _Planner:
     error) and one method for each case of an event and of its effect steps."""
 
     __slots__ = ("plan", "rows", "current", "blocked", "first_hash", "owner", "tokens", "verifiable",
-                 "contracts", "attempt_cap", "recovering")
+                 "contracts", "attempt_cap", "recovering", "horizons", "askable")
 
     def __init__(self, size: int, rows: dict[str, IdemRow], orders: dict[str, Order], *, owner: str,
                  tokens: Callable[[str], str], verifiable: Mapping[str, float],
-                 contracts: Mapping[str, Contract], attempt_cap: int | None, recovering: float | None) -> None:
+                 contracts: Mapping[str, Contract], attempt_cap: int | None, recovering: float | None,
+                 horizons: Mapping[str, float], askable: Mapping[str, float]) -> None:
         self.plan = BatchPlan(events=[EventPlan() for _ in range(size)])
         self.rows = rows
         self.current = dict(orders)
@@ -210,6 +234,7 @@ class _Planner:
         self.first_hash: dict[str, str] = {}    # local key -> payload hash of its first event in this batch
         self.owner, self.tokens, self.verifiable, self.contracts = owner, tokens, verifiable, contracts
         self.attempt_cap, self.recovering = attempt_cap, recovering
+        self.horizons, self.askable = horizons, askable
 
     def event(self, index: int, event: OrderEvent, keys: list[str]) -> None:
         """One event, in offset order: its order's turn, its payload, its local step, its effects."""
@@ -230,8 +255,9 @@ class _Planner:
             rows, case_of, contracts = self.rows, effect_case, self.contracts
             for step, key in zip(pipe.effects, keys[1:]):
                 row = rows.get(key)
-                case = case_of(step.effect, row, contract=contracts.get(step.effect.name, Contract.NONE), owner=self.owner, attempt_cap=self.attempt_cap,
-                               verifiable=self.verifiable, recovering=self.recovering)
+                case = case_of(step.effect, row, contract=contracts.get(step.effect.name, Contract.NONE),
+                               owner=self.owner, attempt_cap=self.attempt_cap, verifiable=self.verifiable,
+                               recovering=self.recovering, horizons=self.horizons, askable=self.askable)
                 if not _CASE_ACTIONS[case](self, result, index, event, step, key, row):
                     break
         if result.error is None and not result.jobs:
@@ -314,7 +340,7 @@ class _Planner:
 
     def _recovery_wait(self, result, index, event, step, key, row) -> bool:
         # A request of a claim the store forgot may still be on its way to the service.
-        delay, recovering = self.verifiable[step.effect.name], self.recovering
+        delay, recovering = self._settle(step.effect.name), self.recovering
         assert recovering is not None       # effect_case gives RECOVERY_WAIT only in an open window
         return self._wait(result, event, NotAskableYet(
             f"{key}: a recovery window is open (the store may have forgotten an earlier claim, or hold an older "
@@ -340,11 +366,13 @@ class _Planner:
 
     def _unknown_wait(self, result, index, event, step, key, row) -> bool:
         # Asking the service now could miss a request still on its way to it.
-        delay = self.verifiable[step.effect.name]
+        delay = self._settle(step.effect.name)
         wait = max(delay - row.since_call, delay - self.recovering if self.recovering is not None else 0.0)
+        why = f"the outcome of attempt {row.attempt} is unknown"
+        if horizon.past_horizon(row, self.horizons.get(step.effect.name)):
+            why = f"its first call is older than its provider keeps keys ({horizon.span(self.horizons[step.effect.name])})"
         return self._wait(result, event, NotAskableYet(
-            f"{key}: the outcome of attempt {row.attempt} is unknown; the service is asked once "
-            f"{delay:g}s have passed, in {wait:.0f}s", wait_seconds=wait))
+            f"{key}: {why}; the service is asked once {delay:g}s have passed, in {wait:.0f}s", wait_seconds=wait))
 
     def _unknown_unaskable(self, result, index, event, step, key, row) -> bool:
         # An earlier claim may have reached the gateway: calling again could send twice,
@@ -362,9 +390,22 @@ class _Planner:
 
     def _reclaim_looked_up(self, result, index, event, step, key, row) -> bool:
         # The last call's outcome is unknown, or the store may hold an older state of the row
-        # (a recovery window): the service is asked before it is repeated.
-        self._take_again(result, index, event, step, key, row, verify=True)
+        # (a recovery window), or the provider may have forgotten the key: the service is asked
+        # before it is repeated; in the last case, a lookup that finds nothing repeats nothing.
+        forgotten = horizon.past_horizon(row, self.horizons.get(step.effect.name))
+        self._take_again(result, index, event, step, key, row, verify=True,
+                         past=self._horizon_facts(step, row) if forgotten else None)
         return True
+
+    def _past_horizon(self, result, index, event, step, key, row) -> bool:
+        # Repeated, the key would be new to the provider: a second effect, not a replay. Nothing is
+        # claimed (the row stays as it is, for a person to look up and settle, or adopt).
+        self.plan.claims["past_horizon"] += 1
+        result.error = KeyHorizonPassed(
+            f"{key}: not called: {self._horizon_facts(step, row)}, and it has no lookup to ask. "
+            f"{horizon.what_to_check(event.order_no, row)}")
+        self.blocked.add(event.order_no)
+        return False
 
     # -- what the cases share -----------------------------------------------------------------------
 
@@ -386,19 +427,28 @@ class _Planner:
                                         idem_token=token))
         self._job(result, index, event, step, key, token, 1, verify=verify, earlier_unknown=verify)
 
-    def _take_again(self, result, index, event, step, key, row: IdemRow, *, verify: bool) -> None:
+    def _take_again(self, result, index, event, step, key, row: IdemRow, *, verify: bool,
+                    past: str | None = None) -> None:
         self.plan.claims["reclaimed"] += 1
         self.plan.reclaims.append(Reclaim(key, event.part_date, row.attempt))
         self._job(result, index, event, step, key, row.idem_token or self.tokens(key), row.attempt + 1,
-                  verify=verify, earlier_unknown=verify or row.outcome != NOT_DELIVERED)
+                  verify=verify, earlier_unknown=verify or row.outcome != NOT_DELIVERED, past_horizon=past)
 
     def _job(self, result: EventPlan, index: int, event: OrderEvent, step, key: str, token: str, attempt: int,
-             *, verify: bool, earlier_unknown: bool) -> None:
+             *, verify: bool, earlier_unknown: bool, past_horizon: str | None = None) -> None:
         pipe = PIPELINES[event.type]
         result.jobs.append(EffectJob(index, event.order_no, key, event.part_date, step.name, step.effect, token,
                                      attempt, step.effect.request(event, self.current[event.order_no]),
                                      pipe.local.moves_order_to, step.voids(pipe.local.moves_order_to),
-                                     verify=verify, earlier_unknown=earlier_unknown))
+                                     verify=verify, earlier_unknown=earlier_unknown, past_horizon=past_horizon))
+
+    def _settle(self, effect: str) -> float:
+        """How long after a call of ``effect`` its service may be asked about it."""
+        delay = self.verifiable.get(effect)
+        return self.askable[effect] if delay is None else delay
+
+    def _horizon_facts(self, step, row: IdemRow) -> str:
+        return horizon.facts(step.effect.name, row, self.horizons[step.effect.name])
 
 
 _CASE_ACTIONS = {case: getattr(_Planner, "_" + case.value) for case in EffectCase}

@@ -125,6 +125,8 @@ class EffectClient(Protocol):
     contracts: Mapping[str, Contract]  # the deployed providers' contracts, by effect name
     verifiable: Mapping[str, float]    # effects whose provider can be asked (``lookup``): how long after an
                                        # unknown outcome it is safe to ask
+    askable: Mapping[str, float]       # effects whose client can look a call up (any contract): the same
+    horizons: Mapping[str, float]      # how long each effect's provider keeps keys, seconds (absent: for ever)
 
     async def call(self, job: EffectJob) -> Receipt:
         """Make the call of ``job`` with its token; raise a :class:`PipelineError` that says

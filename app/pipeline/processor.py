@@ -58,6 +58,7 @@ from app.pipeline.errors import (
     DatabaseSlow,
     EffectNotDelivered,
     Fatal,
+    KeyHorizonPassed,
     PipelineError,
     ProviderUnavailable,
     RateLimited,
@@ -237,7 +238,8 @@ class Processor:
         # Only a batch with a claim that a recovery window would change reads the window.
         recovering = await tx.recovery_age() if window_matters(events, keys_of, rows, verifiable) else None
         plan = plan_batch(events, rows, orders, owner=owner, keys_of=keys_of, verifiable=verifiable,
-                          contracts=self.effects.contracts,
+                          contracts=self.effects.contracts, horizons=self.effects.horizons,
+                          askable=self.effects.askable,
                           attempt_cap=attempt_cap, tokens=self.tokens, recovering=recovering)
         if plan.writes:
             await tx.apply_plan(plan, owner=owner, lease_seconds=self.lease_seconds)
@@ -390,6 +392,14 @@ class Processor:
                 found = await self.effects.lookup(job)
                 if found is not None:
                     return Finished(job, receipt=found)
+                if job.past_horizon is not None:
+                    # The provider may have forgotten the key: "not found" proves nothing, and a
+                    # send could be a second effect. A person decides (the row stays pending).
+                    return Finished(job, error=KeyHorizonPassed(
+                        f"{job.biz_key}: not called: its lookup found nothing under token {job.token}, which "
+                        f"proves nothing now: {job.past_horizon}. If the provider did it, a retry finds it once "
+                        "its lookup answers; if not, resolve or discard this dead letter and have the effect "
+                        "made by hand"))
                 # Verified: no earlier call reached the service. If the send is not made now
                 # either, the row may say "not delivered" again.
                 job = replace(job, earlier_unknown=False)

@@ -45,6 +45,15 @@ class EffectSettings(Group):
     lookup_settle_seconds: float | None = setting("EFFECTS__<EFFECT>__LOOKUP_SETTLE_SECONDS", None, ge=0,
         shown="30", description="How long after a call in doubt the provider is asked (alias "
                                 "`SMS_LOOKUP_SETTLE_SECONDS`).")
+    keys_kept_for_seconds: float | None = setting("EFFECTS__<EFFECT>__KEYS_KEPT_FOR_SECONDS", None, gt=0,
+        shown="the provider's: 86400 (`waybill`), 259200 (`express`), 604800 (`sms`)",
+        description="How long the deployed provider keeps an idempotency key (answers a repeated key or reference "
+                    "as the first call's, or finds the call by it): set it from the provider's documentation or "
+                    "contract, at most what it promises. A step whose first call that may have reached the provider "
+                    "is older than this is never called again blindly: its provider's lookup decides (a receipt if "
+                    "it finds the call, a person if not), or, without one, a person (`key_horizon_passed`). "
+                    "`forever` only for a provider that truly keeps keys for ever ([A provider's key "
+                    "horizon](exactly-once.md#a-providers-key-horizon)).")
     calls_per_second: float | None = setting("EFFECTS__<EFFECT>__CALLS_PER_SECOND", None, ge=0, shown="none",
         description="The provider's rate limit for this deployment's account, for the whole consumer group: each "
                     "worker calls at most its share (this rate over the live workers, counted from their "
@@ -61,6 +70,13 @@ class EffectSettings(Group):
         description="The secret a signing provider shares with this deployment (its requests are signed with "
                     "HMAC-SHA256 under it); kept like a password, never logged or shown. A provider that signs "
                     "refuses to start without it.")
+
+    @field_validator("keys_kept_for_seconds", mode="before")
+    @classmethod
+    def _forever(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "forever":
+            return float("inf")
+        return value
 
     @field_validator("secret")
     @classmethod
@@ -180,7 +196,7 @@ class EffectsSettings(Group):
             connect_timeout_seconds=min(self.connect_timeout_seconds, timeout / 2),
             lookup=bool(pick("lookup", False)),
             lookup_settle_seconds=float(pick("lookup_settle_seconds", DEFAULT_SETTLE_SECONDS)),
-            key_id=nested.key_id, secret=nested.secret,
+            key_id=nested.key_id, secret=nested.secret, keys_kept_for_seconds=nested.keys_kept_for_seconds,
             calls_per_second=float(nested.calls_per_second or 0.0),
             concurrency=min(nested.concurrency or self.concurrency, self.concurrency))
 
@@ -250,6 +266,7 @@ class ResolvedEffect(Group):
     secret: SecretStr | None
     calls_per_second: float = 0.0
     concurrency: int = 0
+    keys_kept_for_seconds: float | None = None      # None: the provider's declaration; inf: for ever
 
 
 def nested_environment(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:

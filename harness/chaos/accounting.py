@@ -320,12 +320,23 @@ class Accountant:
                    for entry in self.requests.get((order_no, type_), [])
                    for row in self.ledger_at.get((entry["partition"], entry["offset"]), []))
 
+    def left_for(self, order_no: str, type_: str, reason: str) -> bool:
+        """Some record of this request is a dead letter with a person for ``reason``."""
+        return any(rules.LEDGER_STATUS.get(row["status"]) == "manual" and row.get("reason") == reason
+                   for entry in self.requests.get((order_no, type_), [])
+                   for row in self.ledger_at.get((entry["partition"], entry["offset"]), []))
+
     def calls(self, service: str, order_no: str) -> list[dict]:
         return self.calls_of.get((service, order_no), [])
 
     def pending(self) -> None:
         for key, row in sorted(self.t.idem.items()):
-            if row["status"] == rules.PENDING:
+            order_no, type_ = key.split(":")[:2]
+            if row["status"] == rules.PENDING and self.left_for(order_no, type_, rules.PAST_HORIZON):
+                # Its provider may have forgotten its key: kept pending for a person (who may adopt
+                # what the provider did), not left behind.
+                self.a.effects["past_horizon_manual"] += 1
+            elif row["status"] == rules.PENDING:
                 self.f.flag("pending_left", f"{key}: pending, attempt {row['attempt']}, owner {row['owner']}, "
                                             f"last outcome {row['outcome']}")
 

@@ -23,6 +23,9 @@ misaccounted          a dead letter that says the wrong thing: a malformed recor
                       topic without its row, a step row of an event nobody produced
 duplicate_effects     waybills, SMS or receipts beyond one per order (beyond none where none
                       is due)
+replayed_past_horizon a waybill call carrying a key its provider first took longer ago than
+                      it keeps keys (``keys_kept_for_seconds`` in the manifest): no replay, a
+                      call the provider may take as new
 missing_effects       a done step without its effect or receipt, an effect without its record
 unchecked_effects     an effect the pipeline declares (``effect_steps`` in the manifest) that the
                       checker has no exactly-once check for, or a call in the fakes' ledger to a
@@ -66,7 +69,8 @@ from harness.chaos.agreement import check_agreement
 from harness.chaos.orders import OrderCheck
 from harness.chaos.rules import LOCAL_STEP, SERVICES, step_keys, unchecked_effects
 
-VIOLATIONS = ("lost", "acked_not_consumed", "double_accounted", "misaccounted", "duplicate_effects", "missing_effects",
+VIOLATIONS = ("lost", "acked_not_consumed", "double_accounted", "misaccounted", "duplicate_effects",
+              "replayed_past_horizon", "missing_effects",
               "unchecked_effects", "regressions",
               "pending_left", "offsets_behind", "unexpected_exits", "unsettled", "manifest_mismatches",
               "unreadable", "reconcile_disagrees", "failover_lost", "failover_unnoticed", "failover_unfinished")
@@ -99,6 +103,7 @@ class CheckReport:
     double_accounted: int = 0
     misaccounted: int = 0
     duplicate_effects: int = 0
+    replayed_past_horizon: int = 0
     missing_effects: int = 0
     unchecked_effects: int = 0
     regressions: int = 0

@@ -112,9 +112,9 @@ CONNECT_KILLS = 5                      # with an outbox upstream: Connect SIGKIL
 
 def declared_effect_steps(pipelines=PIPELINES, settings: dict[str, str] | None = None,
                           providers=None) -> list[dict]:
-    """Every effect step the pipeline declares, with the provider and the contract a worker started
-    with ``settings`` deploys for it (the providers' registry), for the checker to match against what
-    it checks."""
+    """Every effect step the pipeline declares, with the provider, the contract and how long the provider
+    keeps keys (seconds, None: for ever) as a worker started with ``settings`` deploys it (the providers'
+    registry), for the checker to match against what it checks."""
     effects = Settings(**{name.lower(): value for name, value in (settings or {}).items()
                           if name.upper().startswith(("EFFECTS__", "SMS_"))}).effects
     steps = []
@@ -124,9 +124,11 @@ def declared_effect_steps(pipelines=PIPELINES, settings: dict[str, str] | None =
                 provider = registry.chosen(step.effect.name, effects, providers)
             except registry.UnknownProvider:
                 provider = None
-            contract = provider.contract_for(effects.effect(step.effect.name)).value if provider else None
+            resolved = effects.effect(step.effect.name)
+            contract = provider.contract_for(resolved).value if provider else None
             steps.append({"event_type": type_.value, "step": step.name, "effect": step.effect.name,
-                          "provider": provider.name if provider else None, "contract": contract})
+                          "provider": provider.name if provider else None, "contract": contract,
+                          "keys_kept_for_seconds": provider.key_horizon(resolved) if provider else None})
     return steps
 
 

@@ -14,7 +14,9 @@ services did, not what the pipeline believes:
 * a done SMS step: exactly one message, with the step's token as ``client_ref``; an SMS whose
   outcome stayed unknown (a gateway without lookup): at most one message and a dead letter of
   its CANCEL with a person; with a lookup, never unknown;
-* never a second waybill or SMS for an order, nor a receipt without its waybill.
+* never a second waybill or SMS for an order, nor a receipt without its waybill;
+* never a waybill call carrying a key its provider took longer ago than it keeps keys (the manifest's
+  ``keys_kept_for_seconds``): such a call may be new to the provider, a second waybill, not a replay.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class OrderCheck:
                                            f"{sorted(kinds)} lead to {rules.STATUS_NAME[rules.final_state(kinds)]}")
         if self.fakes is not None:      # None: the services' ledger could not be read
             self.waybill(order_no, actual)
+            self.past_horizon(order_no)
             self.sms(order_no)
 
     def waybill(self, order_no: str, actual: int | None) -> None:
@@ -106,6 +109,20 @@ class OrderCheck:
             # a waybill exists that no receipt records.
             self.f.flag("missing_effects", f"{order_no}: waybill {issued[0]} issued, no receipt records it (the "
                                            f"step is {'absent' if step is None else describe_row(step)})")
+
+    def past_horizon(self, order_no: str) -> None:
+        """Calls that repeated a key after the provider may have forgotten it (from its first taking)."""
+        horizon = rules.keys_kept_for(self.m.get("effect_steps"), "waybill")
+        if horizon is None:
+            return
+        for service in rules.WAYBILL_SERVICES:
+            taken = (self.fakes.get("keys") or {}).get(service) or {}
+            for call in self.books.calls(service, order_no):
+                first = taken.get(call.get("key"))
+                if first is not None and call.get("at", 0) - first > horizon:
+                    self.f.flag("replayed_past_horizon", f"{order_no}: a {service} call with key {call['key']} "
+                                                         f"{call['at'] - first:.1f}s after the provider first took "
+                                                         f"it; it keeps keys {horizon:g}s")
 
     def sms(self, order_no: str) -> None:
         sent = self.fakes.get("sms", {}).get(order_no, [])

@@ -33,6 +33,10 @@ CHECKED_EFFECTS = {"waybill": ("issue_waybill", "ORDER_CONFIRM"), "sms": ("send_
 #   for a person;
 # * lookup: the same, and never an outcome left unknown (the provider can be asked);
 # * none: at most one effect; an outcome left unknown waits for a person (a dead letter of its event).
+# And for every contract: a provider keeps a key for a while only (the manifest's ``keys_kept_for_seconds``);
+# no call carries a key the provider first took longer ago than that (``replayed_past_horizon``: it may be
+# new to the provider again), and a step left for that reason is pending with a person
+# (``key_horizon_passed``), not ``pending_left``.
 CHECKED_CONTRACTS = {"waybill": frozenset({"replays", "refuses_duplicates"}), "sms": frozenset({"lookup", "none"})}
 EFFECT_STEP = {type_: step for step, type_ in CHECKED_EFFECTS.values()}
 # What the fakes' ledger may record calls to: each provider's calls, then its lookups.
@@ -49,6 +53,7 @@ APPLIED, STALE, NOT_READY = "applied", "stale", "not_ready"
 # t_idem.status, and the outcomes the checker reads in it.
 PENDING, DONE, FAILED = 1, 2, 3
 UNKNOWN_SMS = "unknown_outcome_non_idempotent"   # an SMS that may have gone out; no lookup to ask
+PAST_HORIZON = "key_horizon_passed"              # a step whose provider may have forgotten its key: a person's
 
 # t_compensation.status
 LEDGER_STATUS = {1: "open", 2: "retrying", 3: "compensated", 4: "manual", 5: "discarded", 6: "superseded",
@@ -106,6 +111,12 @@ def unchecked_effects(declared: Iterable[dict]) -> list[str]:
                            f"(it has {', '.join(sorted(CHECKED_CONTRACTS[d['effect']]))}); add one to "
                            "harness/chaos/orders.py and name it in harness/chaos/rules.py CHECKED_CONTRACTS")
     return unknown
+
+
+def keys_kept_for(declared: Iterable[dict] | None, effect: str) -> float | None:
+    """How long the run's provider of ``effect`` keeps a key, in seconds (the manifest's ``effect_steps``;
+    None: for ever, or not said)."""
+    return next((d.get("keys_kept_for_seconds") for d in declared or () if d["effect"] == effect), None)
 
 
 def contract_of(declared: Iterable[dict] | None, effect: str) -> str | None:

@@ -362,10 +362,27 @@ def an_effect_it_has_no_check_for(run: Run):
     return "unchecked_effects", "'push'", manifest
 
 
+def a_replay_past_the_key_horizon(run: Run):
+    """The confirmed order's waybill key sent again (the API answers with the same waybill: no second
+    one), held to a provider that keeps keys a millisecond: to such a provider it was a new request."""
+    o = run.orders["confirmed"]
+    token = _one(run, "SELECT idem_token FROM t_idem WHERE biz_key = %s", f"{o}:ORDER_CONFIRM:issue_waybill")["idem_token"]
+    request = urllib.request.Request(f"{run.fakes.url}/v1/waybills", method="POST",
+                                     data=json.dumps({"order_no": o, "address": "1 Test Road"}).encode(),
+                                     headers={"Content-Type": "application/json", "Idempotency-Key": token})
+    assert urllib.request.urlopen(request, timeout=10).status == 200          # replayed
+    manifest = json.loads(json.dumps(run.manifest))
+    for declared in manifest["effect_steps"]:
+        if declared["effect"] == "waybill":
+            assert declared["keys_kept_for_seconds"] == 86400                  # the provider's own, untampered
+            declared["keys_kept_for_seconds"] = 0.001
+    return "replayed_past_horizon", o, manifest
+
+
 TAMPERS = [backwards, stale_read_as_applied, idem_row_deleted, pending_left, ledger_row_twice,
            malformed_not_dead_lettered, malformed_with_another_reason, dead_letter_reopened, receipt_without_waybill,
            receipt_of_another_waybill, record_that_never_was, worker_died, sources_out_of_reach,
-           an_effect_it_has_no_check_for]
+           an_effect_it_has_no_check_for, a_replay_past_the_key_horizon]
 
 
 @pytest.mark.parametrize("tamper", TAMPERS, ids=[t.__name__ for t in TAMPERS])
@@ -379,6 +396,29 @@ def test_a_tampered_run_is_reported(run: Run, tamper):
     assert not report.ok
     assert getattr(report, violation) >= 1, render(report)
     assert any(line.startswith(violation) and names in line for line in report.problems), report.problems
+
+
+def test_a_step_left_to_a_person_past_its_key_horizon_is_not_pending_left(run: Run):
+    """What a redrive past the provider's key horizon leaves: the step pending (a person may adopt the
+    waybill the provider issued), no receipt, its dead letter manual for key_horizon_passed."""
+    o = run.orders["paid_late"]
+    key = f"{o}:ORDER_CONFIRM:issue_waybill"
+    step = _one(run, "SELECT status, outcome FROM t_idem WHERE biz_key = %s", key)
+    receipt = _one(run, "SELECT * FROM t_waybill_receipt WHERE order_no = %s", o)
+    letter = _ledger_row(run, run.entry("paid_late", "ORDER_CONFIRM"))
+    run.db.query("UPDATE t_idem SET status = 1, outcome = 'key_horizon_passed' WHERE biz_key = %s", key)
+    run.db.query("DELETE FROM t_waybill_receipt WHERE order_no = %s", o)
+    run.db.query("UPDATE t_compensation SET status = 4, reason = 'key_horizon_passed' WHERE id = %s", letter["id"])
+    try:
+        report = run.check()
+    finally:
+        run.db.query("UPDATE t_idem SET status = %s, outcome = %s WHERE biz_key = %s", step["status"],
+                     step["outcome"], key)
+        _insert(run, "t_waybill_receipt", receipt)
+        run.db.query("UPDATE t_compensation SET status = %s, reason = %s WHERE id = %s", letter["status"],
+                     letter["reason"], letter["id"])
+    assert report.pending_left == 0 and report.effects["past_horizon_manual"] == 1, render(report)
+    assert not [line for line in report.problems if o in line], report.problems
 
 
 def test_effects_the_pipeline_never_made_and_a_record_nobody_read(run: Run):
@@ -402,3 +442,4 @@ def test_effects_the_pipeline_never_made_and_a_record_nobody_read(run: Run):
     assert {o for o in (confirmed, cancelled) if any(line.startswith("duplicate_effects") and o in line
                                                      for line in report.problems)} == {confirmed, cancelled}
     assert report.offsets_behind == 1 and report.manifest_mismatches == 1, render(report)
+

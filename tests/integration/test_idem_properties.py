@@ -68,6 +68,8 @@ class NoCalls:
     """T2 is played by the test: the processor never calls out here."""
 
     verifiable: dict[str, float] = {}
+    askable: dict[str, float] = {}
+    horizons: dict[str, float] = {}
     contracts = {"waybill": Contract.REPLAYS, "sms": Contract.LOOKUP}      # the shipped providers'
 
     async def call(self, job: EffectJob) -> Receipt:

@@ -4,8 +4,10 @@ provider modules is what every part of the house reads."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
+from pydantic import ValidationError
 
 from app.adapters.effects import EffectClients, LookupOutsideContract, MissingEffectClient, registry
 from app.adapters.effects.provider import Provider
@@ -96,7 +98,8 @@ class LockerClient:
 
 
 LOCKER = Provider("locker", PARCEL, Contract.REFUSES_DUPLICATES, lambda session, s: LockerClient(s),
-                  services=("locker", "locker_lookup"), fake_settings={"KEY_ID": "demo"})
+                  services=("locker", "locker_lookup"), fake_settings={"KEY_ID": "demo"},
+                  keys_kept_for=timedelta(hours=36))
 
 
 def test_a_new_effect_is_seen_by_every_place_that_reads_the_registry():
@@ -112,9 +115,10 @@ def test_a_new_effect_is_seen_by_every_place_that_reads_the_registry():
     client = factories["parcel_locker"](None, settings.effects)
     assert isinstance(client, LockerClient)
     assert (client.settings.url, client.settings.timeout_seconds) == ("http://lockers:81", 1.5)
-    # the pipeline's decisions: its contract, through the port
-    assert EffectClients({n: f(None, settings.effects) for n, f in factories.items()},
-                         required=effects_used).contracts["parcel_locker"] is Contract.REFUSES_DUPLICATES
+    # the pipeline's decisions: its contract and how long its provider keeps keys, through the port
+    port = EffectClients({n: f(None, settings.effects) for n, f in factories.items()}, required=effects_used)
+    assert port.contracts["parcel_locker"] is Contract.REFUSES_DUPLICATES
+    assert port.horizons["parcel_locker"] == 36 * 3600
     # the demo fakes: the settings that send a worker's calls of it there
     assert registry.fake_settings("http://fakes", effects_used, providers)["EFFECTS__PARCEL_LOCKER__URL"] == "http://fakes"
     assert registry.fake_settings("http://fakes", effects_used, providers)["EFFECTS__PARCEL_LOCKER__KEY_ID"] == "demo"
@@ -123,7 +127,8 @@ def test_a_new_effect_is_seen_by_every_place_that_reads_the_registry():
     # the chaos checker: told its provider and contract, and refusing it until it has a check
     steps = declared_effect_steps(pipelines, providers=providers)
     [locker] = [d for d in steps if d["effect"] == "parcel_locker"]
-    assert (locker["provider"], locker["contract"]) == ("locker", "refuses_duplicates")
+    assert (locker["provider"], locker["contract"], locker["keys_kept_for_seconds"]) == (
+        "locker", "refuses_duplicates", 36 * 3600)
     assert any("'parcel_locker'" in why for why in rules.unchecked_effects(steps))
 
 
@@ -131,3 +136,20 @@ def test_the_fakes_serve_every_shipped_effect():
     urls = worker_urls("http://fakes")
     for name in {step.effect.name for pipe in PIPELINES.values() for step in pipe.effects}:
         assert urls[f"EFFECTS__{name.upper()}__URL"] == "http://fakes"
+
+
+def test_each_provider_says_how_long_it_keeps_keys_and_a_deployment_may_say_its_own():
+    def port(**settings) -> EffectClients:
+        effects = Settings(**settings).effects
+        return EffectClients({name: make(None, effects) for name, make in EFFECT_CLIENTS.items()})
+
+    assert all(isinstance(p.keys_kept_for, timedelta) for p in registry.PROVIDERS)     # none keeps them for ever
+    assert port().horizons == {"waybill": 86400.0, "sms": 7 * 86400.0}
+    assert port(effects__waybill__keys_kept_for_seconds="3600").horizons["waybill"] == 3600.0
+    assert "waybill" not in port(effects__waybill__keys_kept_for_seconds="forever").horizons
+    express = port(effects__waybill__provider="express", effects__waybill__key_id="m", effects__waybill__secret="s")
+    assert express.horizons["waybill"] == 72 * 3600.0
+    assert express.askable == {"waybill": 30.0, "sms": 30.0} and express.verifiable == {"sms": 30.0}
+    for nonsense in ("0", "-5", "a day"):
+        with pytest.raises(ValidationError, match="keys_kept_for_seconds"):
+            Settings(effects__waybill__keys_kept_for_seconds=nonsense)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from app.pipeline.errors import (
     AttemptsExhausted,
+    KeyHorizonPassed,
     LeaseHeld,
     PayloadMismatch,
     PreconditionNotMet,
@@ -124,8 +125,15 @@ def test_a_replay_whose_steps_ended_without_running_says_how():
         assert (p.events[0].outcome, p.events[0].settled) == ("duplicate", settled), rows
 
 
-def _pending(*, owner=ME, expired=True, attempt=1, outcome=None, since_call=0.0, status=IdemStatus.PENDING):
-    return IdemRow("k", status, attempt, owner, "t", "h", outcome, None, expired, 0.0 if expired else 9.0, since_call)
+def _pending(*, owner=ME, expired=True, attempt=1, outcome=None, since_call=0.0, status=IdemStatus.PENDING,
+             first_call_age=0.0):
+    return IdemRow("k", status, attempt, owner, "t", "h", outcome, None, expired, 0.0 if expired else 9.0, since_call,
+                   first_call_age)
+
+
+DAY = 86400.0
+# How long the shipped providers keep keys, as declared: the logistics API a day, the SMS gateway's lookup a week.
+HORIZONS = {ISSUE_WAYBILL.name: DAY, SEND_SMS.name: 7 * DAY}
 
 
 # (effect, row, recovering seconds, expected case): each row of the docs' t_idem table, with its
@@ -159,6 +167,16 @@ EFFECT_CASES = [
     (SEND_SMS, _pending(since_call=99.0), 5.0, EffectCase.RECOVERY_WAIT),
     (SEND_SMS, _pending(owner="other/1", expired=False), 30.0, EffectCase.HELD),
     (ISSUE_WAYBILL, _pending(outcome=NOT_DELIVERED), 30.0, EffectCase.RECLAIM),   # idempotent: the token suffices
+    # A provider's key horizon: past it, an earlier call that may have reached the provider makes a
+    # repeat no replay. The logistics API cannot be asked: a person; the SMS gateway's lookup is asked.
+    (ISSUE_WAYBILL, _pending(outcome="effect_unavailable", first_call_age=DAY - 1), None, EffectCase.RECLAIM),
+    (ISSUE_WAYBILL, _pending(outcome="effect_unavailable", first_call_age=DAY + 1), None, EffectCase.PAST_HORIZON),
+    (ISSUE_WAYBILL, _pending(outcome=None, first_call_age=DAY + 1), None, EffectCase.PAST_HORIZON),  # a worker died
+    (ISSUE_WAYBILL, _pending(outcome=NOT_DELIVERED, first_call_age=9 * DAY), None, EffectCase.RECLAIM),  # never reached
+    (ISSUE_WAYBILL, _pending(owner="other/1", expired=False, first_call_age=9 * DAY), None, EffectCase.HELD),
+    (ISSUE_WAYBILL, _pending(attempt=5, first_call_age=9 * DAY), None, EffectCase.CAPPED),   # the cap first
+    (SEND_SMS, _pending(since_call=10.0, first_call_age=8 * DAY), None, EffectCase.UNKNOWN_WAIT),
+    (SEND_SMS, _pending(since_call=30.0, first_call_age=8 * DAY), None, EffectCase.RECLAIM_LOOKED_UP),
 ]
 
 
@@ -166,8 +184,8 @@ def test_each_effect_step_falls_in_the_case_its_row_says():
     seen = set()
     for effect, idem_row, recovering, expected in EFFECT_CASES:
         case = effect_case(effect, idem_row, contract=CONTRACTS[effect.name], owner=ME, attempt_cap=5,
-                           verifiable={SEND_SMS.name: 30.0},
-                           recovering=recovering)
+                           verifiable={SEND_SMS.name: 30.0}, recovering=recovering, horizons=HORIZONS,
+                           askable={SEND_SMS.name: 30.0})
         assert case is expected, (effect.name, idem_row, recovering)
         seen.add(case)
     assert effect_case(SEND_SMS, _pending(), contract=Contract.NONE, owner=ME, attempt_cap=5, verifiable={},
@@ -443,3 +461,56 @@ def test_a_call_in_doubt_is_decided_by_the_providers_contract():
         assert fresh is (EffectCase.RECOVERY_WAIT if contract is Contract.LOOKUP else EffectCase.CLAIM), contract
     assert set(IN_DOUBT) == set(Contract)
     assert [c for c in Contract if c.idempotent] == [Contract.REPLAYS, Contract.REFUSES_DUPLICATES]
+
+
+def test_past_its_key_horizon_an_idempotent_call_in_doubt_is_asked_about_or_left_to_a_person():
+    """A courier that refuses duplicates and can look a reference up (the express courier): asked
+    once its settle has passed. Without a lookup: a person. A key still kept: called again, as ever."""
+    express = dict(contract=Contract.REFUSES_DUPLICATES, owner=ME, attempt_cap=5, verifiable={}, recovering=None,
+                   horizons={ISSUE_WAYBILL.name: DAY})
+    old = _pending(outcome="effect_unavailable", first_call_age=DAY + 1, since_call=60.0)
+    assert effect_case(ISSUE_WAYBILL, old, askable={ISSUE_WAYBILL.name: 30.0}, **express) is EffectCase.RECLAIM_LOOKED_UP
+    assert effect_case(ISSUE_WAYBILL, replace(old, since_call=5.0), askable={ISSUE_WAYBILL.name: 30.0},
+                       **express) is EffectCase.UNKNOWN_WAIT
+    assert effect_case(ISSUE_WAYBILL, old, askable={}, **express) is EffectCase.PAST_HORIZON
+    assert effect_case(ISSUE_WAYBILL, old, askable={}, **{**express, "horizons": {}}) is EffectCase.RECLAIM   # for ever
+    assert effect_case(ISSUE_WAYBILL, replace(old, first_call_age=DAY - 1), askable={},
+                       **express) is EffectCase.RECLAIM
+
+
+def _past(effect_key, e, *, since_call=60.0):
+    return IdemRow(effect_key, IdemStatus.PENDING, 3, "dead/1", "tok-first", e.payload_hash, "effect_unavailable", None,
+                   True, 0.0, since_call, 2 * DAY + 60)
+
+
+def test_a_waybill_past_its_key_horizon_is_not_claimed_and_goes_to_a_person_with_the_facts():
+    e = ev("ORDER_CONFIRM")
+    local, effect = step_keys(e)
+    rows = {local: row(local, e), effect: _past(effect, e)}
+    orders = {ORDER: Order(ORDER, OrderStatus.CONFIRMED, address="x")}
+    p = plan_batch([e, ev("ORDER_CANCEL")], rows, orders, owner=ME, tokens=tokens(), contracts=CONTRACTS,
+                   horizons=HORIZONS, attempt_cap=None)            # a person's retry meets it too
+    error = p.events[0].error
+    assert isinstance(error, KeyHorizonPassed) and not error.retriable and not error.fails_step
+    assert not p.events[0].jobs and not p.writes and p.claims == {"done": 1, "past_horizon": 1}
+    assert p.events[1].deferred                                    # the order's later events wait behind it
+    for fact in ("2d 0h ago", "for 24h", "EFFECTS__WAYBILL__KEYS_KEPT_FOR_SECONDS", "tok-first", ORDER,
+                 "reconcile --last 50h"):
+        assert fact in str(error), (fact, str(error))
+
+
+def test_a_lookup_past_the_key_horizon_sends_nothing_when_it_finds_nothing():
+    """The SMS gateway's lookup is asked as ever; its job says why a "not found" proves nothing."""
+    cancel = ev("ORDER_CANCEL")
+    local, sms = step_keys(cancel)
+    rows = {local: row(local, cancel), sms: _past(sms, cancel)}
+    orders = {ORDER: Order(ORDER, OrderStatus.CANCELLED)}
+    p = plan_batch([cancel], rows, orders, owner=ME, tokens=tokens(), contracts=CONTRACTS, horizons={"sms": DAY},
+                   verifiable={"sms": 30.0}, askable={"sms": 30.0})
+    [job] = p.events[0].jobs
+    assert job.verify and job.token == "tok-first" and job.attempt == 4
+    assert job.past_horizon is not None and "keeps idempotency keys for 24h" in job.past_horizon
+    inside = plan_batch([cancel], rows, orders, owner=ME, tokens=tokens(), contracts=CONTRACTS,
+                        horizons={"sms": 7 * DAY}, verifiable={"sms": 30.0}, askable={"sms": 30.0})
+    [job] = inside.events[0].jobs
+    assert job.verify and job.past_horizon is None                 # not found: sent, as ever

@@ -54,3 +54,15 @@ def test_an_outage_lasts_as_long_as_it_was_set_for(monkeypatch):
 def test_a_negative_pace_is_refused(name):
     with pytest.raises(ValueError, match=name):
         Faults().update({name: -1})
+
+
+def test_a_provider_that_forgets_keys_forgets_them_after_its_time(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr("app.demo.fakes.time.time", lambda: now[0])
+    faults = Faults()
+    assert not faults.forgotten(900.0)                       # 0: it never forgets
+    faults.update({"forget_keys_after_seconds": 60})
+    assert not faults.forgotten(None) and not faults.forgotten(940.0)
+    assert faults.forgotten(939.0)
+    with pytest.raises(ValueError, match="must not be negative"):
+        faults.update({"forget_keys_after_seconds": -1})

@@ -136,10 +136,13 @@ class EffectClients:
         # lookup is ``none``); a client that says none is taken as ``none``.
         self.contracts: dict[str, Contract] = {
             name: getattr(client, "contract", Contract.NONE) for name, client in self.clients.items()}
+        # Every client that can look a call up (a lookup(job) method and lookup_settle_seconds), whatever
+        # its contract: how long after a call its provider can be asked about it.
+        self.askable = {name: float(client.lookup_settle_seconds) for name, client in self.clients.items()
+                        if callable(getattr(client, "lookup", None))
+                        and isinstance(getattr(client, "lookup_settle_seconds", None), (int, float))}
         asking = sorted(name for name, contract in self.contracts.items() if contract.verifiable)
-        unable = [name for name in asking
-                  if not callable(getattr(self.clients[name], "lookup", None))
-                  or not isinstance(getattr(self.clients[name], "lookup_settle_seconds", None), (int, float))]
+        unable = [name for name in asking if name not in self.askable]
         if unable:
             raise LookupOutsideContract(
                 f"the client(s) of {', '.join(unable)} declare the contract lookup but have no lookup (a "
@@ -147,6 +150,11 @@ class EffectClients:
                 "provider has (app/adapters/effects/<provider>.py)")
         # The effects whose calls in doubt are asked about: how long after a call their provider can be asked.
         self.verifiable = {name: float(self.clients[name].lookup_settle_seconds) for name in asking}
+        # How long each provider keeps a key (seconds; the registry tells each client its provider's, as the
+        # deployment has it: ``keys_kept_for``); a client that says nothing, or None, keeps them for ever.
+        self.horizons = {name: float(kept) for name, client in self.clients.items()
+                         if isinstance(kept := getattr(client, "keys_kept_for", None), (int, float))
+                         and kept != float("inf")}
 
     @staticmethod
     def check(names: Iterable[str], *, required: Iterable[Effect] | None = None) -> None:

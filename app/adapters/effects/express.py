@@ -8,6 +8,10 @@ Requests (``EFFECTS__WAYBILL__PROVIDER=express``):
   reference (the step's persisted token) the provider has not seen.
 * ``GET /express/v1/orders/{out_order_no}``: the waybill issued for a reference.
 
+It refuses a repeated reference for 72 hours (``keys_kept_for``); later, the same reference would
+be a new order. A step whose first call is older than that is looked up first (its lookup reads the
+courier's orders): found, it is the receipt; not found, the event goes to a person, never sent again.
+
 Every request carries ``X-Express-Key`` (``EFFECTS__WAYBILL__KEY_ID``), ``X-Express-Timestamp``,
 ``X-Express-Nonce`` and ``X-Express-Signature``: HMAC-SHA256 (hex) under
 ``EFFECTS__WAYBILL__SECRET`` of ``method``, ``path``, ``timestamp``, ``nonce`` and the SHA-256
@@ -42,6 +46,7 @@ the connect timeout
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import aiohttp
@@ -68,8 +73,11 @@ class ExpressClient:
     contract = Contract.REFUSES_DUPLICATES
 
     def __init__(self, session: aiohttp.ClientSession, *, base_url: str, signer: HmacSigner, timeout_seconds: float,
-                 connect_timeout_seconds: float | None = None, effect: str = ISSUE_WAYBILL.name) -> None:
+                 connect_timeout_seconds: float | None = None, effect: str = ISSUE_WAYBILL.name,
+                 lookup_settle_seconds: float = 30.0) -> None:
         self.session = session
+        # How long after a call in doubt its lookup is asked (past the key horizon: asked before any call).
+        self.lookup_settle_seconds = lookup_settle_seconds
         self.base = base_url.rstrip("/")
         self.signer = signer
         self.total = timeout_seconds
@@ -92,6 +100,19 @@ class ExpressClient:
                                                 "reference yet")
                     return found
                 raise self._error(at, status, raw, reply)
+
+    async def lookup(self, job: EffectJob) -> Receipt | None:
+        """The waybill issued for ``job``'s token, None if the courier has none: asked before a call
+        whose reference the courier may have forgotten (its first call is past ``keys_kept_for``)."""
+        at = f"{where(job)}: lookup"
+        with transport_errors(at, self.timeout):
+            async with asyncio.timeout(self.total):
+                status, raw, reply = await self._ask("GET", f"{ORDERS}/{job.token}", b"", at)
+        if reply.verdict is Verdict.OK:
+            return Receipt(reference=_waybill_no(at, reply))
+        if reply.verdict is Verdict.NOT_FOUND:
+            return None
+        raise self._error(at, status, raw, reply)
 
     async def _find(self, token: str, at: str) -> Receipt | None:
         try:
@@ -160,13 +181,16 @@ def _waybill_no(at: str, reply: Reply) -> str:
 def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> ExpressClient:
     signer = HmacSigner.from_settings(settings.name, settings.key_id, settings.secret, **HEADERS)
     return ExpressClient(session, base_url=settings.url, signer=signer, timeout_seconds=settings.timeout_seconds,
-                         connect_timeout_seconds=settings.connect_timeout_seconds, effect=settings.name)
+                         connect_timeout_seconds=settings.connect_timeout_seconds, effect=settings.name,
+                         lookup_settle_seconds=settings.lookup_settle_seconds)
 
 
 # The fake's account (app/demo/fakes.py): what make run and the tests sign with.
 FAKE_KEY_ID = "demo-merchant"
 FAKE_SECRET = "demo-express-secret-not-for-production"
 
+# It refuses a repeated reference for 72 hours; its lookup by reference reads its orders, which it keeps.
 PROVIDER = Provider("express", ISSUE_WAYBILL, Contract.REFUSES_DUPLICATES, build,
                     services=("express", "express_lookup"), token_paths=(f"{ORDERS}/{{out_order_no}}",),
-                    fake_settings={"KEY_ID": FAKE_KEY_ID, "SECRET": FAKE_SECRET})
+                    fake_settings={"KEY_ID": FAKE_KEY_ID, "SECRET": FAKE_SECRET},
+                    keys_kept_for=timedelta(hours=72))

@@ -2,6 +2,13 @@
 and what its fake needs. Every provider module has one :class:`Provider` (``PROVIDER``), listed
 once in :mod:`app.adapters.effects.registry`.
 
+Every provider says how long it keeps an idempotency key (``keys_kept_for``): its promise that a
+repeated key (a replayed call, a refused duplicate, a lookup by the key) is answered as the first
+call's. Past it, a call in doubt is asked about with the provider's lookup, or left to a person:
+never repeated blindly (the docs' exactly-once page, "A provider's key horizon"). None is only for a
+provider that truly keeps them for ever; a deployment may set its own
+(``EFFECTS__<EFFECT>__KEYS_KEPT_FOR_SECONDS``), from the provider's documentation or contract.
+
 A provider that can say what it did, by time range and for one order, and cancel one of those
 things declares a ``listing`` (:class:`Listing`): reconciliation (``app.reconcile.providers``)
 compares its records with our receipts and offers a person to cancel a duplicate (after reading the
@@ -13,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import aiohttp
@@ -88,6 +95,17 @@ class Provider:
     lookup_optional: bool = False
     # What lists the provider's records by time range and cancels one (see the module's docstring); None: it cannot.
     listing: Callable[[aiohttp.ClientSession, ResolvedEffect], Listing] | None = field(default=None, repr=False)
+    # How long it keeps an idempotency key (see the module's docstring); None: for ever. Declared by every
+    # provider, never defaulted: a wrong "for ever" sends a second effect after a late replay.
+    keys_kept_for: timedelta | None = field(kw_only=True)
+
+    def key_horizon(self, settings: ResolvedEffect) -> float | None:
+        """How long the deployed provider keeps a key, in seconds: the deployment's setting, else the
+        declaration; None for ever."""
+        seconds = settings.keys_kept_for_seconds
+        if seconds is None:
+            return None if self.keys_kept_for is None else self.keys_kept_for.total_seconds()
+        return None if seconds == float("inf") else seconds
 
     def contract_for(self, settings: ResolvedEffect) -> Contract:
         """The contract as deployed: a lookup switched off leaves none."""

@@ -53,7 +53,10 @@ def client_factories(effects: Iterable[Effect] | None = None,
 
     def factory(name: str) -> ClientFactory:
         def make(session: aiohttp.ClientSession, settings: EffectsSettings) -> Client:
-            client: Client = chosen(name, settings, listed).build(session, settings.effect(name))   # type: ignore[assignment]
+            provider, resolved = chosen(name, settings, listed), settings.effect(name)
+            client: Client = provider.build(session, resolved)   # type: ignore[assignment]
+            # What the pipeline reads of its key horizon (EffectClients.horizons): the provider's, as deployed.
+            client.keys_kept_for = provider.key_horizon(resolved)     # type: ignore[attr-defined]
             return client
         return make
 

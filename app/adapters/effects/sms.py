@@ -24,12 +24,17 @@ Only the request itself can be "maybe sent": the wait for a connection (a free o
 pool, or a new one) has a limit of its own (``EFFECT_CONNECT_TIMEOUT_SECONDS``) inside the
 call's, and running out of it means nothing was written.
 
+The gateway answers its lookup for a client_ref for 7 days (``keys_kept_for``): an SMS whose first
+call is older than that and that its lookup does not find goes to a person, never sent again.
+
 Redirects are never followed: a 303 after the gateway accepted the message,
 followed to a page that answers 4xx, would read as "not sent", and the SMS
 would go out again.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import aiohttp
 import orjson
@@ -117,5 +122,6 @@ def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> SmsClient
                      lookup_settle_seconds=settings.lookup_settle_seconds)
 
 
+# Its lookup answers for a client_ref for 7 days; past that, a "not found" proves nothing.
 PROVIDER = Provider("sms", SEND_SMS, Contract.LOOKUP, build, services=("sms", "sms_lookup"),
-                    lookup_optional=True, token_paths=("/v1/sms/{client_ref}",))
+                    lookup_optional=True, token_paths=("/v1/sms/{client_ref}",), keys_kept_for=timedelta(days=7))

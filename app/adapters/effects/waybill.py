@@ -32,12 +32,16 @@ It lists what it issued and cancels a waybill (its ``listing``, for reconciliati
 issued) and ``POST /v1/waybills/{waybill_no}/cancel`` with an ``Idempotency-Key`` (a cancel
 repeated answers as the first did; 404: no such waybill). The cancel's answer names the waybill
 it cancelled: :class:`Cancelled` carries that name, for the caller to check.
+
+It keeps a key 24 hours (``keys_kept_for``); a key older than that is new to it again. A step whose
+first call may have reached it longer ago than that is not called again: it has no lookup by key, so
+the event goes to a person (``key_horizon_passed``) with the token to look for.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 import aiohttp
@@ -190,4 +194,8 @@ def listing(session: aiohttp.ClientSession, settings: ResolvedEffect) -> Waybill
                           connect_timeout_seconds=settings.connect_timeout_seconds)
 
 
-PROVIDER = Provider("waybill", ISSUE_WAYBILL, Contract.REPLAYS, build, services=("waybill",), listing=listing)
+# It answers a repeated Idempotency-Key with the first waybill for 24 hours (as Stripe does its keys);
+# past that, a call in doubt goes to a person: it has no lookup by key (its listing, by time range, is
+# reconciliation's: paging the account's whole traffic since the first call is no answer within a call).
+PROVIDER = Provider("waybill", ISSUE_WAYBILL, Contract.REPLAYS, build, services=("waybill",), listing=listing,
+                    keys_kept_for=timedelta(hours=24))

@@ -10,7 +10,7 @@ from datetime import date
 
 from app.adapters.mysql.sql import Execute, Sql, marks
 from app.pipeline.errors import Conflict, EffectOutcomeUnknown
-from app.pipeline.model import UNKNOWN, FailRow, IdemRow, NewRow, Reclaim
+from app.pipeline.model import NOT_DELIVERED, UNKNOWN, FailRow, IdemRow, NewRow, Reclaim
 from app.pipeline.ports import Finished
 from app.pipeline.states import IdemStatus
 
@@ -24,7 +24,10 @@ async def read(execute: Execute, keys: Sequence[str], part_dates: Sequence[date]
     outcome is written (T3), since then; while it is not (the worker may have died after its
     call), since the later of the lease's end and the row's last change, because a claim may
     call until its lease is nearly over and a worker that dies then leaves the row dated at
-    its claim."""
+    its claim.
+
+    How long ago the first claim whose call may have reached the provider began (``first_call_at``;
+    a row written before that column existed: its creation, which came earlier, so its age errs long)."""
     if not keys:
         return {}
     sql = Sql()
@@ -33,22 +36,24 @@ async def read(execute: Execute, keys: Sequence[str], part_dates: Sequence[date]
         "COALESCE(lease_until < NOW(3), 1), "
         "COALESCE(TIMESTAMPDIFF(MICROSECOND, NOW(3), lease_until), 0), "
         "TIMESTAMPDIFF(MICROSECOND, IF(outcome IS NULL, GREATEST(gmt_modified, COALESCE(lease_until, gmt_modified)), "
-        "gmt_modified), NOW(3)) "
+        "gmt_modified), NOW(3)), "
+        "TIMESTAMPDIFF(MICROSECOND, COALESCE(first_call_at, gmt_create), NOW(3)) "
         f"FROM t_idem WHERE biz_key IN ({sql.list(keys)}) AND part_date IN ({sql.list(part_dates)}) "
         "FOR UPDATE", sql.params)
     return {row[0]: IdemRow(row[0], IdemStatus(row[1]), row[2], row[3], row[4], row[5], row[6], row[7],
-                            bool(row[8]), max(row[9], 0) / 1e6, max(row[10], 0) / 1e6)
+                            bool(row[8]), max(row[9], 0) / 1e6, max(row[10], 0) / 1e6, max(row[11], 0) / 1e6)
             for row in result}
 
 
 async def insert(execute: Execute, rows: Sequence[NewRow], *, owner: str, lease_us: int) -> None:
     """A plain INSERT: a key someone else inserted meanwhile fails the whole transaction
-    (1062), and the re-run reads it."""
+    (1062), and the re-run reads it. A pending row's first call may start now (``first_call_at``)."""
     sql = Sql()
     lit = sql.lit
     # What every row shares, written once: the attempt and owner, the lease or none.
     owned = f"1, {sql.inline(owner) or '%s'}"
     pending, done = f"{owned}, NOW(3) + INTERVAL {lease_us} MICROSECOND", f"{owned}, NULL"
+    called = {IdemStatus.PENDING: "NOW(3)"}
     by_owner = owned.endswith("%s")
     values = []
     for row in rows:
@@ -57,10 +62,11 @@ async def insert(execute: Execute, rows: Sequence[NewRow], *, owner: str, lease_
         if by_owner:
             sql.params.append(owner)        # parameters in the order of their places, one per place
         values.append(f"{head}{pending if status is IdemStatus.PENDING else done}, "
-                      f"{lit(row.idem_token)}, {lit(row.payload_hash)}, {lit(row.outcome)}, NOW(3), NOW(3))")
+                      f"{lit(row.idem_token)}, {lit(row.payload_hash)}, {lit(row.outcome)}, NOW(3), NOW(3), "
+                      f"{called.get(status, 'NULL')})")
     await execute(
         "INSERT INTO t_idem (biz_key, part_date, step, status, attempt, owner, lease_until, idem_token, "
-        f"payload_hash, outcome, gmt_create, gmt_modified) VALUES {', '.join(values)}", sql.params)
+        f"payload_hash, outcome, gmt_create, gmt_modified, first_call_at) VALUES {', '.join(values)}", sql.params)
 
 
 _STATUS = {status: str(int(status)) for status in IdemStatus}
@@ -69,11 +75,17 @@ _STATUS = {status: str(int(status)) for status in IdemStatus}
 async def reclaim(execute: Execute, reclaims: Sequence[Reclaim], *, owner: str, lease_us: int) -> None:
     """Fenced: only rows still pending at the attempt read, whose lease ran out (or was
     never set: a row reopened to be verified) or is ours.
-    ``attempt + 1`` is the new fencing token. Fewer rows than asked: :class:`Conflict`."""
+    ``attempt + 1`` is the new fencing token. Fewer rows than asked: :class:`Conflict`.
+
+    ``first_call_at`` stays while an earlier call may have reached the provider; a row that says none
+    did ("not delivered", which clears it) dates its first call from this claim, and a row written
+    before the column existed from its creation. The assignments run left to right, each seeing the
+    ones before it: this one reads ``outcome`` before it is cleared."""
     sql = Sql()
     keys = [r.biz_key for r in reclaims]
     result = await execute(
-        f"UPDATE t_idem SET attempt = attempt + 1, owner = {sql.lit(owner)}, outcome = NULL, "
+        f"UPDATE t_idem SET first_call_at = COALESCE(first_call_at, IF(outcome = '{NOT_DELIVERED}', NOW(3), "
+        f"gmt_create)), attempt = attempt + 1, owner = {sql.lit(owner)}, outcome = NULL, "
         f"lease_until = NOW(3) + INTERVAL {lease_us} MICROSECOND, gmt_modified = NOW(3) "
         f"WHERE biz_key IN ({sql.list(keys)}) "
         f"AND part_date IN ({sql.list(sorted({r.part_date for r in reclaims}))}) "
@@ -103,10 +115,12 @@ async def fail(execute: Execute, row: FailRow, *, owner: str | None = None) -> b
 
 async def note(execute: Execute, item: Finished, note: str, *, owner: str) -> bool:
     """A pending row stays pending; its outcome says why (``effect_not_delivered`` when the call
-    surely did not happen, so that even a non-idempotent effect may be claimed again)."""
+    surely did not happen, so that even a non-idempotent effect may be claimed again). "Not
+    delivered" says no attempt so far reached the provider: the row has no first call yet."""
     job = item.job
+    cleared = ", first_call_at = NULL" if note == NOT_DELIVERED else ""
     result = await execute(
-        "UPDATE t_idem SET outcome = %s, last_err = %s, gmt_modified = NOW(3) WHERE biz_key = %s "
+        f"UPDATE t_idem SET outcome = %s, last_err = %s, gmt_modified = NOW(3){cleared} WHERE biz_key = %s "
         f"AND part_date = %s AND status = {PENDING} AND owner = %s AND attempt = %s",
         [note, str(item.error)[:512], job.biz_key, job.part_date, owner, job.attempt])
     return result.rowcount == 1

@@ -88,7 +88,7 @@ class MySqlTransaction:
             if item.error is None:
                 continue
             error, job = item.error, item.job
-            if error.retriable:
+            if error.retriable or not error.fails_step:
                 ours = await idem.note(self._exec, item, job.not_called_outcome() if error.not_delivered
                                        else error.reason, owner=owner)
             else:

@@ -1,7 +1,7 @@
 # The worker image used by docker-compose.yml.
 FROM python:3.11-slim
 WORKDIR /srv
-COPY pyproject.toml README.md alembic.ini ./
+COPY pyproject.toml README.md ./
 COPY app ./app
 COPY agents ./agents
 COPY tables ./tables

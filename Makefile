@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 
-.PHONY: run test unit lint docs checks have-venv chaos test-tools setup venv services services-down services-status migrate topics bench clean
+.PHONY: run test unit lint docs checks have-venv chaos test-tools setup venv services services-down services-status migrate topics bench release clean
 
 run: setup ## set up everything, then run one worker, the fake services and a demo producer
 	ops/run-demo.sh
@@ -75,8 +75,8 @@ services-down: ## stop what `make services` started
 services-status:
 	ops/services.sh status
 
-migrate: venv services ## alembic upgrade head
-	@$(BIN)/alembic upgrade head || { echo "make migrate: alembic could not upgrade the database of MYSQL_URL. If it says it can't locate a revision, a newer checkout of this project migrated that database: run that checkout, or drop the database if it holds only demo data (it is created again by make setup)." >&2; exit 1; }
+migrate: venv services ## python -m app.admin migrate: the database of MYSQL_URL to this code's schema
+	@$(PY) -m app.admin migrate || { echo "make migrate: the database of MYSQL_URL could not be migrated. If it says it can't locate a revision, a newer checkout of this project migrated that database: run that checkout, or drop the database if it holds only demo data (it is created again by make setup)." >&2; exit 1; }
 
 topics: venv services ## create order-event and order-event-dlq (at TOPIC_REPLICATION; with KAFKA_NODES=3 it defaults to 3)
 	TOPIC_REPLICATION=$${TOPIC_REPLICATION:-$${KAFKA_NODES:-1}} $(PY) -m app.admin create-topics
@@ -84,6 +84,9 @@ topics: venv services ## create order-event and order-event-dlq (at TOPIC_REPLIC
 bench: setup ## the throughput benchmark, then the rows at a provider's pace (minutes; see docs/benchmarks.md)
 	$(PY) -m bench.run
 	$(PY) -m bench.provider_pace
+
+release: venv ## VERSION=X.Y.Z: build the sdist and the wheel into dist/, check the wheel, tag vX.Y.Z, record it in ops/releases.toml (docs/upgrading.md)
+	PY=$(PY) ops/release.sh $(VERSION)
 
 clean: services-down
 	rm -rf $(VENV) .cache

@@ -27,8 +27,10 @@ from app.adapters.mysql import preflight as mysql_preflight
 from app.adapters.mysql import schema
 from app.adapters.mysql.engine import create_engine
 from app.adapters.mysql.tls import MySqlTls
+from app.observability.metrics import build_info
 from app.observability.monitor import BatchLevelMonitor
 from app.settings import Settings
+from app.version import VERSION
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,7 @@ async def check_database(app: faust.App, settings: Settings) -> None:
     waited for, up to INFRA_RETRY_BUDGET_SECONDS; then the worker starts anyway and its batches
     wait it out as in any outage (and stop it, exit 70, when it lasts past their budget). A schema
     whose migrations are behind this code stops it too (exit 78, what to run)."""
+    log.info("order-event-processor %s (its migrations' head: %s)", VERSION, schema.revisions()[0])
     tls = MySqlTls.from_settings(settings.database)
     where = mysql_preflight.Target.of(settings.database.url)
     log.info("database: %s as %r, %s", where, where.user, tls.describe())
@@ -197,21 +200,23 @@ async def check_providers(app: faust.App, settings: Settings) -> None:
 
 
 async def check_schema(engine) -> None:
-    """Refuse to start on a database whose migrations are behind this code (app.adapters.mysql.schema)."""
+    """Refuse to start on a schema this release does not run on: behind its migrations, or newer and
+    no longer serving it (app.adapters.mysql.schema); export what it runs on (order_build_info)."""
     known = schema.revisions()
-    if known is None:
-        log.warning("no migrations beside the code (%s): the database's schema is not checked", schema.alembic_ini())
-        return
-    verdict = schema.judge_revision(await schema.found_revision(engine), known)
+    found = await schema.found_schema(engine)
+    verdict = schema.judge_revision(found, known)
     if not verdict.ok:
         exits.stop_at_startup(exits.EXIT_CONFIG, f"cannot start: {verdict.message}")
-    elif verdict.message:
+        return
+    if verdict.message:
         log.warning(verdict.message)
+    build_info(schema_revision=found.revision, code_revision=known[0])
 
 
 def create_app(settings: Settings, *, web_middlewares: Sequence = ()) -> ProcessorApp:
     """The app; ``web_middlewares`` run before every view of its web server (``app.main`` hands
     it the one that decides who may ask, ``app.web.views.middlewares``)."""
+    build_info(code_revision=schema.revisions()[0], schema_revision=None)
     if settings.operations.event_loop == "uvloop":
         # Same as `faust -L uvloop`: the CLI imports the app before it creates the loop.
         import mode.loop

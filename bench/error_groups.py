@@ -7,7 +7,7 @@ with ``--rows`` dead letters by one ``INSERT ... SELECT`` over MariaDB's SEQUENC
 in six hours three days ago, a flaky service all week long) and dozens of small ones, over the
 past 7 days, every letter with an order number and an event id of its own in its message;
 97 % settled, 2 % open, 0.5 % manual, the rest retrying, plus the newest 3,000 open. Then
-``alembic upgrade head`` runs migration 0011, which computes every row's fingerprint with
+``python -m app.admin migrate`` runs migration 0011, which computes every row's fingerprint with
 the app's own function and fills the summary (timed). Then, through the app's own
 ``GroupQueries`` and ``Queries`` on an aiomysql engine, each read the views make is timed
 ``--repeat`` times: p50, p95, max in ms; and so is the write of a batch's 100 dead letters of

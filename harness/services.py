@@ -14,7 +14,6 @@ import sys
 import time
 import urllib.request
 import uuid
-from argparse import Namespace
 from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
@@ -24,11 +23,11 @@ import pymysql
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from alembic import command
-from alembic.config import Config
 
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.topics import TopicSpec
 from app.adapters.mysql.engine import session_sql_mode, ssl_context
+from app.adapters.mysql.schema import alembic_config
 from app.settings import Settings, get_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,8 +91,8 @@ def connect(url: str, *, database: bool = True, tls: ssl.SSLContext | None | boo
 
 
 def migrate(url: str, revision: str = "head", *, down: bool = False, sql_mode: str | None = None) -> None:
-    config = Config(str(ROOT / "alembic.ini"))
-    config.cmd_opts = Namespace(x=[f"url={url}"] + ([f"sql_mode={sql_mode}"] if sql_mode else []))
+    """What ``python -m app.admin migrate`` runs: this code's migrations, without an ``alembic.ini``."""
+    config = alembic_config(url, sql_mode)
     (command.downgrade if down else command.upgrade)(config, revision)
 
 

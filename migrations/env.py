@@ -12,14 +12,18 @@ from logging.config import fileConfig
 
 from alembic import context
 from alembic.util import CommandError
-from sqlalchemy import create_engine, pool
+from sqlalchemy import create_engine, pool, text
 from sqlalchemy.exc import DBAPIError
 
 from app.adapters.mysql.engine import session_sql_mode, ssl_context
 from app.adapters.mysql.preflight import Target, explain
 from app.adapters.mysql.tls import MySqlTls
 from app.settings import get_settings
+from app.version import VERSION
 from tables import metadata
+
+# The revision that created t_schema_release; from there on every run writes its row.
+SCHEMA_RELEASE_SINCE = "0020"
 
 config = context.config
 if config.config_file_name is not None:
@@ -56,7 +60,28 @@ def run_migrations_online() -> None:
         context.configure(connection=connection, target_metadata=metadata)
         with context.begin_transaction():
             context.run_migrations()
+        write_schema_release(connection)
+        connection.commit()
     engine.dispose()
+
+
+def write_schema_release(connection) -> None:
+    """``t_schema_release`` says the revision the schema is at and the oldest release it serves: the
+    newest ``OLDEST_RELEASE_SERVED`` a migration up to that revision declares (None: it moves nothing)."""
+    script = context.get_context().script
+    current = context.get_context().get_current_revision()
+    if current is None or script is None:
+        return
+    walked = list(script.iterate_revisions(current, "base"))
+    if SCHEMA_RELEASE_SINCE not in {rev.revision for rev in walked}:
+        return                          # below the table's own migration: nothing to write to
+    oldest = next(declared for rev in walked
+                  if (declared := getattr(rev.module, "OLDEST_RELEASE_SERVED", None)) is not None)
+    connection.execute(text(
+        "INSERT INTO t_schema_release (id, revision, oldest_release, migrated_by, migrated_at) "
+        "VALUES (1, :revision, :oldest, :by, CURRENT_TIMESTAMP(3)) ON DUPLICATE KEY UPDATE "
+        "revision = VALUES(revision), oldest_release = VALUES(oldest_release), migrated_by = VALUES(migrated_by), "
+        "migrated_at = VALUES(migrated_at)"), {"revision": current, "oldest": oldest, "by": VERSION})
 
 
 if context.is_offline_mode():

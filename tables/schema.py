@@ -412,5 +412,17 @@ t_reconcile_case_audit = Table(
     **TABLE_ARGS,
 )
 
+# Which releases the schema serves: one row (migrations/env.py writes it after each migration run).
+t_schema_release = Table(
+    "t_schema_release",
+    metadata,
+    Column("id", SmallInteger, primary_key=True, autoincrement=False, comment="always 1"),
+    Column("revision", String(32), nullable=False, comment="the schema's revision (alembic_version)"),
+    Column("oldest_release", String(32), nullable=False, comment="the oldest release whose workers run on this schema"),
+    Column("migrated_by", String(32), nullable=False, comment="the release whose migrate command wrote it"),
+    Column("migrated_at", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    **TABLE_ARGS,
+)
+
 # Our waybill receipts over a time range (the providers' reconciliation reads them by gmt_create).
 Index("idx_gmt_create", t_waybill_receipt.c.gmt_create)

@@ -156,6 +156,22 @@ class PipelineMetrics:
         if rate_limited is not None:
             RATE_LIMITED.labels(effect).inc()
 
+# -- the release ------------------------------------------------------------------------
+BUILD_INFO = Gauge(
+    "order_build_info",
+    "1, labelled with this worker's release (version), the head of its migrations (code_revision) and the "
+    "revision of the database's schema it runs on (schema_revision; 'unknown' until it was read): a rolling "
+    "upgrade is done when every worker shows the new version.", ["version", "code_revision", "schema_revision"])
+
+
+def build_info(*, code_revision: str, schema_revision: str | None) -> None:
+    """Export what this worker is and runs on (one series: the previous one is dropped)."""
+    from app.version import VERSION
+
+    BUILD_INFO.clear()
+    BUILD_INFO.labels(VERSION, code_revision, schema_revision or "unknown").set(1)
+
+
 # -- recovery windows ---------------------------------------------------------------------
 STORE_SERVER_CHANGES = Counter(
     "order_store_server_changes_total",

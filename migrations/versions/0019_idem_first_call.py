@@ -26,6 +26,8 @@ down_revision = "0018"
 branch_labels = None
 depends_on = None
 
+OLDEST_RELEASE_SERVED = None    # expands only: every release the schema served before, it serves still
+
 
 def upgrade() -> None:
     op.execute("ALTER TABLE t_idem ADD COLUMN first_call_at DATETIME(3) NULL COMMENT "

@@ -29,7 +29,7 @@ def test_compose_file_is_valid_and_complete():
     assert services["worker"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     for name in ("kafka", "mysql", "worker", "fakes"):
         assert "healthcheck" in services[name], f"{name} has no healthcheck"
-    assert "alembic upgrade head" in " ".join(services["migrate"]["command"])
+    assert "python -m app.admin migrate" in " ".join(services["migrate"]["command"])
 
 
 def mounts_of(service: dict) -> dict[str, tuple[Path, list[str]]]:

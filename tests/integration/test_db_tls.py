@@ -54,15 +54,15 @@ def environment(**settings: str) -> dict[str, str]:
     return env
 
 
-def alembic(env: dict[str, str]) -> subprocess.CompletedProcess:
-    # ``-m`` from the checkout: env.py imports this checkout's app, whatever else is installed.
-    return subprocess.run([sys.executable, "-m", "alembic", "upgrade", "head"], cwd=ROOT, env=env,
+def migrate(env: dict[str, str]) -> subprocess.CompletedProcess:
+    # ``-m`` from the checkout: this checkout's app and migrations, whatever else is installed.
+    return subprocess.run([sys.executable, "-m", "app.admin", "migrate"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=180)
 
 
 @pytest.fixture(scope="module")
 def migrated(server):
-    done = alembic(environment(mysql_url=server.url(), **server.tls_env(ca="ca")))
+    done = migrate(environment(mysql_url=server.url(), **server.tls_env(ca="ca")))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
@@ -95,11 +95,11 @@ def test_migrations_run_over_tls_and_without_it_the_server_refuses(server, migra
     assert {"alembic_version", "t_idem", "t_order", "t_compensation"} <= tables
     assert "Running upgrade" in migrated.stderr          # it did run here, over TCP, so over TLS
 
-    plain = alembic(environment(mysql_url=server.url()))
+    plain = migrate(environment(mysql_url=server.url()))
     said = plain.stdout + plain.stderr
     assert plain.returncode != 0
-    assert "FAILED: cannot migrate: the database server at 127.0.0.1" in plain.stdout, said[-3000:]
-    assert "require_secure_transport=ON" in plain.stdout and "set MYSQL_SSL_CA" in plain.stdout
+    assert "cannot use the database: the database server at 127.0.0.1" in plain.stderr, said[-3000:]
+    assert "require_secure_transport=ON" in plain.stderr and "set MYSQL_SSL_CA" in plain.stderr
     assert "Traceback" not in said and PASSWORDS["app"] not in said
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from contextlib import closing
 
 from alembic.autogenerate import compare_metadata
-from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
+from app.adapters.mysql.schema import alembic_config
 from harness import sql_modes
-from harness.services import ROOT, ScratchDatabase
+from harness.services import ScratchDatabase
 from tables import metadata
 
 # Every database test here runs under the server's sql_mode and under MySQL 8's.
@@ -19,7 +19,7 @@ settings, scratch_db = sql_modes.each_sql_mode()
 
 
 def test_chain_is_linear():
-    script = ScriptDirectory.from_config(Config(str(ROOT / "alembic.ini")))
+    script = ScriptDirectory.from_config(alembic_config())
     assert len(script.get_heads()) == 1
     assert len(script.get_bases()) == 1
 
@@ -39,7 +39,7 @@ def _keys_sorted(create: str) -> str:
 
 
 def test_each_revision_downgrades_to_exactly_the_schema_before_it(settings):
-    script = ScriptDirectory.from_config(Config(str(ROOT / "alembic.ini")))
+    script = ScriptDirectory.from_config(alembic_config())
     revisions = [r.revision for r in reversed(list(script.walk_revisions()))]
     db = ScratchDatabase(settings.database.url, sql_mode=settings.database.sql_mode).create(migrated=False)
     try:

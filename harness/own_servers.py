@@ -178,14 +178,16 @@ class MariaDB(Server):
     def root(self) -> pymysql.connections.Connection:
         return pymysql.connect(unix_socket=str(self.socket), user="root", autocommit=True, connect_timeout=2)
 
-    def create(self, database: str, user: str, password: str) -> str:
-        """A database and a user of the run, migrated to head; returns its URL (direct, no proxy)."""
+    def create(self, database: str, user: str, password: str, *, migrated: bool = True) -> str:
+        """A database and a user of the run, migrated to head (unless not ``migrated``: the caller
+        migrates it, e.g. with an earlier release's migrations); returns its URL (direct, no proxy)."""
         with closing(self.root()) as conn, conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
             cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY %s", (password,))
             cur.execute(f"GRANT ALL PRIVILEGES ON `{database}`.* TO '{user}'@'127.0.0.1'")
         url = self.url(database, user, password)
-        migrate(url)
+        if migrated:
+            migrate(url)
         return url
 
     def url(self, database: str, user: str, password: str, port: int | None = None) -> str:

@@ -65,6 +65,15 @@ class Release:
         env.pop("VIRTUAL_ENV", None)
         return env
 
+    def migrate(self, url: str, revision: str = "head") -> None:
+        """Migrate the database at ``url`` with this release's own migrations, by its own alembic run
+        from its source tree, as its operators did: a database that is where this release left it."""
+        done = subprocess.run([str(self.python), "-m", "alembic", "-x", f"url={url}", "upgrade", revision],
+                              cwd=self.src, env=self.env(), capture_output=True, text=True, timeout=600)
+        if done.returncode:
+            raise RuntimeError(f"release {self.version}'s migrations failed ({done.returncode}):\n"
+                               f"{(done.stdout + done.stderr)[-3000:]}")
+
 
 def releases() -> list[tuple[str, str]]:
     """(version, commit) of every release, oldest first."""

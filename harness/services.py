@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import pymysql
@@ -29,6 +30,9 @@ from app.adapters.kafka.topics import TopicSpec
 from app.adapters.mysql.engine import session_sql_mode, ssl_context
 from app.adapters.mysql.schema import alembic_config
 from app.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from harness.releases import Release
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / ".cache" / "test-logs"
@@ -237,21 +241,32 @@ def caught_up(settings: Settings, topic: str, group: str, partitions: int) -> bo
 # ---------------------------------------------------------------- workers --
 
 class Worker:
-    """One ``faust -A app worker`` process with its own environment."""
+    """One ``faust -A app worker`` process with its own environment: of the current code, or with
+    ``release`` of an earlier release (``harness.releases``: its own virtualenv and source tree, run
+    from there with its source first on the path), so that a test can run both in one group."""
 
-    def __init__(self, env: dict[str, str], name: str) -> None:
+    def __init__(self, env: dict[str, str], name: str, release: Release | None = None) -> None:
         self.env = env
         self.name = name
+        self.release = release
         self.web_port = int(env["WEB_PORT"])
         LOGS.mkdir(parents=True, exist_ok=True)
         self.log_path = LOGS / f"{name}-{uuid.uuid4().hex[:6]}.log"
         self.proc: subprocess.Popen | None = None
 
+    @property
+    def version(self) -> str:
+        """The release it runs, or "current" (the code of this checkout)."""
+        return self.release.version if self.release is not None else "current"
+
     def start(self) -> Worker:
-        faust = Path(sys.executable).with_name("faust")
+        if self.release is None:
+            faust, cwd, env = Path(sys.executable).with_name("faust"), ROOT, self.env
+        else:
+            faust, cwd, env = self.release.faust, self.release.src, self.release.env(self.env)
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([str(faust), "-A", "app", "worker", "-l", "info"], cwd=ROOT,
-                                     env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([str(faust), "-A", "app", "worker", "-l", "info"], cwd=cwd,
+                                     env=env, stdout=self._log, stderr=subprocess.STDOUT)
         return self
 
     @property

@@ -45,6 +45,12 @@ failover_unnoticed    after a failover, no recovery window opened by a worker (`
                       in ``t_recovery_window``, read from the database)
 failover_unfinished   after a failover, an order short of its final state until a person acts
                       (elsewhere a figure: only malformed records wait for a person there)
+upgrade_replayed      in a rolling upgrade: records a worker replaced by SIGTERM had finished
+                      and not committed (``harness.chaos.upgrade_check``)
+upgrade_incomplete    in a rolling upgrade: a step that failed or did not happen, a worker
+                      that did not exit 0 after its SIGTERM, the schema not at head at the end
+upgrade_unfinished    in a rolling upgrade: an order short of its final state until a person
+                      acts (elsewhere a figure)
 ====================  =====================================================================
 
 What the failover lost is the driver's count (``failover`` in the manifest: it alone had the
@@ -68,12 +74,15 @@ from harness.chaos.acked import check_acked
 from harness.chaos.agreement import check_agreement
 from harness.chaos.orders import OrderCheck
 from harness.chaos.rules import LOCAL_STEP, SERVICES, step_keys, unchecked_effects
+from harness.chaos.upgrade_check import VIOLATIONS as UPGRADE_VIOLATIONS
+from harness.chaos.upgrade_check import check_upgrade
 
 VIOLATIONS = ("lost", "acked_not_consumed", "double_accounted", "misaccounted", "duplicate_effects",
               "replayed_past_horizon", "missing_effects",
               "unchecked_effects", "regressions",
               "pending_left", "offsets_behind", "unexpected_exits", "unsettled", "manifest_mismatches",
-              "unreadable", "reconcile_disagrees", "failover_lost", "failover_unnoticed", "failover_unfinished")
+              "unreadable", "reconcile_disagrees", "failover_lost", "failover_unnoticed", "failover_unfinished",
+              *UPGRADE_VIOLATIONS)
 FAILOVER_VIOLATIONS = ("failover_lost", "failover_unnoticed", "failover_unfinished")   # in failover runs only
 # Paired faults: the first switches a fault on, the second off; their seconds add up.
 SPANS = {"cut_seconds": ("db_cut", "db_restore"), "broker_cut_seconds": ("broker_cut", "broker_restore"),
@@ -117,6 +126,9 @@ class CheckReport:
     failover_unnoticed: int = 0
     failover_unfinished: int = 0
     reconcile_disagrees: int = 0
+    upgrade_replayed: int = 0
+    upgrade_incomplete: int = 0
+    upgrade_unfinished: int = 0
     # the product's reconcile of the run against the checker, record by record (None: not run)
     reconcile: dict | None = None
     # every acknowledged record: on the log with its bytes, read past, accounted
@@ -160,6 +172,8 @@ class CheckReport:
     # with --db-failover: the mode, what the failover lost, the window a worker opened, the rewind
     failover: dict = field(default_factory=dict)
     failover_ledger: dict = field(default_factory=dict)     # what the ledger rows the failover lost left
+    # in a rolling upgrade: the migration, every replacement's replay window and seconds to settle
+    upgrade: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -209,6 +223,7 @@ def check(manifest_path) -> CheckReport:
     _faults(report, manifest)
     _metrics(report, manifest)
     _failover(report, manifest, findings)
+    report.upgrade = check_upgrade(manifest, tables, findings, unfinished_orders=report.unfinished_orders)
     for name in VIOLATIONS:
         setattr(report, name, findings.counts.get(name, 0))
     report.problems, report.problems_total = findings.problems, findings.total

@@ -8,6 +8,7 @@ and the checker's verdict.
     .venv/bin/python -m harness.chaos.driver --mode long --db-failover async   # make chaos DB_FAILOVER=async
     .venv/bin/python -m harness.chaos.driver --mode defaults           # make chaos MODE=defaults
     .venv/bin/python -m harness.chaos.driver --mode long --outbox at-least-once   # make chaos OUTBOX=at-least-once
+    .venv/bin/python -m harness.chaos.driver --mode upgrade        # make chaos MODE=upgrade
 
 ``--cluster`` runs the storm on three KRaft nodes over SASL_SSL, each behind a proxy of the
 test (``harness.chaos.brokers``), with the cluster's faults on top: the busiest partition's
@@ -32,6 +33,12 @@ read the outbox's envelope (``EVENT_ENVELOPE=outbox``).
 ``--mode defaults`` runs the workers with every setting at its default, as a user does, through
 a storm of what a user meets (``storm.PROFILES["defaults"]``), and the report gives how long each
 cancelled order waited for its SMS (``harness.chaos.latency``; every run's report has it).
+
+``--mode upgrade`` (and ``upgrade-short``, what ``make test`` runs) is a rolling upgrade under load and
+its rollback (``harness.chaos.upgrade``): the workers start on the previous release on a database at
+its schema, the current code's migrations run online mid-run, each worker is replaced by the current
+code one at a time (SIGTERM), then each by the previous release again; the report gives every
+replacement's replay window and how long the group took to settle.
 
 ``--sabotage crash`` (a worker dies behind the test's back) and ``--sabotage no-drain``
 (every worker stops before the drain) show that the run can fail.
@@ -70,12 +77,14 @@ from harness.chaos.failover import MODES as FAILOVER_MODES
 from harness.chaos.failover import ReplicatedMariaDB
 from harness.chaos.fleet import Fleet
 from harness.chaos.producer import SteadyProducer
-from harness.chaos.storm import CLUSTER_PROFILES, PROFILES, SLOTS, Storm
+from harness.chaos.storm import CLUSTER_PROFILES, PROFILES, Storm
+from harness.chaos.upgrade import RollingUpgrade
 from harness.chaos.workload import Shares, plan
 from harness.fakes import FakesProcess
 from harness.outbox_relay import OutboxRelay
 from harness.own_servers import CHAOS, MariaDB
 from harness.proxy import BlackholeProxy
+from harness.releases import previous_release
 from harness.services import ROOT, worker_env
 
 GROUP = "order-event-processor"
@@ -188,6 +197,7 @@ class ChaosRun:
         self.relay: OutboxRelay | None = None
         self.upstream: dict | None = None       # the outbox relay's figures, for the manifest
         self.reconciled: dict | None = None     # the product's reconcile of the run, for the checker to compare
+        self.upgrade: RollingUpgrade | None = None   # a rolling upgrade's steps and what they did
 
     def say(self, line: str) -> None:
         stamped = f"[chaos {time.time() - self.started_at:7.1f}s] {line}"
@@ -231,7 +241,14 @@ class ChaosRun:
         self.mariadb.reap_leftover()
         self.mariadb.install()
         self.timings["mariadb_first_start_seconds"] = round(self.mariadb.start(), 3)
-        direct = self.mariadb.create(DATABASE, USER, self.password)
+        direct = self.mariadb.create(DATABASE, USER, self.password, migrated=not self.profile.upgrade)
+        if self.profile.upgrade:
+            self.upgrade = RollingUpgrade(previous_release(), kafka=self.brokers.connection(), group=GROUP,
+                                          topic=EVENTS, partitions=PARTITIONS, mysql=self.mysql, url=direct,
+                                          planned=self.profile.big)
+            self.upgrade.prepare()
+            self.say(f"the database at release {self.upgrade.previous.version}'s schema "
+                     f"({self.upgrade.record['schema']['previous_head']}), by its own migrations; its workers start")
         self.timings["kafka_first_start_seconds"] = round(self.brokers.bring_up(), 3)
         settings = Settings(order_event_partitions=PARTITIONS, dlq_partitions=DLQ_PARTITIONS, mysql_url=direct,
                             topic_replication=self.brokers.nodes)
@@ -266,7 +283,9 @@ class ChaosRun:
                          DATA_DIR=str(self.folder / "faust"))
         self.fleet = Fleet(env, self.folder / "workers", say=self.say)
         clock = time.monotonic()
-        for slot in SLOTS:
+        for slot in self.profile.slots:
+            if self.upgrade is not None:
+                self.fleet.runs(slot, self.upgrade.previous)
             self.fleet.start(slot)
         for incarnation in list(self.fleet.live.values()):
             incarnation.worker.wait_log("Worker ready", timeout=120)
@@ -287,6 +306,8 @@ class ChaosRun:
                            proxy=self.proxy, fakes=self.fakes, producer=producer, events_topic=EVENTS, say=self.say,
                            failover=bool(self.db_failover), group=GROUP, partitions=PARTITIONS)
         self.storm.sabotage = "crash" if self.sabotage == "crash" else None
+        if self.upgrade is not None:
+            self.storm.steps = self.upgrade.steps(self.storm)
         if self.relay is not None:
             producer.log = lambda kind, detail=None: self.storm.log(kind, detail=detail)
         self.at["storm_started_at"] = time.time()
@@ -394,6 +415,7 @@ class ChaosRun:
             "failover": self.failover, "effect_steps": declared_effect_steps(settings=self.worker_settings),
             **({"envelope": "outbox", "upstream": self.upstream} if self.outbox else {}),
             "reconcile": self.reconciled,
+            "upgrade": self.upgrade.record if self.upgrade is not None else None,
         }
         path = self.folder / "manifest.json"
         path.write_text(json.dumps(content, indent=1))

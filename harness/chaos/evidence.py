@@ -150,7 +150,7 @@ def read_topics(kafka: dict, events: str, dlq: str, group: str) -> tuple[TopicRe
 IDEM_COLUMNS = ("biz_key, step, status, attempt, owner, idem_token, outcome, last_err, gmt_create, "
                 "gmt_modified")
 LEDGER_COLUMNS = ("id, src_topic, src_partition, src_offset, src_timestamp, order_no, event_id, biz_key, status, "
-                  "reason, LEFT(message, 300) AS message, retriable, attempts, redrives, may_be_superseded")
+                  "reason, LEFT(message, 300) AS message, retriable, attempts, redrives, may_be_superseded, worker_id")
 
 
 @dataclass

@@ -9,6 +9,10 @@ as a supervisor would (``restart: on-failure``), so the run goes on and says so.
 
 Each live worker's ``/metrics`` is read every second; the last reading of every process
 is kept, so what a worker counted before it was killed is not lost with it.
+
+A slot runs the current code unless it is given an earlier release (``runs(slot, release)``,
+``harness.releases``): every process started in it from then on runs that release, a restart
+after a kill too, as a deployment's pods run the image they were given.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.releases import Release
 from harness.services import ROOT, Worker, free_port
 
 # The counters the manifest sums over processes: name -> the label its samples are keyed by.
@@ -57,7 +62,8 @@ class Incarnation:
     scraped_at: float | None = None
 
     def entry(self) -> dict:
-        return {"id": self.id, "pid": self.worker.proc.pid, "started_at": self.started_at, "ended_at": self.ended_at,
+        return {"id": self.id, "version": self.worker.version, "pid": self.worker.proc.pid,
+                "started_at": self.started_at, "ended_at": self.ended_at,
                 "returncode": self.returncode, "killed_by_test": self.killed_by_test,
                 "stopped_by_test": self.stopped_by_test, "log": str(self.worker.log_path.relative_to(ROOT)),
                 "scraped_at": self.scraped_at}
@@ -72,16 +78,26 @@ class Fleet:
         self.history: list[Incarnation] = []
         self.unexpected: list[Incarnation] = []
         self._count: dict[str, int] = defaultdict(int)
+        self._release: dict[str, Release | None] = {}       # slot -> the release it runs (None: current)
         self._lock = threading.RLock()
         self._scraping = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- life and death ------------------------------------------------------------
+    def runs(self, slot: str, release: Release | None) -> None:
+        """The slot's next processes run ``release`` (None: the current code)."""
+        with self._lock:
+            self._release[slot] = release
+
+    def release_of(self, slot: str) -> Release | None:
+        return self._release.get(slot)
+
     def start(self, slot: str) -> Incarnation:
         with self._lock:
             self._count[slot] += 1
             ident = f"{slot}.{self._count[slot]}"
-            worker = Worker({**self.env, "WORKER_ID": ident, "WEB_PORT": str(free_port())}, ident)
+            worker = Worker({**self.env, "WORKER_ID": ident, "WEB_PORT": str(free_port())}, ident,
+                            release=self._release.get(slot))
             worker.log_path = self.logs / f"{ident}.log"
             worker.start()
             incarnation = Incarnation(ident, slot, worker, time.time())

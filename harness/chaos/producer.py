@@ -46,6 +46,9 @@ class SteadyProducer:
         # and the pace starts again from there (no burst). The storm gates each big fault's slot,
         # so that records are still being sent when the fault begins, however late it begins.
         self.gates: list[tuple[int, asyncio.Event]] = []
+        # While it is set the gates hold nothing back: a rolling upgrade's replacement keeps the input
+        # flowing however long it takes (harness/chaos/upgrade.py).
+        self.unheld = asyncio.Event()
 
     @property
     def done(self) -> bool:
@@ -87,9 +90,9 @@ class SteadyProducer:
             while self.sent < due:
                 gate = next((event for index, event in self.gates if index <= self.sent and not event.is_set()),
                             None)
-                if gate is not None:
+                if gate is not None and not self.unheld.is_set():
                     held = time.monotonic()
-                    await gate.wait()
+                    await _either(gate, self.unheld)
                     self.started_at += time.monotonic() - held
                     break
                 self.sent_at[self.sent] = time.time()
@@ -114,3 +117,13 @@ class SteadyProducer:
     @staticmethod
     def _where(ack) -> tuple[int, int]:
         return (ack.partition, ack.offset) if hasattr(ack, "offset") else tuple(ack)
+
+
+async def _either(*events: asyncio.Event) -> None:
+    """Until one of ``events`` is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.chaos.checker import FAILOVER_VIOLATIONS, VIOLATIONS, CheckReport
+from harness.chaos.checker import FAILOVER_VIOLATIONS, UPGRADE_VIOLATIONS, VIOLATIONS, CheckReport
 
 
 def render(report: CheckReport) -> str:
@@ -22,6 +22,7 @@ def render(report: CheckReport) -> str:
                    f"; DB cut {_s(report.cut_seconds)}, API 5xx {_s(report.api_503_seconds)}, "
                    f"API lost replies/hangs {_s(report.api_fault_seconds)}"),
         *([("database failover", _failover(report.failover, report.failover_ledger))] if report.failover else []),
+        *_upgrade(report.upgrade),
         ("acknowledged records", _acked(report.acked)),
         ("events delivered again per kill (W)", _w(report)),
         ("duplicates stopped by t_idem", f"{report.duplicates_stopped:,} of the "
@@ -42,7 +43,7 @@ def render(report: CheckReport) -> str:
         *([("the product's reconcile", _reconcile(report.reconcile))] if report.reconcile else []),
     ]
     rows += [(name.replace("_", " "), f"{getattr(report, name):,}") for name in VIOLATIONS
-             if report.failover or name not in FAILOVER_VIOLATIONS]
+             if (report.failover or name not in FAILOVER_VIOLATIONS) and (report.upgrade or name not in UPGRADE_VIOLATIONS)]
     rows += [("wall time", _s(report.wall_seconds) + (f" (storm {_s(report.storm_seconds)}, drain "
                                                       f"{_s(report.drain.get('seconds'))})" if report.drain else "")),
              ("verdict", "ok" if report.ok else f"FAILED: {report.problems_total:,} violations")]
@@ -104,6 +105,32 @@ def _failover(failover: dict, ledger: dict) -> str:
                  f"lag {_s(rewind['lag_seconds'])} + margin {_s(rewind['margin_seconds'])}"
                  + ("" if rewind.get("covered") else ", NOT far enough") + ")")
     return text
+
+
+def _upgrade(upgrade: dict) -> list[tuple[str, str]]:
+    """A row for the migration and one per replacement: its replay window and how long the group took."""
+    if not upgrade:
+        return []
+    migration = upgrade.get("migration") or {}
+    previous = (upgrade.get("previous") or {}).get("version")
+    rows = [("rolling upgrade", f"release {previous} and the current code in one group; the schema "
+                                f"{migration.get('from')} -> {migration.get('to')} online in "
+                                f"{_s(migration.get('seconds'))} while {len(migration.get('workers') or {})} workers of "
+                                f"{previous} wrote ({migration.get('committed_meanwhile')} records committed meanwhile)"
+                                + (f", FAILED: {migration['error'][:200]}" if migration.get("error") else "")
+                                + f"; {previous} ran {_s(upgrade.get('previous_on_new_schema_seconds'))} on the new "
+                                  f"schema (worker-seconds); at the end the schema is at {upgrade['schema'].get('at_end')}")]
+    for r in upgrade.get("replacements", []):
+        what = f"{r.get('kind', '?').replace('_', ' ')} of {r.get('slot')}"
+        if r.get("error"):
+            rows.append((what, f"FAILED: {r['error'][:200]}"))
+            continue
+        rows.append((what, f"{r['stopped']} ({r['stopped_version']}) -> {r['started']} ({r['started_version']}): "
+                           f"exit {r['returncode']} {_s(r['stop_seconds'])} after the SIGTERM, the group Stable at "
+                           f"{_s(r['stable_seconds'])}, every partition consumed again at {_s(r['rebalance_seconds'])}; "
+                           f"replay window {r['replayed']} (the replay counter +{r['replayed_counter']:g} meanwhile, "
+                           f"{r['duplicates_in_span']} produced duplicates in that span)"))
+    return rows
 
 
 def _brokers(cluster: dict) -> str:

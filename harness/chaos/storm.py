@@ -94,13 +94,23 @@ class Profile:
     min_events: int
     min_orders: int
     rate: float                          # records per second
-    kill_every: tuple[float, float]      # seconds between two kills, uniformly drawn
+    kill_every: tuple[float, float] | None   # seconds between two kills, uniformly drawn (None: no kills)
     cut_seconds: float                   # the database's network cut
     api_503_seconds: float
     drain_timeout: float
     duplicate_within: int                # records between an event and its duplicate, at most
     restart_after: float = 1.0           # a killed worker is started again this long after
     big: tuple[str, ...] = SINGLE        # the big faults, once each (a name twice: twice)
+    # The workers' slots; whether a worker is added and one removed; whether the big faults come in
+    # an order the seed picks or in the order named (a rolling upgrade's steps); the share of the
+    # production time they are spread over.
+    slots: tuple[str, ...] = SLOTS
+    scale: bool = True
+    shuffle: bool = True
+    window: tuple[float, float] = (0.15, 0.84)
+    # A rolling upgrade (``harness.chaos.upgrade``): the workers start on the previous release, on a
+    # database at its schema; the big faults name the upgrade's steps.
+    upgrade: bool = False
     api_rates: dict = field(default_factory=lambda: {"fail_rate": 0.02, "reset_rate": 0.02, "timeout_rate": 0.01})
     faulty: tuple[str, ...] = ("waybill", "express", "sms")     # the services the rates apply to
     # The workers' settings: the run's own, chosen to move in seconds (``driver.WORKER_SETTINGS``),
@@ -136,6 +146,23 @@ PROFILES["pace"] = Profile("pace", min_events=30_000, min_orders=6_000, rate=150
                            api_503_seconds=30, drain_timeout=900, duplicate_within=2000, hang_ms=5_000, latency_ms=0,
                            pace={"waybill": {**TAIL, "calls_per_second": 150}, "sms": TAIL, "express": TAIL},
                            api_rates={"fail_rate": 0.02, "reset_rate": 0.02, "timeout_rate": 0.01})
+# A rolling upgrade under load and its rollback (``harness.chaos.upgrade``): the previous release's
+# workers, the current code's migrations online, each worker replaced by the current code one at a
+# time, then each replaced by the previous release again. ``make test`` runs the short one: two
+# workers, a few hundred orders, the APIs' random faults and nothing else, so that each replacement's
+# figures are its own; ``make chaos MODE=upgrade`` the long one: three workers, the storm (kills all
+# along, paused while a worker is replaced, and the single broker's big faults between the steps).
+UPGRADE = ("migrate_online", "upgrade_worker", "upgrade_worker", "roll_back_worker", "roll_back_worker")
+PROFILES["upgrade-short"] = Profile("upgrade-short", min_events=0, min_orders=250, rate=10, kill_every=None,
+                                    cut_seconds=0, api_503_seconds=0, drain_timeout=SHORT_DRAIN,
+                                    duplicate_within=200, big=UPGRADE, slots=("w1", "w2"), scale=False,
+                                    shuffle=False, window=(0.1, 0.7), upgrade=True)
+PROFILES["upgrade"] = Profile("upgrade", min_events=0, min_orders=4_000, rate=50, kill_every=(8, 14), cut_seconds=20,
+                              api_503_seconds=30, drain_timeout=600, duplicate_within=1000,
+                              big=("restart_mariadb", "migrate_online", "upgrade_worker", "cut_database",
+                                   "upgrade_worker", "upgrade_worker", "restart_kafka", "roll_back_worker",
+                                   "apis_503", "roll_back_worker", "roll_back_worker"),
+                              scale=False, shuffle=False, window=(0.08, 0.75), upgrade=True)
 # --cluster: three faults more in the long run, so it produces more slowly to give each its slot.
 CLUSTER_PROFILES = {
     "long": Profile("long", min_events=50_000, min_orders=10_000, rate=200, kill_every=(6, 12), cut_seconds=20,
@@ -149,10 +176,12 @@ CLUSTER_PROFILES = {
 class Storm:
     def __init__(self, profile: Profile, seed: int, *, fleet: Fleet, mariadb: MariaDB, brokers,
                  proxy: BlackholeProxy, fakes: FakesProcess, producer: SteadyProducer, events_topic: str,
-                 say=print, failover: bool = False, group: str | None = None, partitions: int | None = None) -> None:
+                 say=print, failover: bool = False, group: str | None = None, partitions: int | None = None,
+                 steps: dict | None = None) -> None:
         """``brokers``: a ``harness.chaos.brokers`` SingleBroker or SecureCluster. ``failover``:
         ``mariadb`` is a ``harness.chaos.failover.ReplicatedMariaDB`` to fail over once (the
-        rewind then needs the workers' ``group`` and the events topic's ``partitions``)."""
+        rewind then needs the workers' ``group`` and the events topic's ``partitions``).
+        ``steps``: big faults of the caller's by name (a rolling upgrade's), beside the storm's own."""
         self.profile, self.fleet, self.mariadb, self.brokers = profile, fleet, mariadb, brokers
         self.events_topic = events_topic
         self.proxy, self.fakes, self.producer, self.say = proxy, fakes, producer, say
@@ -173,6 +202,7 @@ class Storm:
         self.failover, self.group, self.partitions = failover, group, partitions
         self.failover_rng = random.Random(seed * 7919 + 2)
         self.paused = False                  # no kill, no scale-down: the operator has the workers
+        self.steps = steps or {}
 
     def log(self, kind: str, worker: str | None = None, detail: str | None = None, **more) -> None:
         self.faults.append({"at": time.time(), "kind": kind, "worker": worker, "detail": detail, **more})
@@ -182,15 +212,16 @@ class Storm:
     async def run(self) -> list[dict]:
         """Produce every record while the faults happen; return the manifest's ``produced``."""
         seconds = len(self.producer.records) / self.profile.rate
-        big = [getattr(self, name) for name in self.profile.big]
-        self.rng.shuffle(big)
+        big = [self.steps.get(name) or getattr(self, name) for name in self.profile.big]
+        if self.profile.shuffle:
+            self.rng.shuffle(big)
         if self.failover:
             big.insert(len(big) // 2, self.fail_over_database)
         # A cut database keeps the workers busy after it is restored (their hung statements time
         # out after DB_STATEMENT_TIMEOUT_SECONDS, 15 s): the slots are far enough apart for the
         # next fault to meet work in flight, not a backlog.
-        plan = [(0.08 * seconds, self.add_worker), (0.92 * seconds, self.remove_worker)]
-        first, last = 0.15, 0.84
+        plan = [(0.08 * seconds, self.add_worker), (0.92 * seconds, self.remove_worker)] if self.profile.scale else []
+        first, last = self.profile.window
         slots = [first + (last - first) * i / max(len(big) - 1, 1) for i in range(len(big))]
         # A big fault that begins late (the one before took long: a node's restart under load) must
         # still meet records in flight: the producer waits a little past each fault's slot until
@@ -274,6 +305,8 @@ class Storm:
 
     # -- kills all along ----------------------------------------------------------------
     async def kill_now_and_then(self) -> None:
+        if self.profile.kill_every is None:
+            return
         while True:
             try:
                 await asyncio.wait_for(self.ending.wait(), self.rng.uniform(*self.profile.kill_every))

@@ -5,7 +5,8 @@ The run's workers start on the previous release (``harness.releases``: built fro
 a virtualenv of its own) on a database its own migrations brought to its head. While the
 records flow (and, in the long run, the storm blows), the big faults' slots hold, in order:
 
-    migrate_online     the current code's migrations to head, while the previous release writes
+    migrate_online     the current code's migrations to head (``python -m app.admin migrate``),
+                       while the previous release writes
     upgrade_worker     once every worker is ready (``/readyz``), the group Stable and caught up with
                        its input, as a rollout that takes one worker down at a time waits (and no
                        kill's replay is counted): a worker of the previous release
@@ -27,7 +28,9 @@ finished and did not commit, the replay window of the replacement (harness/chaos
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
+import sys
 import time
 import urllib.request
 from contextlib import closing
@@ -36,14 +39,13 @@ from typing import Any
 import pymysql
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 
 from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.connection import connection_of
+from app.adapters.mysql import schema
 from harness.chaos.fleet import Fleet
 from harness.releases import Release
-from harness.services import ROOT, migrate
+from harness.services import ROOT
 
 STEPS = ("migrate_online", "upgrade_worker", "roll_back_worker")
 SETTLE_WITHIN = 180.0        # seconds a replacement may take to be Stable and consuming again (a bound)
@@ -55,15 +57,18 @@ DEFAULT_SESSION_SECONDS = 30.0
 
 def migrate_to_current(url: str) -> None:
     """The current code's migrations to head on the database at ``url`` (direct, not the proxy), as an
-    operator runs them during a rolling upgrade: the one place the run migrates with the new code."""
-    migrate(url)
+    operator runs them during a rolling upgrade (``python -m app.admin migrate``, docs/upgrading.md):
+    the one place the run migrates with the new code."""
+    env = {**os.environ, "MYSQL_URL": url, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "app.admin", "migrate"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode:
+        raise RuntimeError(f"python -m app.admin migrate exited {done.returncode}: {done.stderr[-1500:]}")
 
 
 def current_head() -> str:
     """The current code's newest revision."""
-    head = ScriptDirectory.from_config(Config(str(ROOT / "alembic.ini"))).get_current_head()
-    assert head is not None, "the current code has no migrations"
-    return head
+    return schema.revisions()[0]
 
 
 def schema_revision(mysql: dict) -> str | None:

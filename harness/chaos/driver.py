@@ -544,6 +544,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--mode {args.mode} has no profile on three nodes (--cluster)")
     if args.db_failover and args.cluster:
         parser.error("--db-failover runs on the single broker (it has not been run with --cluster)")
+    if PROFILES[args.mode].upgrade and (args.db_failover or args.outbox):
+        parser.error(f"--mode {args.mode} runs on the single broker with one database (not with --db-failover or "
+                     "--outbox)")
     if args.outbox and (args.cluster or args.db_failover):
         parser.error("--outbox runs on the single broker with one database (not with --cluster or --db-failover)")
     outcome = run(args.mode, args.seed, sabotage=args.sabotage, drain_timeout=args.drain_timeout,

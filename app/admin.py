@@ -31,17 +31,22 @@ from app.version import VERSION
 PROG = "python -m app.admin"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description="order-event-processor's operator commands")
-    parser.add_argument("--version", action="version", version=f"order-event-processor {VERSION}")
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    """The commands and their options (the CLI reference, docs/cli.md, is held to it by a test)."""
+    cli = argparse.ArgumentParser(prog=PROG, description="order-event-processor's operator commands")
+    cli.add_argument("--version", action="version", version=f"order-event-processor {VERSION}")
+    sub = cli.add_subparsers(dest="command", required=True)
     sub.add_parser("version", help="this release, the head of its migrations, the versions it runs on")
     migrate = sub.add_parser("migrate", help="migrate the database of MYSQL_URL to this release's schema")
     migrate.add_argument("--to", default="head", metavar="REVISION", help="the revision to reach (default: head)")
     migrate.add_argument("--sql", action="store_true", help="print the SQL instead of running it")
     sub.add_parser("schema", help="the database's revision, the releases it serves, whether this release runs on it")
     sub.add_parser("create-topics", help="create order-event, order-event-dlq and the watermark topic if missing")
-    args = parser.parse_args(argv)
+    return cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     return {"version": version, "migrate": migrate_database, "schema": schema_status,
             "create-topics": create_topics}[args.command](args)
 

@@ -2,8 +2,10 @@
 same rules as the console (``app.compensation.bulk``): a dry run, a start that carries the count
 seen, a job the workers run in the background.
 
-    faust -A app dlq bulk retry --reason effect_unavailable --dry-run
-    faust -A app dlq bulk retry --reason effect_unavailable            # shows the count, asks, starts
+    faust -A app dlq bulk retry --reason provider_unavailable --dry-run     # a provider's outage: its breaker open
+    faust -A app dlq bulk retry --reason effect_unavailable --dry-run       # ... and its calls that failed
+    faust -A app dlq bulk retry --reason provider_unavailable               # shows the count, asks, starts
+    faust -A app dlq bulk retry --reason effect_unavailable
     faust -A app dlq bulk discard --fingerprint 3f2a... --expect 120 --yes --note "test data" --wait
     faust -A app dlq bulk status [JOB] | pause JOB | resume JOB | abort JOB
 """

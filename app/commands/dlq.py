@@ -5,8 +5,10 @@ queue from a shell, with the same rules and the same audit trail as the console.
     faust -A app dlq show 42                      # phone and address masked, as a viewer sees them
     faust -A app dlq show 42 --unmasked --actor alice      # whole, and written to t_view_audit
     faust -A app dlq retry 42 --note "logistics is back" --actor alice
+    faust -A app dlq bulk retry --reason provider_unavailable --dry-run     # an outage: both of its reasons
     faust -A app dlq bulk retry --reason effect_unavailable --dry-run
-    faust -A app dlq bulk retry --reason effect_unavailable --expect 9412 --wait
+    faust -A app dlq bulk retry --reason provider_unavailable --expect 9412 --wait
+    faust -A app dlq bulk retry --reason effect_unavailable --expect 310 --wait
     faust -A app dlq bulk status [JOB] | pause JOB | resume JOB | abort JOB
 """
 

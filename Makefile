@@ -52,9 +52,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench]'
 	touch $@
 
-test-tools: ## from Debian: docker-compose (v1, validates docker-compose.yml), kcat, chromium (the console's browser test), prometheus (promtool: checks and unit-tests the alert rules; the server runs the dashboard's and rules' queries), prometheus-alertmanager (amtool: checks the Alertmanager config and its routes); Kafka's Java client; Jaeger's all-in-one program, built once from its Go module (the tracing test); the previous release, built once from its commit (ops/releases.toml) with a virtualenv of its own (the rolling-upgrade and schema-rule tests)
+test-tools: ## from Debian: docker-compose (v1, validates docker-compose.yml), kcat, chromium (the console's browser test), prometheus (promtool: checks and unit-tests the alert rules; the server runs the dashboard's and rules' queries), prometheus-alertmanager (amtool: checks the Alertmanager config and its routes); Kafka's Java client; Jaeger's all-in-one program, built once from its Go module (the tracing test); Helm and the chart's manifest checker (deploy/helm/checker), built once from their Go modules (the chart's tests); the previous release, built once from its commit (ops/releases.toml) with a virtualenv of its own (the rolling-upgrade and schema-rule tests)
 	ops/services.sh jars
 	ops/services.sh jaeger
+	ops/services.sh helm
+	ops/services.sh k8s-checker >/dev/null
 	$(PY) -m harness.releases
 	@missing=""; command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	  command -v kcat >/dev/null || missing="$$missing kcat"; \

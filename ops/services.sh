@@ -8,6 +8,9 @@
 #   ops/services.sh jars    fetch the Kafka jars only (the tests use its Java client even
 #                           when a Kafka that is already running is reused)
 #   ops/services.sh jaeger  build Jaeger's all-in-one program once (the tracing test runs it)
+#   ops/services.sh helm    build Helm once (the chart's tests lint and render with it)
+#   ops/services.sh k8s-checker  build the chart's manifest checker once per change of its
+#                           sources (deploy/helm/checker), and print its path
 #
 # A service already listening on its port is reused as it is. State lives in
 # .cache/ (ignored by git): the broker jars, its data and log, pid files.
@@ -400,6 +403,47 @@ jaeger_program() {
   echo "jaeger $version" >"$home/.complete"
 }
 
+# Helm, for the chart's tests (tests/unit/test_helm_chart.py: `helm lint --strict`, `helm template`),
+# built once from its Go module like Jaeger into .cache/helm/<HELM_VERSION>/helm. No cluster is
+# needed or reached: lint and template run offline.
+helm_program() {
+  local version="${HELM_VERSION:-4.3.2}" home scratch
+  home="$CACHE/helm/$version"
+  if [ -x "$home/helm" ] && [ "$(cat "$home/.complete" 2>/dev/null)" = "helm $version" ]; then return; fi
+  command -v go >/dev/null || die "the Go toolchain (go) is needed once to build Helm $version"
+  log "building Helm $version from its Go module (once, a few minutes; cached in $home)"
+  mkdir -p "$CACHE/helm"
+  scratch="$(mktemp -d "$CACHE/helm/.build-XXXXXX")"
+  ( cd "$scratch" && go mod init helm-build >/dev/null 2>&1 \
+      && go get -tool "helm.sh/helm/v4/cmd/helm@v$version" \
+      && nice go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=v$version" \
+           -o helm helm.sh/helm/v4/cmd/helm ) \
+    >"$CACHE/helm/build.log" 2>&1 \
+    || { rm -rf "$scratch"; die "go could not build Helm $version; read $CACHE/helm/build.log"; }
+  mkdir -p "$home" && mv "$scratch/helm" "$home/helm" && rm -rf "$scratch"
+  echo "helm $version" >"$home/.complete"   # written last: a build cut short leaves none
+}
+
+# The manifest checker (deploy/helm/checker/: every rendered object decoded strictly into the
+# upstream API types), built from its own go.mod into .cache/helm/checker/<hash of its sources>/:
+# a changed checker is built again, an unchanged one once per machine. Prints the program's path.
+k8s_checker_program() {
+  local src="$ROOT/deploy/helm/checker" hash home scratch
+  hash="$(cd "$src" && cat go.mod go.sum $(ls *.go | sort) | sha256sum | cut -c1-16)"
+  home="$CACHE/helm/checker/$hash"
+  if [ -x "$home/k8s-checker" ] && [ -f "$home/.complete" ]; then echo "$home/k8s-checker"; return; fi
+  command -v go >/dev/null || die "the Go toolchain (go) is needed once to build the manifest checker"
+  log "building the manifest checker from deploy/helm/checker (once per change; cached in $home)"
+  mkdir -p "$CACHE/helm/checker"
+  scratch="$(mktemp -d "$CACHE/helm/checker/.build-XXXXXX")"
+  ( cd "$src" && nice go build -mod=readonly -buildvcs=false -trimpath -ldflags "-s -w" -o "$scratch/k8s-checker" . ) \
+    >"$CACHE/helm/checker/build.log" 2>&1 \
+    || { rm -rf "$scratch"; die "go could not build the manifest checker; read $CACHE/helm/checker/build.log"; }
+  mkdir -p "$home" && mv "$scratch/k8s-checker" "$home/k8s-checker" && rm -rf "$scratch"
+  echo "k8s-checker $hash" >"$home/.complete"
+  echo "$home/k8s-checker"
+}
+
 # Node n (1-based) of the layout: its folder and ports.
 node_home() { if [ -z "$KAFKA_LAYOUT" ]; then echo "$CACHE/kafka"; else echo "$CACHE/kafka/$KAFKA_LAYOUT/node-$1"; fi; }
 node_port() { echo $((KAFKA_PORT + 2 * ($1 - 1))); }
@@ -650,7 +694,9 @@ case "${1:-}" in
   jars) mkdir -p "$CACHE/kafka"; kafka_jars ;;   # the Java client the tests write records with
   connect-jars) connect_jars ;;   # Kafka Connect + Debezium MySQL, for harness/outbox_relay.py
   jaeger) jaeger_program ;;   # Jaeger all-in-one, for the tracing test
+  helm) helm_program ;;   # Helm, for the chart's tests
+  k8s-checker) k8s_checker_program ;;   # the chart's manifest checker (prints its path)
   down) kafka_down; mariadb_down ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status|jars|connect-jars|jaeger" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|jars|connect-jars|jaeger|helm|k8s-checker" >&2; exit 2 ;;
 esac

@@ -40,6 +40,8 @@ HELD_RECORDS = Gauge("order_records_held",
                      "BREAKER_HOLD_RECORDS; not counted against BATCHES_IN_FLIGHT x BATCH_SIZE).")
 COMPENSATIONS = Counter("order_compensations_total",
                         "Dead letters the compensator handled, by what became of them.", ["result"])
+BULK_JOB_RUNNING = Gauge("order_bulk_job_running", "1 while this worker runs a bulk job of the dead-letter queue "
+                                                   "(it holds the job's lease), else 0.")
 
 # -- the dedup store ------------------------------------------------------------------
 # A claim is one step key a T1 looked at: taken (new, reclaimed), or found done, held by another

@@ -17,6 +17,7 @@ import logging
 import faust
 
 from app.bootstrap import Runtime, RuntimeStopping
+from app.observability import metrics
 from app.pipeline.errors import Fatal
 from app.settings import Settings
 
@@ -36,6 +37,9 @@ def register(app: faust.App, runtime: Runtime, settings: Settings):
                 return
             except (Fatal, Exception) as exc:
                 log.warning("a bulk job's chunk could not be worked: %r", exc, exc_info=not isinstance(exc, Fatal))
+            finally:
+                # An autoscaler holds the workers while one runs a job (docs/deploying-kubernetes.md).
+                metrics.BULK_JOB_RUNNING.set(0 if rt.bulk.held is None or rt.stopping else 1)
             await asyncio.sleep(settings.bulk.timer_seconds if wait is None else wait)
 
     return run_bulk_jobs

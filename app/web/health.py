@@ -24,6 +24,9 @@ from app.settings import Settings
 from app.web.http import json_response
 
 log = logging.getLogger(__name__)
+# The bound on each of /readyz's two checks (the database's, then Kafka's): a probe of it may take
+# twice this (deploy/helm's readiness probe's timeout is computed from it).
+READINESS_CHECK_SECONDS = 10
 
 
 def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
@@ -41,13 +44,13 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
         checks: dict[str, str] = {}
         try:
             rt = runtime.started()
-            await asyncio.wait_for(rt.queries.ping(), 10)
+            await asyncio.wait_for(rt.queries.ping(), READINESS_CHECK_SECONDS)
             checks["mysql"] = "ok"
         except Exception as exc:
             log.warning("readiness: MySQL unreachable: %r", exc)
             checks["mysql"] = "unreachable"
         try:
-            await asyncio.wait_for(runtime.kafka_ping(), 10)
+            await asyncio.wait_for(runtime.kafka_ping(), READINESS_CHECK_SECONDS)
             checks["kafka"] = "ok"
         except Exception as exc:
             log.warning("readiness: Kafka unreachable: %r", exc)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Release the order-event processor: `make release VERSION=1.1.0` (or ops/release.sh 1.1.0).
 #
-# On a clean checkout of main whose app/version.py says VERSION and whose CHANGELOG.md has a
-# section for it (`## [VERSION] - YYYY-MM-DD`), this:
+# On a clean checkout of main whose app/version.py, the Helm chart's Chart.yaml (version and
+# appVersion) and docs/openapi.yaml say VERSION and whose CHANGELOG.md has a section for it
+# (`## [VERSION] - YYYY-MM-DD`), this:
 #   1. builds the sdist and the wheel into dist/ (python -m build: isolated, from pyproject.toml);
 #   2. checks the wheel holds what a worker needs and nothing else (ops/check_wheel.py);
 #   3. tags the commit vVERSION;
@@ -25,6 +26,10 @@ coded=$("$PY" -c 'from app.version import VERSION; print(VERSION)')
 [ "$coded" = "$version" ] || die "app/version.py says $coded: set it to $version in the release's commit"
 grep -Eq "^## \[$version\] - [0-9]{4}-[0-9]{2}-[0-9]{2}$" CHANGELOG.md \
   || die "CHANGELOG.md has no section '## [$version] - YYYY-MM-DD'"
+chart=deploy/helm/order-event-processor/Chart.yaml
+grep -q "^version: $version$" "$chart" && grep -q "^appVersion: \"$version\"$" "$chart" \
+  || die "$chart must say version: $version and appVersion: \"$version\" (the chart is released with the worker)"
+grep -q "^  version: $version$" docs/openapi.yaml || die "docs/openapi.yaml's info.version must be $version"
 ! git rev-parse -q --verify "refs/tags/v$version" >/dev/null || die "the tag v$version exists already"
 grep -q "^version = \"$version\"$" ops/releases.toml && die "ops/releases.toml lists $version already"
 

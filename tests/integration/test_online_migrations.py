@@ -29,7 +29,8 @@ from alembic.config import Config
 from alembic.util import CommandError
 
 from harness.migration_rules import changed_table, online_problems, recorded_statements, since_release
-from harness.services import ROOT, ScratchDatabase, wait_for
+from harness.own_servers import MariaDB
+from harness.services import ROOT, ScratchDatabase, connect, migrate, wait_for
 
 LEDGER = "t_compensation"
 HELD = ("t_idem", LEDGER)          # what the long transaction reads, and the writer writes
@@ -136,8 +137,8 @@ class LongTransaction:
     """A transaction that has read ``t_idem`` and the ledger and stays open: it holds their metadata
     locks shared until it ends (a person's console session, an export)."""
 
-    def __init__(self, db: ScratchDatabase) -> None:
-        self.conn = db.connect()
+    def __init__(self, url: str) -> None:
+        self.conn = connect(url)
         with self.conn.cursor() as cur:
             cur.execute("START TRANSACTION")
             for table in HELD:
@@ -182,7 +183,7 @@ def test_each_migration_since_the_release_runs_online_behind_a_long_transaction(
 
 
 def run_behind_a_long_transaction(db: ScratchDatabase, revision: str, writer: Writer) -> Migration:
-    held = LongTransaction(db)
+    held = LongTransaction(db.url)
     migration = Migration(db.url, revision)
     try:
         migration.start()
@@ -204,7 +205,7 @@ def writes_go_on(writer: Writer, when: str) -> None:
 
 def test_a_migration_that_never_gets_its_lock_stops_and_changes_nothing(migrated_to_release):
     db, base, revisions = migrated_to_release
-    held = LongTransaction(db)
+    held = LongTransaction(db.url)
     migration = Migration(db.url, "head", tries=2)
     try:
         migration.start()
@@ -225,3 +226,36 @@ def test_a_migration_that_never_gets_its_lock_stops_and_changes_nothing(migrated
     migration.start()
     migration.join(60)
     assert migration.error is None
+
+
+def test_the_run_that_stops_names_the_transaction_that_held_the_table(tmp_path):
+    """With the PROCESS privilege (a server of the test's own, to grant it), the line that stops the
+    run says which connection held the table open, and since when."""
+    base, revisions = since_release()
+    server = MariaDB(tmp_path / "mariadb", name="mariadb-online-migrations")
+    server.install()
+    server.start()
+    try:
+        with closing(server.root()) as conn, conn.cursor() as cur:
+            cur.execute("CREATE DATABASE idem CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+            cur.execute("CREATE USER 'app'@'127.0.0.1' IDENTIFIED BY 'app'")
+            cur.execute("GRANT ALL PRIVILEGES ON idem.* TO 'app'@'127.0.0.1'")
+            cur.execute("GRANT PROCESS ON *.* TO 'app'@'127.0.0.1'")
+        url = server.url("idem", "app", "app")
+        migrate(url, base)
+        held = LongTransaction(url)
+        with held.conn.cursor() as cur:
+            cur.execute("SELECT CONNECTION_ID() AS id")
+            holder = cur.fetchone()["id"]
+        migration = Migration(url, "head", tries=1)
+        try:
+            migration.start()
+            migration.join(60)
+        finally:
+            held.end()
+        if migration.error is None and not {changed_table(s) for s in migration.statements} & set(HELD):
+            pytest.skip("no migration since the last release changes t_idem or the ledger")
+        assert isinstance(migration.error, CommandError)
+        assert f"Transactions open longest: connection {holder} (app@" in str(migration.error)
+    finally:
+        server.stop()

@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -88,15 +87,15 @@ class LockWaits:
 
 
 def open_transactions(connection: Connection, older_than: float) -> str:
-    """The transactions open for longer than ``older_than`` seconds (which hold their tables'
+    """The transactions open for ``older_than`` seconds or longer (which hold their tables'
     metadata locks), as one sentence for the operator; what is missing, when it cannot be read."""
     try:
-        rows = connection.execute(text(
-            "SELECT p.ID, p.USER, p.HOST, p.DB, TIMESTAMPDIFF(SECOND, t.trx_started, NOW()), "
-            "LEFT(COALESCE(p.INFO, ''), 80) FROM information_schema.INNODB_TRX t "
-            "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
-            "WHERE t.trx_started < NOW() - INTERVAL :s SECOND AND p.ID <> CONNECTION_ID() "
-            "ORDER BY t.trx_started LIMIT 5"), {"s": int(older_than)}).all()
+        rows = connection.exec_driver_sql(
+            "SELECT p.ID, p.USER, p.HOST, p.DB, TIMESTAMPDIFF(SECOND, trx.TRX_STARTED, NOW()), "
+            "LEFT(COALESCE(p.INFO, ''), 80) FROM information_schema.INNODB_TRX AS trx "
+            "JOIN information_schema.PROCESSLIST AS p ON p.ID = trx.TRX_MYSQL_THREAD_ID "
+            "WHERE trx.TRX_STARTED <= NOW() - INTERVAL %s SECOND AND p.ID <> CONNECTION_ID() "
+            "ORDER BY trx.TRX_STARTED LIMIT 5", (int(older_than),)).all()
     except DBAPIError as exc:
         if error_code(exc) == ACCESS_DENIED:
             return ("The open transactions could not be listed: this user lacks the PROCESS privilege "

@@ -6,6 +6,12 @@ the tests use to migrate a scratch database), the session's sql_mode from
 TLS from ``MYSQL_SSL_*``, like every other connection of the project
 (``app.adapters.mysql.engine.ssl_context``). A connection the server refuses ends the run with one
 sentence that names the setting to fix.
+
+Every statement waits for a table's metadata lock at most ``MIGRATION_LOCK_WAIT_SECONDS``
+(``-x lock_wait_seconds=...``), so that an ``ALTER TABLE`` waiting behind a long transaction never
+holds the workers' statements queued behind it for longer; a run that gave up is tried again from
+the migration that waited, ``MIGRATION_LOCK_TRIES`` times (``-x lock_tries=...``):
+``app.adapters.mysql.migration_locks``.
 """
 
 from logging.config import fileConfig
@@ -16,6 +22,7 @@ from sqlalchemy import create_engine, pool, text
 from sqlalchemy.exc import DBAPIError
 
 from app.adapters.mysql.engine import session_sql_mode, ssl_context
+from app.adapters.mysql.migration_locks import LockNotGranted, LockWaits, open_transactions
 from app.adapters.mysql.preflight import Target, explain
 from app.adapters.mysql.tls import MySqlTls
 from app.settings import get_settings
@@ -35,9 +42,17 @@ def sync_url() -> str:
     return url.replace("+aiomysql", "+pymysql")
 
 
-def connect_args() -> dict:
+def lock_waits() -> LockWaits:
+    given = context.get_x_argument(as_dictionary=True)
+    configured = LockWaits.from_settings(get_settings().database)
+    return LockWaits(int(given.get("lock_wait_seconds", configured.wait_seconds)),
+                     int(given.get("lock_tries", configured.tries)))
+
+
+def connect_args(waits: LockWaits) -> dict:
     mode = context.get_x_argument(as_dictionary=True).get("sql_mode") or get_settings().database.sql_mode
-    return {"init_command": f"SET SESSION {session_sql_mode(mode)}"}
+    assignments = [session_sql_mode(mode), waits.session_assignment()]
+    return {"init_command": "SET SESSION " + ", ".join(a for a in assignments if a)}
 
 
 def run_migrations_offline() -> None:
@@ -49,27 +64,44 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     settings = get_settings()
     tls = ssl_context(settings)
+    waits = lock_waits()
     engine = create_engine(sync_url(), poolclass=pool.NullPool,
-                           connect_args={**connect_args(), **({"ssl": tls} if tls else {})})
+                           connect_args={**connect_args(waits), **({"ssl": tls} if tls else {})})
+
+    def once() -> None:
+        try:
+            connection = engine.connect()
+        except DBAPIError as exc:
+            # alembic prints a CommandError as "FAILED: <message>" and exits 1, without a traceback.
+            raise CommandError(f"cannot migrate: {explain(exc, MySqlTls.from_settings(settings.database), Target.of(sync_url()))}") from None
+        with connection:
+            context.configure(connection=connection, target_metadata=metadata,
+                              on_version_apply=lambda ctx, step, heads, run_args: write_schema_release(
+                                  connection, next(iter(heads), None)))
+            with context.begin_transaction():
+                context.run_migrations()
+
+    def holders() -> str:
+        try:
+            with engine.connect() as connection:
+                return open_transactions(connection, waits.wait_seconds)
+        except DBAPIError:
+            return ""
+
     try:
-        connection = engine.connect()
-    except DBAPIError as exc:
-        # alembic prints a CommandError as "FAILED: <message>" and exits 1, without a traceback.
-        raise CommandError(f"cannot migrate: {explain(exc, MySqlTls.from_settings(settings.database), Target.of(sync_url()))}") from None
-    with connection:
-        context.configure(connection=connection, target_metadata=metadata)
-        with context.begin_transaction():
-            context.run_migrations()
-        write_schema_release(connection)
-        connection.commit()
-    engine.dispose()
+        waits.run(once, holders=holders)
+    except LockNotGranted as exc:
+        raise CommandError(f"cannot migrate: {exc}") from None
+    finally:
+        engine.dispose()
 
 
-def write_schema_release(connection) -> None:
-    """``t_schema_release`` says the revision the schema is at and the oldest release it serves: the
-    newest ``OLDEST_RELEASE_SERVED`` a migration up to that revision declares (None: it moves nothing)."""
+def write_schema_release(connection, current: str | None) -> None:
+    """After each migration (up or down): ``t_schema_release`` says the revision the schema is at and
+    the oldest release it serves, the newest ``OLDEST_RELEASE_SERVED`` a migration up to that revision
+    declares (None: it moves nothing). Written with the revision, so a run that stops between two
+    migrations leaves both true."""
     script = context.get_context().script
-    current = context.get_context().get_current_revision()
     if current is None or script is None:
         return
     walked = list(script.iterate_revisions(current, "base"))

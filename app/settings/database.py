@@ -122,6 +122,19 @@ class DatabaseSettings(Group):
     lock_wait_timeout_seconds: int = setting("DB_LOCK_WAIT_TIMEOUT_SECONDS", 10, ge=1,
         description="`innodb_lock_wait_timeout` of the worker's sessions.")
 
+    migration_lock_wait_seconds: int = setting("MIGRATION_LOCK_WAIT_SECONDS", 2, ge=0, le=3600,
+        description="The longest one wait of a migration for a table's metadata lock may hold the workers' "
+                    'statements on that table up (`lock_wait_timeout` of the migration\'s session): an `ALTER '
+                    "TABLE` waits for every transaction open on its table, and everything after it on that table "
+                    'waits behind it. Then it gives up, the run pauses twice as long and is tried again '
+                    '([Migrating under load](operations.md#migrating-under-load)). Keep it under '
+                    '`DB_STATEMENT_TIMEOUT_SECONDS`; 0: the server\'s `lock_wait_timeout` (a day on MariaDB, a year '
+                    'on MySQL 8), for a maintenance window.')
+
+    migration_lock_tries: int = setting("MIGRATION_LOCK_TRIES", 20, ge=1,
+        description='How many times a migration run waits for a metadata lock in vain before it stops (exit 1, '
+                    'naming the transactions that held the table open); each try that gave up changed nothing.')
+
     sql_mode: str | None = setting("DB_SQL_MODE", None, pattern=r"^([A-Za-z_]+(,[A-Za-z_]+)*)?$",
         description="The `sql_mode` of every database session (the worker's, the CLI's, the migrations'), "
                     "comma-separated modes: the tests set MySQL 8's default this way on MariaDB ([MariaDB and MySQL "

@@ -43,77 +43,78 @@ import faust
 
 from app.adapters.kafka import batches as kafka_batches
 from app.adapters.kafka.records import source_record
-from app.bootstrap import Runtime
+from app.adapters.mysql import MySqlStore
 from app.exits import stop_without_ack
 from app.faust_app import freeze_startup_objects
+from app.injection import Wire
 from app.observability import metrics
-from app.pipeline.batch import BatchReport
+from app.pipeline.batch import BatchHandler, BatchReport
 from app.pipeline.reasons import label_of
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def register(app: faust.App, topic: faust.TopicT, runtime: Runtime, settings: Settings):
-    """The ``order-event`` agent on ``app``, handing its batches to ``runtime``."""
+async def process_order_events(stream, *, settings: Settings, feed: kafka_batches.Feed | None,
+                               batches: BatchHandler, store: MySqlStore, owner: str) -> None:
+    metrics.HELD_RECORDS.set_function(lambda: batches.held)
+    if feed is not None:
+        # Records held while their provider is down do not count against the records in flight.
+        feed.exempt = lambda: batches.held
+        batches.on_hold = feed.nudge
+    freeze_startup_objects()
+    in_flight = settings.batches.in_flight if feed else 1
+    log.info("consuming %s as %s (event loop: %s; %s)", settings.kafka.topic, owner,
+             type(asyncio.get_running_loop()).__module__,
+             f"whole fetches, up to {in_flight} batches' worth of records in flight" if feed
+             else "Faust's stream, record by record")
+    trips = _RoundTrips(store)
 
+    async def work(batch) -> None:
+        try:
+            started = time.perf_counter()
+            metrics.IN_FLIGHT_BATCH.inc()
+            # Each order's records are acked as soon as they are finished (their outcomes
+            # committed, or their dead letters written); the batch is acked whole at the end.
+            report = await batches.handle([source_record(message) for message in batch.messages],
+                                          finished=batch.ack_some)
+            batch.ack()
+            seconds = time.perf_counter() - started
+            metrics.IN_FLIGHT_BATCH.dec()
+            _record(report, len(batch), seconds, trips.since_last())
+            if seconds > settings.batches.slow_seconds:
+                log.warning("slow batch: %d records in %.0f ms (%s)", len(batch), seconds * 1000,
+                            ", ".join(f"{phase} {s * 1000:.0f} ms" for phase, s in report.seconds.items()))
+        except BaseException as exc:  # noqa: B036 -- see the module docstring
+            stop_without_ack(exc)
+
+    if in_flight == 1:
+        async for batch in (feed.batches(stream) if feed else _stream_batches(stream, settings)):
+            await work(batch)
+        return
+    # Several batches at once, each in a task; the feed hands out the next one once a whole
+    # batch fits under `in_flight` batches' worth of unacked records.
+    tasks: set[asyncio.Task] = set()
+    try:
+        async for batch in feed.batches(stream, in_flight=in_flight):
+            task = asyncio.create_task(work(batch))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+    finally:
+        for task in tasks:          # cut short (the agent cancelled mid-batch): they leave unacked
+            task.cancel()
+
+
+def register(app: faust.App, topic: faust.TopicT, settings: Settings, wire: Wire):
+    """The ``order-event`` agent on ``app``, handing its batches to the runtime's batch handler (found as
+    the agent starts: the gauge of held records reads it after the runtime closed too)."""
     feed = None
     if settings.batches.fetch:
         feed = kafka_batches.Feed(app, settings.kafka.topic, max_records=settings.batches.size,
                                   within=settings.batches.within_seconds)
         metrics.IN_FLIGHT_RECORDS.set_function(lambda: feed.unacked)
-
-    @app.agent(topic, name="order_events", concurrency=1)
-    async def process_order_events(stream):
-        rt = runtime.started()
-        metrics.HELD_RECORDS.set_function(lambda: rt.batches.held)
-        if feed is not None:
-            # Records held while their provider is down do not count against the records in flight.
-            feed.exempt = lambda: rt.batches.held
-            rt.batches.on_hold = feed.nudge
-        freeze_startup_objects()
-        in_flight = settings.batches.in_flight if feed else 1
-        log.info("consuming %s as %s (event loop: %s; %s)", settings.kafka.topic, rt.owner,
-                 type(asyncio.get_running_loop()).__module__,
-                 f"whole fetches, up to {in_flight} batches' worth of records in flight" if feed
-                 else "Faust's stream, record by record")
-        trips = _RoundTrips(rt.store)
-
-        async def work(batch) -> None:
-            try:
-                started = time.perf_counter()
-                metrics.IN_FLIGHT_BATCH.inc()
-                # Each order's records are acked as soon as they are finished (their outcomes
-                # committed, or their dead letters written); the batch is acked whole at the end.
-                report = await rt.batches.handle([source_record(message) for message in batch.messages],
-                                                 finished=batch.ack_some)
-                batch.ack()
-                seconds = time.perf_counter() - started
-                metrics.IN_FLIGHT_BATCH.dec()
-                _record(report, len(batch), seconds, trips.since_last())
-                if seconds > settings.batches.slow_seconds:
-                    log.warning("slow batch: %d records in %.0f ms (%s)", len(batch), seconds * 1000,
-                                ", ".join(f"{phase} {s * 1000:.0f} ms" for phase, s in report.seconds.items()))
-            except BaseException as exc:  # noqa: B036 -- see the module docstring
-                stop_without_ack(exc)
-
-        if in_flight == 1:
-            async for batch in (feed.batches(stream) if feed else _stream_batches(stream, settings)):
-                await work(batch)
-            return
-        # Several batches at once, each in a task; the feed hands out the next one once a whole
-        # batch fits under `in_flight` batches' worth of unacked records.
-        tasks: set[asyncio.Task] = set()
-        try:
-            async for batch in feed.batches(stream, in_flight=in_flight):
-                task = asyncio.create_task(work(batch))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-        finally:
-            for task in tasks:          # cut short (the agent cancelled mid-batch): they leave unacked
-                task.cancel()
-
-    return process_order_events
+    agent = app.agent(topic, name="order_events", concurrency=1)
+    return agent(wire.resolved(process_order_events, feed=feed))
 
 
 class _StreamBatch:

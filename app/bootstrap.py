@@ -1,6 +1,7 @@
 """The runtime of a worker, built in one place: what it opens once and closes at
 shutdown (database engine, HTTP session, dead-letter producer) and the pipeline
-built on them. ``app.main`` makes one and hands it to the agents and views.
+built on them. ``app.main`` makes one and hands each agent, timer, view and command
+the parts it names (``Runtime.collaborators``, ``app.injection``), never the runtime.
 
 The effect clients are registered here by effect name; an effect declared in
 ``app.pipeline.steps`` without a client is refused when the runtime is made,
@@ -10,10 +11,12 @@ before the worker joins its group.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from operator import attrgetter
 
 import aiohttp
 
@@ -42,10 +45,12 @@ from app.adapters.mysql.recovery import Remembered
 from app.adapters.mysql.recovery_windows import RecoveryWindows
 from app.adapters.mysql.skipped_types import SkippedTypes
 from app.adapters.watermark import WATERMARK_RETRY_TICKS, StoreWatermark
+from app.background import BackgroundWork
 from app.chaos import cut_hook
 from app.compensation.bulk import BulkRunner
 from app.compensation.compensator import Compensator
 from app.compensation.rules import Backoff
+from app.injection import Opened
 from app.observability import tracing
 from app.observability.metrics import (
     BREAKER_OPEN,
@@ -95,12 +100,62 @@ def provider_limits(effects: EffectsSettings, names: Iterable[str]) -> ProviderL
     return ProviderLimits({name: EffectLimit(r.calls_per_second, r.concurrency) for name, r in resolved.items()})
 
 
-class RuntimeStopping(Exception):
-    """Background work asked for after the runtime began to stop."""
+def capacity(settings: Settings, **overrides) -> Budget:
+    """The capacity model of the settings (``app.pipeline.capacity``); ``overrides`` replace inputs."""
+    s = settings
+    values = dict(
+        rate=s.operations.capacity_events_per_second, peak_rate=s.operations.capacity_peak_events_per_second,
+        worker_max_rate=WORKER_MAX_RATE, partitions=s.kafka.partitions, workers=1,
+        retention_days=s.operations.idem_retention_days, commit_interval=s.kafka.commit_interval_seconds,
+        commit_every=s.kafka.commit_every, max_poll_records=s.kafka.max_poll_records,
+        batch_size=s.batches.size, batch_within=s.batches.within_seconds, keys_per_event=keys_per_event(),
+        row_bytes=s.operations.capacity_row_bytes, offsets_retention_days=s.operations.kafka_offsets_retention_days,
+        outage_sla_days=s.operations.capacity_outage_sla_days, dead_letter_days=DLQ_RETENTION_MS / 86_400_000)
+    values.update({name: value for name, value in overrides.items() if value is not None})
+    return budget(Inputs(**values))
+
+
+def budget_rows(settings: Settings) -> int:
+    """What the watermark divides by: IDEM_CAPACITY_BUDGET_ROWS, or the model's rows."""
+    return settings.operations.idem_capacity_budget_rows or capacity(settings).rows
 
 
 class RuntimeNotOpen(RuntimeError):
     """The runtime asked for before the worker opened it, or after it closed it."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreAdapters:
+    """What the worker reads and writes in its database beside the pipeline, one adapter per concern,
+    each on the runtime's store: made when it opens, handed to the entry points by these names."""
+    queries: Queries                        # the console's reads: the queue, an order's timeline, t_idem rows
+    view_audit: ViewAudit
+    groups: GroupQueries
+    bulk_jobs: MySqlBulkJobs
+    skipped_types: SkippedTypes
+    reconcile_cases: ReconcileCases
+    reconcile_reads: ReconcileReads
+    watch: Watch                            # the stuck sweep's and the gauges' reads
+    recovery_windows: RecoveryWindows
+    idem_partitions: Partitions             # t_idem's months
+    leases: MySqlLeases
+
+    @classmethod
+    def on(cls, store: MySqlStore, settings: Settings, tokens: StepTokens) -> StoreAdapters:
+        group = settings.app_id
+        return cls(queries=Queries(store, group=group), view_audit=ViewAudit(store, group=group),
+                   groups=GroupQueries(store, group=group), bulk_jobs=MySqlBulkJobs(store, group=group),
+                   skipped_types=SkippedTypes(store, group=group),
+                   reconcile_cases=ReconcileCases(store, group=group, tokens=tokens),
+                   reconcile_reads=ReconcileReads(store, group=group), watch=Watch(store),
+                   recovery_windows=RecoveryWindows(store),
+                   idem_partitions=Partitions(store, hold_seconds=settings.operations.partition_lock_wait_seconds),
+                   leases=MySqlLeases(store))
+
+
+# The runtime's own parts that entry points may name (beside StoreAdapters' fields), made when it opens.
+OPENED_PARTS = ("store", "clock", "retention", "limits", "alert_http", "compensator", "bulk", "batches", "lag",
+                "watermark", "dead_letters")
 
 
 class Runtime:
@@ -118,13 +173,7 @@ class Runtime:
         self.incarnation = f"{settings.worker_id}/{run}"      # liveness_fence.incarnation_of(any owner of ours)
         self._lock = asyncio.Lock()
         self._started = False
-        # Background work (a drain round of the compensator) that stop() waits for: the HTTP
-        # session and the engine must not close under a redrive in flight (it failed with
-        # "Session is closed" and left its dead letter for a person, its step pending).
-        self._stopping = False
-        self._working = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self.background = BackgroundWork()          # what stop() waits for (app.background)
         self.reading = event_reading(settings.events)
         SKIPPED_TYPES.declare(self.reading.foreign)
 
@@ -192,21 +241,11 @@ class Runtime:
                 group=s.app_id, lease_seconds=self.redrive_seconds(), max_event_bytes=s.batches.max_event_bytes,
                 reading=self.reading, backoff=Backoff(s.compensation.backoff_seconds, s.compensation.backoff_max_seconds,
                                 s.compensation.max_attempts))
-            self.leases = MySqlLeases(self.store)
-            self.bulk_jobs = MySqlBulkJobs(self.store, group=s.app_id)
+            self.adapters = StoreAdapters.on(self.store, s, self.tokens)
             self.bulk = BulkRunner(
-                self.bulk_jobs, self._bulk_chunk, group=s.app_id, owner=self.owner.replace(f"/{self.role}/", "/bulk/"),
+                self.adapters.bulk_jobs, self._bulk_chunk, group=s.app_id, owner=self.owner.replace(f"/{self.role}/", "/bulk/"),
                 lease_seconds=s.bulk.lease_seconds, chunk_size=min(s.bulk.chunk_size, s.batches.size),
                 rate=s.bulk.rate_per_second, busy_retry_seconds=min(s.bulk.lease_seconds, 5.0))
-            self.queries = Queries(self.store, group=s.app_id)
-            self.view_audit = ViewAudit(self.store, group=s.app_id)
-            self.groups = GroupQueries(self.store, group=s.app_id)
-            self.skipped_types = SkippedTypes(self.store, group=s.app_id)
-            self.reconcile_cases = ReconcileCases(self.store, group=s.app_id, tokens=self.tokens)
-            self.reconcile_reads = ReconcileReads(self.store, group=s.app_id)
-            self.watch = Watch(self.store)
-            self.recovery = RecoveryWindows(self.store)
-            self.partitions = Partitions(self.store, hold_seconds=s.operations.partition_lock_wait_seconds)
             self.lag = GroupLag(KafkaConnection.from_settings(s.kafka), s.app_id, s.kafka.topic,
                                 isolation_level=s.kafka.isolation_level)
             self.dead_letters = KafkaDeadLetterSink(KafkaConnection.from_settings(s.kafka), s.kafka.dlq_topic, s.app_id,
@@ -217,7 +256,7 @@ class Runtime:
                 await self.dead_letters.start()
                 # Before the first batch: is the store still where Kafka remembers it?
                 self.watermark = StoreWatermark(
-                    self.recovery, WatermarkTopic(KafkaConnection.from_settings(s.kafka), s.kafka.store_watermark_topic, s.app_id), self.remembered,
+                    self.adapters.recovery_windows, WatermarkTopic(KafkaConnection.from_settings(s.kafka), s.kafka.store_watermark_topic, s.app_id), self.remembered,
                     worker_id=s.worker_id, hours=s.database.recovery_auto_hours,
                     retry_seconds=WATERMARK_RETRY_TICKS * s.database.store_watermark_seconds)
                 await self.watermark.start()
@@ -234,7 +273,7 @@ class Runtime:
     def reconciler(self) -> Reconciler:
         """A reconcile of this deployment's input (``app.reconcile``), the providers' records included."""
         s = self.settings
-        return Reconciler(self.reconcile_reads, KafkaConnection.from_settings(s.kafka), group=s.app_id,
+        return Reconciler(self.started().adapters.reconcile_reads, KafkaConnection.from_settings(s.kafka), group=s.app_id,
                           topic=s.kafka.topic, reading=self.reading, max_event_bytes=s.batches.max_event_bytes,
                           stuck_after=s.operations.stuck_pending_seconds, chunk=s.reconcile.chunk,
                           keep_findings=s.reconcile.keep_findings, providers=self._reconcile_providers)
@@ -244,7 +283,7 @@ class Runtime:
         (a run that keeps nothing, ``run_id`` None, files none)."""
         section = await reconcile_providers(self, self.settings, since=since, until=until)
         if run_id is not None:
-            await self.reconcile_cases.file(section.findings, run_id)
+            await self.adapters.reconcile_cases.file(section.findings, run_id)
         return section.as_dict(), len(section.findings)
 
     def started(self) -> Runtime:
@@ -253,6 +292,23 @@ class Runtime:
         if not self._started:
             raise RuntimeNotOpen("the runtime is not open: the worker has not started it yet, or has stopped it")
         return self
+
+    def collaborators(self) -> dict[str, object]:
+        """What an agent, timer, view or command may name (``app.injection``), by name: the settings and
+        what this runtime knows before it opens, as they are; what it makes when it opens (its adapters,
+        store, compensator...) as an :class:`Opened` that finds it at each use."""
+        s = self.settings
+        opened = {name: Opened(functools.partial(self._part, name)) for name in OPENED_PARTS}
+        adapters = {f.name: Opened(functools.partial(self._part, f"adapters.{f.name}")) for f in fields(StoreAdapters)}
+        return {"settings": s, "reading": self.reading, "tokens": self.tokens, "owner": self.owner,
+                "effect_names": tuple(self.client_factories), "background": self.background,
+                # A fresh budget for waiting out an unreachable database, at each call.
+                "guard": functools.partial(OutageGuard, s.database.infra_retry_budget_seconds),
+                "capacity": functools.partial(capacity, s), "budget_rows": functools.partial(budget_rows, s),
+                "reconciler": self.reconciler, **opened, **adapters}
+
+    def _part(self, path: str) -> object:
+        return attrgetter(path)(self.started())
 
     def _effect_clients(self, session: aiohttp.ClientSession) -> EffectClients:
         return EffectClients({name: make(session, self.settings.effects) for name, make in self.client_factories.items()})
@@ -286,54 +342,9 @@ class Runtime:
         s = self.settings
         return s.effects.lease_seconds + s.database.infra_retry_budget_seconds + 3 * s.database.transaction_timeout_seconds
 
-    async def kafka_ping(self) -> None:
-        await self.started().dead_letters.ping()
-
-    def capacity(self, **overrides) -> Budget:
-        """The capacity model of the settings (``app.pipeline.capacity``); ``overrides`` replace inputs."""
-        s = self.settings
-        values = dict(
-            rate=s.operations.capacity_events_per_second, peak_rate=s.operations.capacity_peak_events_per_second,
-            worker_max_rate=WORKER_MAX_RATE, partitions=s.kafka.partitions, workers=1,
-            retention_days=s.operations.idem_retention_days, commit_interval=s.kafka.commit_interval_seconds,
-            commit_every=s.kafka.commit_every, max_poll_records=s.kafka.max_poll_records,
-            batch_size=s.batches.size, batch_within=s.batches.within_seconds, keys_per_event=keys_per_event(),
-            row_bytes=s.operations.capacity_row_bytes, offsets_retention_days=s.operations.kafka_offsets_retention_days,
-            outage_sla_days=s.operations.capacity_outage_sla_days, dead_letter_days=DLQ_RETENTION_MS / 86_400_000)
-        values.update({name: value for name, value in overrides.items() if value is not None})
-        return budget(Inputs(**values))
-
-    def budget_rows(self) -> int:
-        """What the watermark divides by: IDEM_CAPACITY_BUDGET_ROWS, or the model's rows."""
-        return self.settings.operations.idem_capacity_budget_rows or self.capacity().rows
-
-    def guard(self) -> OutageGuard:
-        """A fresh budget for waiting out an unreachable database."""
-        return OutageGuard(self.settings.database.infra_retry_budget_seconds)
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping
-
-    @contextlib.asynccontextmanager
-    async def working(self) -> AsyncIterator[None]:
-        """One round of background work, which :meth:`stop` waits for; refused once stopping."""
-        if self._stopping:
-            raise RuntimeStopping("the worker is stopping: no new background work")
-        self._working += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._working -= 1
-            if not self._working:
-                self._idle.set()
-
     async def stop(self) -> None:
-        self._stopping = True
-        # The round in flight finishes first (its calls end within a lease; STOP_TIMEOUT_SECONDS
-        # bounds the whole stop).
-        await self._idle.wait()
+        # The round in flight finishes first, and none starts after it (app.background).
+        await self.background.stop()
         async with self._lock:
             if self._started:
                 await self._release_bulk_job()

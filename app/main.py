@@ -1,15 +1,17 @@
 """The composition root: the Faust app, its topics, the runtime, and what runs on them.
 
-Nothing here decides anything about events; it builds the pieces once and hands
-them to the agents, timers and web views, which import neither this module nor
-each other.
+Nothing here decides anything about events; it builds the pieces once and hands each
+agent, timer, web view and command the collaborators it names (``app.injection``),
+never the runtime; they import neither this module nor each other.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
+from collections.abc import AsyncIterator
 
 from agents import compensator as compensator_agent
 from agents import order_events as order_events_agent
@@ -23,6 +25,7 @@ from app.commands import recovery as recovery_command
 from app.commands import web_token as web_token_command
 from app.exits import EXIT_CONFIG
 from app.faust_app import check_database, create_app, dead_letter_topic, order_event_topic
+from app.injection import Collaborators
 from app.settings import SettingsError, get_settings_or_exit
 from app.timers import bulk as bulk_timer
 from app.timers import compensation as compensation_timer
@@ -53,24 +56,39 @@ except SettingsError as exc:            # no IDEM_TOKEN_SECRET
     raise SystemExit(EXIT_CONFIG) from None
 # Opened once as the worker starts, before the agents, timers and views that use it.
 app.opened_first.append(("runtime", runtime.start, runtime.stop))
-process_order_events = order_events_agent.register(app, order_events, runtime, settings)
+
+
+@contextlib.asynccontextmanager
+async def opened_for_a_command() -> AsyncIterator[None]:
+    """What a command runs in: the runtime opened without the dead-letter producer, closed after."""
+    await runtime.start(kafka=False)
+    try:
+        yield
+    finally:
+        await runtime.stop()
+
+
+# Each entry point is handed what it names, by name: the runtime's parts, the app's agents (the
+# readiness view reports them) and, for a command, the runtime opened around it.
+wire = Collaborators({**runtime.collaborators(), "agents": app.agents, "opened": opened_for_a_command})
+process_order_events = order_events_agent.register(app, order_events, settings, wire)
 if settings.compensation.enabled:
-    compensate_dead_letters = compensator_agent.register(app, dead_letters, runtime, settings)
-    run_due_compensations = compensation_timer.register(app, runtime, settings)
-stuck_sweep = stuck_timer.register(app, runtime, settings)
-run_bulk_jobs = bulk_timer.register(app, runtime, settings)
-maintain_partitions = partitions_timer.register(app, runtime, settings)
-refresh_gauges = gauges_timer.register(app, runtime, settings)
-advance_store_watermark = watermark_timer.register(app, runtime, settings)
-reconcile_window = reconcile_timer.register(app, runtime, settings)
-watchdog = watchdog_timer.register(app, settings)
+    compensate_dead_letters = compensator_agent.register(app, dead_letters, settings, wire)
+    run_due_compensations = compensation_timer.register(app, settings, wire)
+stuck_sweep = stuck_timer.register(app, settings, wire)
+run_bulk_jobs = bulk_timer.register(app, settings, wire)
+maintain_partitions = partitions_timer.register(app, settings, wire)
+refresh_gauges = gauges_timer.register(app, settings, wire)
+advance_store_watermark = watermark_timer.register(app, settings, wire)
+reconcile_window = reconcile_timer.register(app, settings, wire)
+watchdog = watchdog_timer.register(app, settings, wire)
 exits.bound_the_stop(settings.kafka.stop_timeout)
-views.register(app, runtime, settings)
-dlq_command.register(app, runtime, settings)
-budget_command.register(app, runtime, settings)
-recovery_command.register(app, runtime, settings)
-reconcile_command.register(app, runtime, settings)
-web_token_command.register(app, runtime, settings)
+views.register(app, settings, wire)
+dlq_command.register(app, wire)
+budget_command.register(app, wire)
+recovery_command.register(app, wire)
+reconcile_command.register(app, wire)
+web_token_command.register(app, wire)
 
 
 @app.on_before_shutdown.connect

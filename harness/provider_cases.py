@@ -31,7 +31,7 @@ async def runtime(settings, scratch_db, pair, fakes):
 async def reconciled(rt, since: datetime):
     """The providers' section from ``since`` to a minute from now, its findings filed."""
     section = await reconcile_providers(rt, rt.settings, since=since, until=datetime.now(UTC) + timedelta(minutes=1))
-    return section, await rt.reconcile_cases.file(section.findings, run_id=None)
+    return section, await rt.adapters.reconcile_cases.file(section.findings, run_id=None)
 
 
 def confirmed(settings, scratch_db, pair, worker, order: str) -> str:

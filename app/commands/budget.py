@@ -10,12 +10,15 @@ Every option defaults to the settings (``CAPACITY_EVENTS_PER_SECOND``, ``ORDER_E
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 import faust
-from faust.cli import option
+from faust.cli import AppCommand, option
 
-from app.bootstrap import Runtime
+from app.adapters.mysql.partitions import Partitions
 from app.commands import database_explained
+from app.injection import Wire
 from app.pipeline.capacity import Budget
 from app.settings import Settings
 
@@ -77,34 +80,37 @@ def render(b: Budget, *, budget_rows: int, current: tuple[int, float] | None = N
     return "\n".join(lines)
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
-    @app.command(
-        option("--rate", type=float, help="average events/s over a day (CAPACITY_EVENTS_PER_SECOND)"),
-        option("--peak-rate", "peak_rate", type=float,
-               help="the group's events/s at the busiest hour (CAPACITY_PEAK_EVENTS_PER_SECOND)"),
-        option("--worker-max-rate", "worker_max_rate", type=float,
-               help="events/s one worker reaches working off a backlog (20,000)"),
-        option("--partitions", type=int, help="order-event partitions (ORDER_EVENT_PARTITIONS)"),
-        option("--workers", type=int, help="workers in the group (1)"),
-        option("--retention-days", "retention_days", type=float, help="IDEM_RETENTION_DAYS"),
-        option("--keys-per-event", "keys_per_event", type=float, help="t_idem rows per event (the most any "
-                                                                      "event type writes)"),
-        option("--row-bytes", "row_bytes", type=float, help="bytes per t_idem row (CAPACITY_ROW_BYTES)"),
-        option("--outage-sla-days", "outage_sla_days", type=float, help="CAPACITY_OUTAGE_SLA_DAYS"),
-        option("--offsets-retention-days", "offsets_retention_days", type=float,
-               help="KAFKA_OFFSETS_RETENTION_DAYS"),
-        option("--current/--no-current", default=False, help="also read t_idem's size now from the database"),
-    )
-    async def budget(self, current: bool, **overrides) -> None:
-        """Print the replay window, retention and size model of the dedup store."""
-        model = runtime.capacity(**overrides)
-        budget_rows = settings.operations.idem_capacity_budget_rows or model.rows
-        now = None
-        if current:
-            async with database_explained(settings):
-                rt = await runtime.start(kafka=False)
-                try:
-                    now = await asyncio.wait_for(rt.partitions.size(), 30)
-                finally:
-                    await rt.stop()
-        self.say(render(model, budget_rows=budget_rows, current=now))
+OPTIONS = (
+    option("--rate", type=float, help="average events/s over a day (CAPACITY_EVENTS_PER_SECOND)"),
+    option("--peak-rate", "peak_rate", type=float,
+           help="the group's events/s at the busiest hour (CAPACITY_PEAK_EVENTS_PER_SECOND)"),
+    option("--worker-max-rate", "worker_max_rate", type=float,
+           help="events/s one worker reaches working off a backlog (20,000)"),
+    option("--partitions", type=int, help="order-event partitions (ORDER_EVENT_PARTITIONS)"),
+    option("--workers", type=int, help="workers in the group (1)"),
+    option("--retention-days", "retention_days", type=float, help="IDEM_RETENTION_DAYS"),
+    option("--keys-per-event", "keys_per_event", type=float, help="t_idem rows per event (the most any "
+                                                                  "event type writes)"),
+    option("--row-bytes", "row_bytes", type=float, help="bytes per t_idem row (CAPACITY_ROW_BYTES)"),
+    option("--outage-sla-days", "outage_sla_days", type=float, help="CAPACITY_OUTAGE_SLA_DAYS"),
+    option("--offsets-retention-days", "offsets_retention_days", type=float,
+           help="KAFKA_OFFSETS_RETENTION_DAYS"),
+    option("--current/--no-current", default=False, help="also read t_idem's size now from the database"),
+)
+
+
+async def budget(cmd: AppCommand, current: bool, *, settings: Settings, capacity: Callable[..., Budget],
+                 opened: Callable[[], AbstractAsyncContextManager], idem_partitions: Partitions,
+                 **overrides) -> None:
+    """Print the replay window, retention and size model of the dedup store."""
+    model = capacity(**overrides)
+    budget_rows = settings.operations.idem_capacity_budget_rows or model.rows
+    now = None
+    if current:
+        async with database_explained(settings), opened():
+            now = await asyncio.wait_for(idem_partitions.size(), 30)
+    cmd.say(render(model, budget_rows=budget_rows, current=now))
+
+
+def register(app: faust.App, wire: Wire) -> None:
+    app.command(*OPTIONS)(wire(budget))

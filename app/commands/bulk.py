@@ -18,9 +18,8 @@ from datetime import UTC, datetime
 
 import click
 
-from app.adapters.mysql.ledger.bulk_jobs import CountMoved
+from app.adapters.mysql.ledger.bulk_jobs import CountMoved, MySqlBulkJobs
 from app.adapters.mysql.ledger.selection import QueueFilter
-from app.bootstrap import Runtime
 from app.compensation.bulk import ACTIONS, FINISHED, TRANSITIONS, JobStatus, TransitionRefused
 from app.pipeline.states import LedgerStatus
 from app.render import json_default
@@ -59,10 +58,9 @@ def _line(job: dict) -> str:
             f"changed, {job['failed']} failed, {job['remaining']} remaining{rate}{eta}")
 
 
-async def bulk_command(cmd, rt: Runtime, settings: Settings, command: str, job_id: int | None, selection: dict, *,
-                       dry_run: bool, expect: int | None, yes: bool, wait: bool, as_json: bool, actor: str,
-                       note: str | None) -> None:
-    jobs = rt.bulk_jobs
+async def bulk_command(cmd, jobs: MySqlBulkJobs, settings: Settings, command: str, job_id: int | None,
+                       selection: dict, *, dry_run: bool, expect: int | None, yes: bool, wait: bool, as_json: bool,
+                       actor: str, note: str | None) -> None:
     say = (lambda doc, text: cmd.say(json.dumps(doc, default=json_default, indent=2))) if as_json else \
         (lambda doc, text: cmd.say(text))
     if command == "status":

@@ -20,14 +20,18 @@ import contextlib
 import json
 import os
 import re
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 
 import click
 import faust
-from faust.cli import option
+from faust.cli import AppCommand, option
 
-from app.bootstrap import Runtime
+from app.adapters.mysql.reconcile import ReconcileReads
 from app.commands import database_explained
+from app.injection import Wire
+from app.reconcile.run import Reconciler
 from app.render import ACTOR, json_default
 from app.settings import Settings
 
@@ -70,46 +74,47 @@ def range_of(since: str | None, until: str | None, last: str | None, lag: str | 
     return start, end
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
-    @app.command(
-        option("--from", "since", help="records at or after this time (ISO 8601; UTC without a zone)"),
-        option("--to", "until", help="records before this time (default: now)"),
-        option("--last", help="instead of --from: this long a range (90s, 10m, 1h, 2d) ending at --to or now"),
-        option("--lag", help="with --last: end the range this long before --to or now"),
-        option("--json", "as_json", is_flag=True, help="the report as JSON"),
-        option("--no-store", is_flag=True, help="keep nothing in t_reconcile_run"),
-        option("--runs", is_flag=True, help="list the latest runs instead"),
-        option("--export", type=click.Path(dir_okay=False, writable=True),
-               help="write every record's end to this file, one JSON line each (partition, offset, end, order, type)"),
-        option("--actor", default=os.environ.get("USER", "cli"), help="who runs it (default: $USER)"),
-    )
-    async def reconcile(self, since: str | None, until: str | None, last: str | None, lag: str | None,
-                        as_json: bool, no_store: bool, runs: bool, export: str | None, actor: str) -> None:
-        """Prove that every record of a time range reached an end, and every effect happened once."""
-        if not ACTOR.fullmatch(actor or ""):
-            raise SystemExit("--actor must be 1-64 letters, digits or _.@+-")
-        async with database_explained(settings):
-            rt = await runtime.start(kafka=False)
-            try:
-                if runs:
-                    self.say(json.dumps(await rt.reconcile_reads.runs(), default=json_default, indent=2))
-                    return
-                start, end = range_of(since, until, last, lag)
-                reconciler = rt.reconciler()
-                with contextlib.ExitStack() as stack:
-                    if export:
-                        out = stack.enter_context(open(export, "w", encoding="utf-8"))
-                        reconciler.on_verdict = lambda partition, offset, verdict, read: out.write(json.dumps(
-                            {"partition": partition, "offset": offset, "end": verdict.end.value,
-                             "order_no": read.order_no, "type": read.type or read.skipped_type}) + "\n")
-                    try:
-                        report = await reconciler.run(start, end, started_by=f"cli:{actor}", store=not no_store)
-                    except asyncio.CancelledError:     # faust's command runner would end silently, status 0
-                        raise SystemExit("reconcile was cancelled before it completed: nothing proven") from None
-            finally:
-                await rt.stop()
-        self.say(json.dumps(report.as_dict(), default=json_default, indent=2) if as_json else report.text())
-        if report.status != "clean":
-            raise SystemExit(EXIT[report.status])
+OPTIONS = (
+    option("--from", "since", help="records at or after this time (ISO 8601; UTC without a zone)"),
+    option("--to", "until", help="records before this time (default: now)"),
+    option("--last", help="instead of --from: this long a range (90s, 10m, 1h, 2d) ending at --to or now"),
+    option("--lag", help="with --last: end the range this long before --to or now"),
+    option("--json", "as_json", is_flag=True, help="the report as JSON"),
+    option("--no-store", is_flag=True, help="keep nothing in t_reconcile_run"),
+    option("--runs", is_flag=True, help="list the latest runs instead"),
+    option("--export", type=click.Path(dir_okay=False, writable=True),
+           help="write every record's end to this file, one JSON line each (partition, offset, end, order, type)"),
+    option("--actor", default=os.environ.get("USER", "cli"), help="who runs it (default: $USER)"),
+)
 
-    return reconcile
+
+async def reconcile(cmd: AppCommand, since: str | None, until: str | None, last: str | None, lag: str | None,
+                    as_json: bool, no_store: bool, runs: bool, export: str | None, actor: str, *,
+                    settings: Settings, opened: Callable[[], AbstractAsyncContextManager],
+                    reconcile_reads: ReconcileReads, reconciler: Callable[[], Reconciler]) -> None:
+    """Prove that every record of a time range reached an end, and every effect happened once."""
+    if not ACTOR.fullmatch(actor or ""):
+        raise SystemExit("--actor must be 1-64 letters, digits or _.@+-")
+    async with database_explained(settings), opened():
+        if runs:
+            cmd.say(json.dumps(await reconcile_reads.runs(), default=json_default, indent=2))
+            return
+        start, end = range_of(since, until, last, lag)
+        runner = reconciler()
+        with contextlib.ExitStack() as stack:
+            if export:
+                out = stack.enter_context(open(export, "w", encoding="utf-8"))
+                runner.on_verdict = lambda partition, offset, verdict, read: out.write(json.dumps(
+                    {"partition": partition, "offset": offset, "end": verdict.end.value,
+                     "order_no": read.order_no, "type": read.type or read.skipped_type}) + "\n")
+            try:
+                report = await runner.run(start, end, started_by=f"cli:{actor}", store=not no_store)
+            except asyncio.CancelledError:     # faust's command runner would end silently, status 0
+                raise SystemExit("reconcile was cancelled before it completed: nothing proven") from None
+    cmd.say(json.dumps(report.as_dict(), default=json_default, indent=2) if as_json else report.text())
+    if report.status != "clean":
+        raise SystemExit(EXIT[report.status])
+
+
+def register(app: faust.App, wire: Wire) -> None:
+    app.command(*OPTIONS)(wire(reconcile))

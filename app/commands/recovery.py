@@ -18,15 +18,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 import click
 import faust
-from faust.cli import argument, option
+from faust.cli import AppCommand, argument, option
 
 from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.watermark import WatermarkTopic
-from app.bootstrap import Runtime
+from app.adapters.mysql.recovery_windows import RecoveryWindows
 from app.commands import database_explained
+from app.injection import Wire
 from app.render import ACTOR, json_default
 from app.settings import Settings
 
@@ -43,44 +46,45 @@ async def kafka_remembers(settings: Settings) -> int | str:
         await topic.stop()
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
-    @app.command(
-        argument("action", type=click.Choice(["start", "status", "end"])),
-        option("--hours", type=float, help="start: how long the window lasts (required)"),
-        option("--note", help="start/end: why, for the audit trail (required)"),
-        option("--actor", default=os.environ.get("USER", "cli"), help="who acts (default: $USER)"),
-    )
-    async def recovery(self, action: str, hours: float | None, note: str | None, actor: str) -> None:
-        """Open, show or end the recovery window (after a failover or a restore from backup)."""
-        if action != "status" and not (note or "").strip():
-            raise SystemExit(f"recovery {action} needs --note: why, for the audit trail")
-        if action == "start" and hours is None:
-            raise SystemExit("recovery start needs --hours: how long the window lasts")
-        if not ACTOR.fullmatch(actor or ""):
-            raise SystemExit("--actor must be 1-64 letters, digits or _.@+-")
-        async with database_explained(settings):
-            rt = await runtime.start(kafka=False)
-            try:
-                windows = rt.recovery
-                if action == "start":
-                    try:
-                        opened = await windows.start(hours=hours, actor=f"cli:{actor}", note=note.strip())
-                    except ValueError as exc:
-                        raise SystemExit(str(exc)) from None
-                    self.say(json.dumps({"opened": opened.as_dict()}, default=json_default, indent=2))
-                elif action == "end":
-                    ended = await windows.end(actor=f"cli:{actor}", note=note.strip())
-                    self.say(json.dumps({"ended": [w.as_dict() for w in ended]}, default=json_default, indent=2))
-                    if not ended:
-                        raise SystemExit("no recovery window was open")
-                else:
-                    recent = await windows.recent(20)
-                    server, watermark = await windows.server() or (None, None)
-                    status = {"open": any(w.open for w in recent), "server": server,
-                              "watermark": {"store": watermark, "kafka": await kafka_remembers(settings)},
-                              "windows": [w.as_dict() for w in recent]}
-                    self.say(json.dumps(status, default=json_default, indent=2))
-            finally:
-                await rt.stop()
+OPTIONS = (
+    argument("action", type=click.Choice(["start", "status", "end"])),
+    option("--hours", type=float, help="start: how long the window lasts (required)"),
+    option("--note", help="start/end: why, for the audit trail (required)"),
+    option("--actor", default=os.environ.get("USER", "cli"), help="who acts (default: $USER)"),
+)
 
-    return recovery
+
+async def recovery(cmd: AppCommand, action: str, hours: float | None, note: str | None, actor: str, *,
+                   settings: Settings, opened: Callable[[], AbstractAsyncContextManager],
+                   recovery_windows: RecoveryWindows) -> None:
+    """Open, show or end the recovery window (after a failover or a restore from backup)."""
+    if action != "status" and not (note or "").strip():
+        raise SystemExit(f"recovery {action} needs --note: why, for the audit trail")
+    if action == "start" and hours is None:
+        raise SystemExit("recovery start needs --hours: how long the window lasts")
+    if not ACTOR.fullmatch(actor or ""):
+        raise SystemExit("--actor must be 1-64 letters, digits or _.@+-")
+    windows = recovery_windows
+    async with database_explained(settings), opened():
+        if action == "start":
+            try:
+                opened_window = await windows.start(hours=hours, actor=f"cli:{actor}", note=note.strip())
+            except ValueError as exc:
+                raise SystemExit(str(exc)) from None
+            cmd.say(json.dumps({"opened": opened_window.as_dict()}, default=json_default, indent=2))
+        elif action == "end":
+            ended = await windows.end(actor=f"cli:{actor}", note=note.strip())
+            cmd.say(json.dumps({"ended": [w.as_dict() for w in ended]}, default=json_default, indent=2))
+            if not ended:
+                raise SystemExit("no recovery window was open")
+        else:
+            recent = await windows.recent(20)
+            server, watermark = await windows.server() or (None, None)
+            status = {"open": any(w.open for w in recent), "server": server,
+                      "watermark": {"store": watermark, "kafka": await kafka_remembers(settings)},
+                      "windows": [w.as_dict() for w in recent]}
+            cmd.say(json.dumps(status, default=json_default, indent=2))
+
+
+def register(app: faust.App, wire: Wire) -> None:
+    app.command(*OPTIONS)(wire(recovery))

@@ -13,24 +13,23 @@ from __future__ import annotations
 
 import click
 import faust
-from faust.cli import argument
+from faust.cli import AppCommand, argument
 
 from app.adapters.web_tokens import ROLES, new_line
-from app.bootstrap import Runtime
+from app.injection import Wire
 from app.settings import Settings
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
-    @app.command(
-        argument("name"),
-        argument("role", type=click.Choice(ROLES)),
-    )
-    async def web_token(self, name: str, role: str) -> None:
-        """A new random token for NAME as ROLE (operator or viewer), and its line for WEB_TOKENS_FILE."""
-        try:
-            token, line = new_line(name, role)
-        except ValueError as exc:
-            raise SystemExit(f"web-token: {exc}") from None
-        where = settings.web.tokens_file or "the file WEB_TOKENS_FILE names"
-        print(f"token for {name} (shown once, kept nowhere; give it to {name} alone):\n  {token}\n"
-              f"line to add to {where}:\n  {line}")
+async def web_token(cmd: AppCommand, name: str, role: str, *, settings: Settings) -> None:
+    """A new random token for NAME as ROLE (operator or viewer), and its line for WEB_TOKENS_FILE."""
+    try:
+        token, line = new_line(name, role)
+    except ValueError as exc:
+        raise SystemExit(f"web-token: {exc}") from None
+    where = settings.web.tokens_file or "the file WEB_TOKENS_FILE names"
+    print(f"token for {name} (shown once, kept nowhere; give it to {name} alone):\n  {token}\n"
+          f"line to add to {where}:\n  {line}")
+
+
+def register(app: faust.App, wire: Wire) -> None:
+    app.command(argument("name"), argument("role", type=click.Choice(ROLES)))(wire(web_token))

@@ -13,33 +13,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import faust
 
-from app.bootstrap import Runtime, RuntimeStopping
+from app.background import BackgroundWork, RuntimeStopping
+from app.compensation.bulk import BulkRunner
+from app.injection import Wire
 from app.observability import metrics
 from app.pipeline.errors import Fatal
+from app.pipeline.outage import OutageGuard
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings):
-    @app.task
-    async def run_bulk_jobs() -> None:
-        rt = runtime.started()
-        while not rt.stopping:
-            wait = None
-            try:
-                async with rt.working():
-                    wait = await rt.bulk.step(rt.guard())
-            except RuntimeStopping:
-                return
-            except (Fatal, Exception) as exc:
-                log.warning("a bulk job's chunk could not be worked: %r", exc, exc_info=not isinstance(exc, Fatal))
-            finally:
-                # An autoscaler holds the workers while one runs a job (docs/deploying-kubernetes.md).
-                metrics.BULK_JOB_RUNNING.set(0 if rt.bulk.held is None or rt.stopping else 1)
-            await asyncio.sleep(settings.bulk.timer_seconds if wait is None else wait)
+async def run_bulk_jobs(*, settings: Settings, bulk: BulkRunner, background: BackgroundWork,
+                        guard: Callable[[], OutageGuard]) -> None:
+    while not background.stopping:
+        wait = None
+        try:
+            async with background.working():
+                wait = await bulk.step(guard())
+        except RuntimeStopping:
+            return
+        except (Fatal, Exception) as exc:
+            log.warning("a bulk job's chunk could not be worked: %r", exc, exc_info=not isinstance(exc, Fatal))
+        finally:
+            # An autoscaler holds the workers while one runs a job (docs/deploying-kubernetes.md).
+            metrics.BULK_JOB_RUNNING.set(0 if bulk.held is None or background.stopping else 1)
+        await asyncio.sleep(settings.bulk.timer_seconds if wait is None else wait)
 
-    return run_bulk_jobs
+
+def register(app: faust.App, settings: Settings, wire: Wire):
+    return app.task(wire(run_bulk_jobs))

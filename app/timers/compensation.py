@@ -14,38 +14,42 @@ dead letter that may be retried in 8 s is retried then, not at the next look.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import faust
 
-from app.bootstrap import Runtime, RuntimeStopping
+from app.background import BackgroundWork, RuntimeStopping
+from app.compensation.compensator import Compensator
+from app.injection import Wire
 from app.observability import metrics
 from app.pipeline.errors import Fatal
+from app.pipeline.outage import OutageGuard
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings):
-    @app.task
-    async def drain_due_compensations() -> None:
-        rt = runtime.started()
-        while not rt.stopping:
-            ran = 0
-            try:
-                # A worker that is stopping starts no new round, and closes nothing under the
-                # round in flight (Runtime.stop waits for it).
-                async with rt.working():
-                    ran = await rt.compensator.drain(rt.guard(), seconds=settings.compensation.timer_seconds,
-                                                     batch_size=settings.drain_batch_size)
-            except RuntimeStopping:
-                return
-            except (Fatal, Exception) as exc:
-                # The agents stop the worker when the database stays away; here, say why and look again.
-                log.warning("the due dead letters could not be drained: %r", exc, exc_info=not isinstance(exc, Fatal))
-            if ran:
-                metrics.COMPENSATIONS.labels("due_run").inc(ran)
-                log.info("ran %d due dead letters", ran)
-            else:
-                await rt.compensator.sleep_until_due(rt.guard(), settings.compensation.timer_seconds)
+async def drain_due_compensations(*, settings: Settings, compensator: Compensator, background: BackgroundWork,
+                                  guard: Callable[[], OutageGuard]) -> None:
+    while not background.stopping:
+        ran = 0
+        try:
+            # A worker that is stopping starts no new round, and closes nothing under the
+            # round in flight (Runtime.stop waits for it).
+            async with background.working():
+                ran = await compensator.drain(guard(), seconds=settings.compensation.timer_seconds,
+                                              batch_size=settings.drain_batch_size)
+        except RuntimeStopping:
+            return
+        except (Fatal, Exception) as exc:
+            # The agents stop the worker when the database stays away; here, say why and look again.
+            log.warning("the due dead letters could not be drained: %r", exc, exc_info=not isinstance(exc, Fatal))
+        if ran:
+            metrics.COMPENSATIONS.labels("due_run").inc(ran)
+            log.info("ran %d due dead letters", ran)
+        else:
+            await compensator.sleep_until_due(guard(), settings.compensation.timer_seconds)
 
-    return drain_due_compensations
+
+def register(app: faust.App, settings: Settings, wire: Wire):
+    return app.task(wire(drain_due_compensations))

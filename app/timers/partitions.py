@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date
 
 import faust
 
+from app.adapters.mysql.leases import MySqlLeases
 from app.adapters.mysql.partitions import LockNotGranted, Partitions, month_name, plan
-from app.bootstrap import Runtime
+from app.background import BackgroundWork
+from app.injection import Wire
 from app.observability import metrics
 from app.pipeline.retention import Retention
 from app.settings import Settings
@@ -71,26 +74,25 @@ async def maintain(partitions: Partitions, *, retention: Retention, ahead: int,
     return report
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings):
-    async def tick() -> None:
-        if runtime.stopping:
+async def maintain_partitions(*, settings: Settings, background: BackgroundWork, leases: MySqlLeases, owner: str,
+                              idem_partitions: Partitions, retention: Retention) -> None:
+    if background.stopping:
+        return
+    try:
+        if not await leases.acquire(LEASE, owner, 2 * settings.operations.partition_timer_seconds):
             return
-        try:
-            rt = runtime.started()
-            if not await rt.leases.acquire(LEASE, rt.owner, 2 * settings.operations.partition_timer_seconds):
-                return
-            await maintain(rt.partitions, retention=rt.retention, ahead=settings.operations.partitions_ahead)
-        except Exception:
-            log.exception("t_idem partition maintenance could not run this tick")
+        await maintain(idem_partitions, retention=retention, ahead=settings.operations.partitions_ahead)
+    except Exception:
+        log.exception("t_idem partition maintenance could not run this tick")
 
-    @app.task
-    async def maintain_partitions_at_start() -> None:
-        # A timer's first tick comes one interval after the start; the months ahead should not wait.
-        await asyncio.sleep(STARTUP_DELAY_SECONDS)
-        await tick()
 
-    @app.timer(interval=settings.operations.partition_timer_seconds, name="partition_maintenance")
-    async def maintain_partitions() -> None:
-        await tick()
+async def maintain_partitions_at_start(*, tick: Callable[[], Awaitable[None]]) -> None:
+    # A timer's first tick comes one interval after the start; the months ahead should not wait.
+    await asyncio.sleep(STARTUP_DELAY_SECONDS)
+    await tick()
 
-    return maintain_partitions
+
+def register(app: faust.App, settings: Settings, wire: Wire):
+    tick = wire(maintain_partitions)
+    app.task(wire(maintain_partitions_at_start, tick=tick))
+    return app.timer(interval=settings.operations.partition_timer_seconds, name="partition_maintenance")(tick)

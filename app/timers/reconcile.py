@@ -12,12 +12,16 @@ it lives and another takes over after it died. A run that fails is logged and co
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import faust
 
-from app.adapters.mysql.leases import lease_name
-from app.bootstrap import Runtime
+from app.adapters.mysql.leases import MySqlLeases, lease_name
+from app.adapters.mysql.reconcile import ReconcileReads
+from app.background import BackgroundWork
+from app.injection import Wire
+from app.reconcile.run import Reconciler
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -31,34 +35,33 @@ def window(now: datetime, *, window_seconds: float, lag_seconds: float) -> tuple
     return end - timedelta(seconds=window_seconds), end
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings):
+async def reconcile_window(*, settings: Settings, background: BackgroundWork, leases: MySqlLeases, owner: str,
+                           reconciler: Callable[[], Reconciler], reconcile_reads: ReconcileReads) -> None:
+    if background.stopping:
+        return
+    try:
+        if not await leases.acquire(lease_name(LEASE, settings.app_id), owner,
+                                    max(2 * settings.reconcile.every_seconds, LEASE_FLOOR_SECONDS)):
+            return
+        since, until = window(datetime.now(UTC), window_seconds=settings.reconcile.window_seconds,
+                              lag_seconds=settings.reconcile.lag_seconds)
+        report = await reconciler().run(since, until, started_by=f"timer:{settings.worker_id}")
+        await reconcile_reads.forget(settings.reconcile.keep_days)
+    except Exception:
+        log.exception("the reconcile could not run this tick")
+        return
+    line = (f"reconcile {since.isoformat()} .. {until.isoformat()} (run {report.run_id}): "
+            f"{report.tally.records:,} records in {report.seconds:.1f} s, {report.findings:,} findings")
+    if report.status == "clean":
+        log.info("%s", line)
+    elif report.status == "findings":
+        log.error("%s: %s (the console's Reconcile page has their evidence)", line, report.tally.by_kind())
+    else:
+        log.error("%s; failed: %s", line, report.error)
+
+
+def register(app: faust.App, settings: Settings, wire: Wire):
     every = settings.reconcile.every_seconds
     if not every:
         return None
-
-    @app.timer(interval=every, name="reconcile")
-    async def reconcile_window() -> None:
-        if runtime.stopping:
-            return
-        try:
-            rt = runtime.started()
-            if not await rt.leases.acquire(lease_name(LEASE, settings.app_id), rt.owner,
-                                           max(2 * every, LEASE_FLOOR_SECONDS)):
-                return
-            since, until = window(datetime.now(UTC), window_seconds=settings.reconcile.window_seconds,
-                                  lag_seconds=settings.reconcile.lag_seconds)
-            report = await rt.reconciler().run(since, until, started_by=f"timer:{settings.worker_id}")
-            await rt.reconcile_reads.forget(settings.reconcile.keep_days)
-        except Exception:
-            log.exception("the reconcile could not run this tick")
-            return
-        line = (f"reconcile {since.isoformat()} .. {until.isoformat()} (run {report.run_id}): "
-                f"{report.tally.records:,} records in {report.seconds:.1f} s, {report.findings:,} findings")
-        if report.status == "clean":
-            log.info("%s", line)
-        elif report.status == "findings":
-            log.error("%s: %s (the console's Reconcile page has their evidence)", line, report.tally.by_kind())
-        else:
-            log.error("%s; failed: %s", line, report.error)
-
-    return reconcile_window
+    return app.timer(interval=every, name="reconcile")(wire(reconcile_window))

@@ -29,12 +29,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, timedelta
 from urllib.parse import quote
 
+import aiohttp
 import faust
 
 from app.adapters.alerts import Alert, AlertWebhook
-from app.adapters.mysql.leases import lease_name
+from app.adapters.mysql.leases import MySqlLeases, lease_name
 from app.adapters.mysql.reads.backlog import Watch
-from app.bootstrap import Runtime
+from app.background import BackgroundWork
+from app.injection import Wire
 from app.observability import metrics
 from app.pipeline.states import LedgerStatus
 from app.settings import Settings
@@ -136,39 +138,34 @@ class Sweep:
         report.sla_breached, report.manual = len(open_), len(manual)
 
 
-def build(rt: Runtime, settings: Settings) -> Sweep:
+def build(watch: Watch, alert_http: aiohttp.ClientSession, settings: Settings) -> Sweep:
     webhook = None
     if settings.operations.alert_webhook_url:
-        webhook = AlertWebhook(rt.alert_http, settings.operations.alert_webhook_url, receiver=settings.app_id,
+        webhook = AlertWebhook(alert_http, settings.operations.alert_webhook_url, receiver=settings.app_id,
                                external_url=settings.web.base_url, timeout_seconds=settings.operations.alert_webhook_timeout_seconds,
                                resend_seconds=settings.operations.stuck_sweep_seconds)
-    return Sweep(rt.watch, group=settings.app_id, stuck_after=settings.operations.stuck_pending_seconds,
+    return Sweep(watch, group=settings.app_id, stuck_after=settings.operations.stuck_pending_seconds,
                  attempt_cap=settings.operations.idem_max_attempts, sla=settings.compensation.sla_seconds,
                  limit=settings.operations.stuck_sweep_limit, console_url=settings.web.base_url, webhook=webhook,
                  sweeper=settings.worker_id, letter_limit=settings.operations.compensation_sweep_limit)
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings):
-    sweeps: list[Sweep] = []        # built once, at the first tick, on the started runtime
-
-    @app.timer(interval=settings.operations.stuck_sweep_seconds, name="stuck_sweep")
-    async def sweep_stuck() -> None:
-        if runtime.stopping:
+async def sweep_stuck(*, settings: Settings, background: BackgroundWork, leases: MySqlLeases, owner: str,
+                      watch: Watch, alert_http: aiohttp.ClientSession) -> None:
+    if background.stopping:
+        return
+    try:
+        if not await leases.acquire(lease_name(LEASE, settings.app_id), owner, 2 * settings.operations.stuck_sweep_seconds):
             return
-        try:
-            rt = runtime.started()
-            if not await rt.leases.acquire(lease_name(LEASE, settings.app_id), rt.owner, 2 * settings.operations.stuck_sweep_seconds):
-                return
-            if not sweeps:
-                sweeps.append(build(rt, settings))
-            report = await sweeps[0].run()
-        except Exception:
-            log.exception("the stuck sweep could not run this tick")
-            return
-        metrics.SWEEPS.inc()
-        if report.alerts:
-            log.info("stuck sweep: %d stuck, %d over the attempt cap, %d dead letters over their SLA, %d waiting "
-                     "for a person", report.stuck, report.over_cap, report.sla_breached, report.manual)
+        report = await build(watch, alert_http, settings).run()
+    except Exception:
+        log.exception("the stuck sweep could not run this tick")
+        return
+    metrics.SWEEPS.inc()
+    if report.alerts:
+        log.info("stuck sweep: %d stuck, %d over the attempt cap, %d dead letters over their SLA, %d waiting "
+                 "for a person", report.stuck, report.over_cap, report.sla_breached, report.manual)
 
-    return sweep_stuck
 
+def register(app: faust.App, settings: Settings, wire: Wire):
+    return app.timer(interval=settings.operations.stuck_sweep_seconds, name="stuck_sweep")(wire(sweep_stuck))

@@ -20,6 +20,7 @@ from prometheus_client import REGISTRY
 
 from app.adapters.kafka.liveness import ConsumerProbe
 from app.exits import stop_without_ack
+from app.injection import Wire
 from app.observability import metrics
 from app.pipeline import liveness
 from app.pipeline.liveness import Action, Bounds, Watch
@@ -49,40 +50,50 @@ def _batch_in_flight() -> bool:
     return bool(REGISTRY.get_sample_value("order_batch_in_flight"))
 
 
-def register(app: faust.App, settings: Settings):
+class Watchdog:
+    """What the watchdog keeps between its ticks: the consumer it reads, and its watch once the consumer
+    has started."""
+
+    def __init__(self, app: faust.App, bounds: Bounds) -> None:
+        self.probe = ConsumerProbe(app)
+        self.bounds = bounds
+        self.watch: Watch | None = None
+
+
+async def watch_the_consumer(*, settings: Settings, watchdog: Watchdog) -> None:
+    now = time.monotonic()
+    observation = watchdog.probe.read(_batch_in_flight())
+    if observation is None:                 # the consumer has not started yet
+        return
+    if watchdog.watch is None:
+        watchdog.watch = Watch(watchdog.bounds, now)
+    watch = watchdog.watch
+    before = watch.verdict
+    if not before.healthy:
+        observation = replace(observation, bootstrap_answers=await bootstrap_answers(settings.kafka.bootstrap))
+    verdict = watch.observe(observation, now)
+    liveness.report(verdict)
+    metrics.WORKER_HEALTHY.set(1 if verdict.healthy else 0)
+    for check in ("membership", "heartbeat", "fetch"):
+        metrics.WORKER_UNHEALTHY.labels(check).set(1 if verdict.check == check else 0)
+    if verdict.healthy and not before.healthy:
+        log.warning("watchdog: healthy again")
+    if verdict.action is Action.REJOIN:
+        log.error("watchdog: %s: forcing a rejoin of the group (exit 70 if that does not help within %.0f s)",
+                  verdict.reason, watchdog.bounds.rejoin_grace_seconds)
+        metrics.WATCHDOG_ACTIONS.labels(verdict.check, "rejoin").inc()
+        watchdog.probe.force_rejoin()
+    elif verdict.action is Action.EXIT:
+        log.critical("watchdog: %s: exiting so that the supervisor starts a fresh worker", verdict.reason)
+        metrics.WATCHDOG_ACTIONS.labels(verdict.check, "exit").inc()
+        stop_without_ack(WorkerStuck(verdict.reason))
+
+
+def register(app: faust.App, settings: Settings, wire: Wire):
     """The watchdog's timer on ``app`` (none with ``WATCHDOG_ENABLED=false``)."""
     if not settings.kafka.watchdog_enabled:
         return None
     bounds = Bounds(settings.kafka.watchdog_stall, settings.kafka.watchdog_rejoin_grace, settings.kafka.rebalance_timeout_seconds)
-    probe = ConsumerProbe(app)
-    state: dict[str, Watch] = {}
     metrics.WORKER_HEALTHY.set(1)
-
-    @app.timer(interval=settings.kafka.watchdog_interval_seconds, name="watchdog")
-    async def watchdog() -> None:
-        now = time.monotonic()
-        observation = probe.read(_batch_in_flight())
-        if observation is None:                 # the consumer has not started yet
-            return
-        watch = state.setdefault("watch", Watch(bounds, now))
-        before = watch.verdict
-        if not before.healthy:
-            observation = replace(observation, bootstrap_answers=await bootstrap_answers(settings.kafka.bootstrap))
-        verdict = watch.observe(observation, now)
-        liveness.report(verdict)
-        metrics.WORKER_HEALTHY.set(1 if verdict.healthy else 0)
-        for check in ("membership", "heartbeat", "fetch"):
-            metrics.WORKER_UNHEALTHY.labels(check).set(1 if verdict.check == check else 0)
-        if verdict.healthy and not before.healthy:
-            log.warning("watchdog: healthy again")
-        if verdict.action is Action.REJOIN:
-            log.error("watchdog: %s: forcing a rejoin of the group (exit 70 if that does not help within %.0f s)",
-                      verdict.reason, bounds.rejoin_grace_seconds)
-            metrics.WATCHDOG_ACTIONS.labels(verdict.check, "rejoin").inc()
-            probe.force_rejoin()
-        elif verdict.action is Action.EXIT:
-            log.critical("watchdog: %s: exiting so that the supervisor starts a fresh worker", verdict.reason)
-            metrics.WATCHDOG_ACTIONS.labels(verdict.check, "exit").inc()
-            stop_without_ack(WorkerStuck(verdict.reason))
-
-    return watchdog
+    timer = app.timer(interval=settings.kafka.watchdog_interval_seconds, name="watchdog")
+    return timer(wire(watch_the_consumer, watchdog=Watchdog(app, bounds)))

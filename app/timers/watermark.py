@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import faust
 
-from app.bootstrap import Runtime, RuntimeStopping
+from app.adapters.watermark import StoreWatermark
+from app.background import BackgroundWork, RuntimeStopping
+from app.injection import Wire
 from app.settings import Settings
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings):
-    @app.timer(interval=settings.database.store_watermark_seconds)
-    async def advance_store_watermark() -> None:
-        rt = runtime.started()
-        try:
-            async with rt.working():            # a stopping runtime waits for it before it closes anything
-                await rt.watermark.advance()
-        except RuntimeStopping:
-            return
+async def advance_store_watermark(*, watermark: StoreWatermark, background: BackgroundWork) -> None:
+    try:
+        async with background.working():            # a stopping runtime waits for it before it closes anything
+            await watermark.advance()
+    except RuntimeStopping:
+        return
 
-    return advance_store_watermark
+
+def register(app: faust.App, settings: Settings, wire: Wire):
+    return app.timer(interval=settings.database.store_watermark_seconds)(wire(advance_store_watermark))

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import faust
 from aiohttp import web
-from faust.web import View
 
-from app.adapters.mysql.ledger.bulk_jobs import CountMoved
+from app.adapters.mysql.ledger.bulk_jobs import CountMoved, MySqlBulkJobs
 from app.adapters.mysql.ledger.selection import QueueFilter
-from app.bootstrap import Runtime
+from app.adapters.mysql.reads.console import Queries
 from app.compensation.bulk import ACTIONS, TRANSITIONS, TransitionRefused, tolerance
 from app.pipeline.events import ORDER_NO
 from app.pipeline.states import LedgerStatus
@@ -29,6 +27,7 @@ from app.settings import Settings
 from app.web.compensation import FINGERPRINT, REASON
 from app.web.http import (
     Refused,
+    Routes,
     as_seen,
     authorize,
     body,
@@ -75,80 +74,81 @@ def action_of(doc: dict) -> str:
     return action
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+async def dry_run(request: web.Request, *, settings: Settings, bulk_jobs: MySqlBulkJobs) -> web.Response:
     cap, percent = settings.bulk.max_rows, settings.bulk.count_tolerance_percent
+    try:
+        authorize(request, settings)
+        doc = await body(request, settings)
+        action, filters = action_of(doc), queue_filter(doc.get("filter"))
+    except Refused as exc:
+        return refused(exc)
+    found = await bulk_jobs.dry_run(filters, cap=cap, sample=SAMPLE)
+    return json_response({"action": action, **found, "tolerance": tolerance(found["count"], percent),
+                          "tolerance_percent": percent})
 
-    @app.page("/bulk/dry-run")
-    class DryRun(View):
-        async def post(self, request: web.Request) -> web.Response:
-            try:
-                authorize(request, settings)
-                doc = await body(request, settings)
-                action, filters = action_of(doc), queue_filter(doc.get("filter"))
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            found = await rt.bulk_jobs.dry_run(filters, cap=cap, sample=SAMPLE)
-            return json_response({"action": action, **found, "tolerance": tolerance(found["count"], percent),
-                                  "tolerance_percent": percent})
 
-    @app.page("/bulk/")
-    class Jobs(View):
-        async def get(self, request: web.Request) -> web.Response:
-            rt = runtime.started()
-            answer = {"items": await rt.bulk_jobs.jobs()}
-            return json_response(await as_seen(role(request, settings), answer, rt.queries))
+async def list_jobs(request: web.Request, *, settings: Settings, bulk_jobs: MySqlBulkJobs,
+                    queries: Queries) -> web.Response:
+    answer = {"items": await bulk_jobs.jobs()}
+    return json_response(await as_seen(role(request, settings), answer, queries))
 
-        async def post(self, request: web.Request) -> web.Response:
-            try:
-                who = authorize(request, settings)
-                doc = await body(request, settings)
-                action, filters = action_of(doc), queue_filter(doc.get("filter"))
-                expected = doc.get("expected_count")
-                if not isinstance(expected, int) or isinstance(expected, bool) or not 0 <= expected <= cap:
-                    raise Refused(400, f"expected_count must be the dry run's count, a whole number up to {cap}")
-                note, actor = note_and_actor(doc, who, settings)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            try:
-                job = await rt.bulk_jobs.create(action, filters, expected=expected, tolerance_percent=percent,
-                                                cap=cap, actor=actor, note=note)
-            except CountMoved as exc:
-                return json_response({"error": exc.reason, "count": exc.count, "expected_count": expected},
-                                     status=409)
-            return json_response(job, status=201)
 
-    @app.page("/bulk/{job_id}")
-    class Entry(View):
-        async def get(self, request: web.Request, job_id: str) -> web.Response:
-            try:
-                number = integer(job_id, "id", low=1, high=2 ** 62)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            job = await rt.bulk_jobs.get(number)
-            if job is None:
-                return json_response({"error": f"no bulk job {number}"}, status=404)
-            answer = {**job, "failures": await rt.bulk_jobs.failures(number)}
-            return json_response(await as_seen(role(request, settings), answer, rt.queries))
+async def start_job(request: web.Request, *, settings: Settings, bulk_jobs: MySqlBulkJobs) -> web.Response:
+    cap, percent = settings.bulk.max_rows, settings.bulk.count_tolerance_percent
+    try:
+        who = authorize(request, settings)
+        doc = await body(request, settings)
+        action, filters = action_of(doc), queue_filter(doc.get("filter"))
+        expected = doc.get("expected_count")
+        if not isinstance(expected, int) or isinstance(expected, bool) or not 0 <= expected <= cap:
+            raise Refused(400, f"expected_count must be the dry run's count, a whole number up to {cap}")
+        note, actor = note_and_actor(doc, who, settings)
+    except Refused as exc:
+        return refused(exc)
+    try:
+        job = await bulk_jobs.create(action, filters, expected=expected, tolerance_percent=percent,
+                                     cap=cap, actor=actor, note=note)
+    except CountMoved as exc:
+        return json_response({"error": exc.reason, "count": exc.count, "expected_count": expected},
+                             status=409)
+    return json_response(job, status=201)
 
-    @app.page("/bulk/{job_id}/{command}")
-    class Command(View):
-        async def post(self, request: web.Request, job_id: str, command: str) -> web.Response:
-            try:
-                who = authorize(request, settings)
-                if command not in TRANSITIONS:
-                    raise Refused(404, f"no command {command!r}: {', '.join(TRANSITIONS)}")
-                number = integer(job_id, "id", low=1, high=2 ** 62)
-                _, actor = note_and_actor(await body(request, settings), who, settings)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            try:
-                job, changed = await rt.bulk_jobs.command(number, command, actor=actor)
-            except TransitionRefused as exc:
-                return json_response({"error": str(exc)}, status=409)
-            if job is None:
-                return json_response({"error": f"no bulk job {number}"}, status=404)
-            return json_response({**job, "changed": changed})
+
+async def show_job(request: web.Request, job_id: str, *, settings: Settings, bulk_jobs: MySqlBulkJobs,
+                   queries: Queries) -> web.Response:
+    try:
+        number = integer(job_id, "id", low=1, high=2 ** 62)
+    except Refused as exc:
+        return refused(exc)
+    job = await bulk_jobs.get(number)
+    if job is None:
+        return json_response({"error": f"no bulk job {number}"}, status=404)
+    answer = {**job, "failures": await bulk_jobs.failures(number)}
+    return json_response(await as_seen(role(request, settings), answer, queries))
+
+
+async def command_job(request: web.Request, job_id: str, command: str, *, settings: Settings,
+                      bulk_jobs: MySqlBulkJobs) -> web.Response:
+    try:
+        who = authorize(request, settings)
+        if command not in TRANSITIONS:
+            raise Refused(404, f"no command {command!r}: {', '.join(TRANSITIONS)}")
+        number = integer(job_id, "id", low=1, high=2 ** 62)
+        _, actor = note_and_actor(await body(request, settings), who, settings)
+    except Refused as exc:
+        return refused(exc)
+    try:
+        job, changed = await bulk_jobs.command(number, command, actor=actor)
+    except TransitionRefused as exc:
+        return json_response({"error": str(exc)}, status=409)
+    if job is None:
+        return json_response({"error": f"no bulk job {number}"}, status=404)
+    return json_response({**job, "changed": changed})
+
+
+ROUTES: Routes = {
+    "/bulk/dry-run": {"post": dry_run},
+    "/bulk/": {"get": list_jobs, "post": start_job},
+    "/bulk/{job_id}": {"get": show_job},
+    "/bulk/{job_id}/{command}": {"post": command_job},
+}

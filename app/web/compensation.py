@@ -16,17 +16,19 @@ import base64
 import hashlib
 import json
 import re
+from collections.abc import Callable
 
-import faust
 from aiohttp import web
-from faust.web import View
 
 from app.adapters.mysql.ledger.selection import QueueFilter
-from app.adapters.mysql.reads.view_audit import Seen
-from app.bootstrap import Runtime
+from app.adapters.mysql.reads.console import Queries
+from app.adapters.mysql.reads.view_audit import Seen, ViewAudit
+from app.compensation.compensator import Compensator
 from app.personal.masking import mask_letter, order_numbers
+from app.pipeline.envelopes import Reading
 from app.pipeline.errors import MalformedEvent
 from app.pipeline.events import ORDER_NO, decode
+from app.pipeline.outage import OutageGuard
 from app.pipeline.plan import step_keys
 from app.pipeline.states import PERSON_ACTIONS, LedgerStatus
 from app.render import json_default, with_record
@@ -35,6 +37,7 @@ from app.web.http import (
     NO_FRAMES,
     OPERATOR,
     Refused,
+    Routes,
     as_seen,
     authorize,
     body,
@@ -54,92 +57,82 @@ FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 STATUSES = {status.name.lower(): status for status in LedgerStatus}
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
-
-    @app.page("/compensation/")
-    class Queue(View):
-        async def get(self, request: web.Request) -> web.Response:
-            try:
-                query = request.query
-                status = query.get("status") or None
-                if status is not None and status not in STATUSES:
-                    raise Refused(400, f"status must be one of {', '.join(STATUSES)}")
-                filters = QueueFilter(
-                    status=STATUSES[status] if status else None,
-                    reason=text(query.get("reason"), "reason", REASON, "a reason like effect_unavailable"),
-                    order_no=text(query.get("order_no"), "order_no", ORDER_NO, "ORD-YYYYMMDD-<letters or digits>"),
-                    older_than_seconds=integer(query.get("older_than"), "older_than", low=0, high=10 ** 9),
-                    fingerprint=text(query.get("fingerprint"), "fingerprint", FINGERPRINT, "16 hex digits"),
-                    since=moment(query.get("since"), "since"), until=moment(query.get("until"), "until"),
-                    before_id=integer(query.get("before"), "before", low=1, high=2 ** 62),
-                    limit=integer(query.get("limit"), "limit", low=1, high=200, default=50))
-                who = role(request, settings)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            items = await rt.queries.compensations(filters)
-            cursor = items[-1]["id"] if len(items) == filters.limit else None
-            answer = {"items": items, "next_before": cursor, "counts": await rt.queries.counts()}
-            return json_response(await as_seen(who, answer, rt.queries))
-
-    @app.page("/compensation/{row_id}")
-    class Entry(View):
-        async def get(self, request: web.Request, row_id: str) -> web.Response:
-            try:
-                number = integer(row_id, "id", low=1, high=2 ** 62)
-                who, name = reader(request, settings)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            row = await rt.queries.compensation(number)
-            if row is None:
-                return json_response({"error": f"no compensation row {number}"}, status=404)
-            key, value = with_record(row)
-            detail = await _detail(rt, row, key, value)
-            if who != OPERATOR:
-                contacts = await rt.queries.contacts(order_numbers(detail, value))
-                return json_response(mask_letter(detail, value, contacts))
-            await rt.view_audit.record(Seen(f"web:{name}", who, "dead_letter", request.path, compensation_id=number,
-                                            order_no=row.get("order_no")))
-            return json_response({**detail, "masked": False})
-
-    @app.page("/compensation/{row_id}/{action}")
-    class Action(View):
-        async def get(self, request: web.Request, row_id: str, action: str) -> web.Response:
-            try:
-                if action != "record":
-                    raise Refused(404, f"no view {action!r} of a dead letter: record")
-                operator(request, settings, "downloading a record")
-                number = integer(row_id, "id", low=1, high=2 ** 62)
-                part = request.query.get("part") or "value"
-                if part not in ("value", "envelope"):
-                    raise Refused(400, "part must be value or envelope")
-                _, name = reader(request, settings)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            row = await rt.queries.compensation(number)
-            if row is None:
-                return json_response({"error": f"no compensation row {number}"}, status=404)
-            await rt.view_audit.record(Seen(f"web:{name}", OPERATOR, f"download:{part}", request.path_qs,
-                                            compensation_id=number, order_no=row.get("order_no")))
-            return download(row, part)
-
-        async def post(self, request: web.Request, row_id: str, action: str) -> web.Response:
-            try:
-                who = authorize(request, settings)
-                if action not in ("retry", *PERSON_ACTIONS):
-                    raise Refused(404, f"no action {action!r}: retry, resolve or discard")
-                number = integer(row_id, "id", low=1, high=2 ** 62)
-                note, actor = note_and_actor(await body(request, settings), who, settings)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            return await act(rt, number, action, actor=actor, note=note)
+async def list_queue(request: web.Request, *, settings: Settings, queries: Queries) -> web.Response:
+    try:
+        query = request.query
+        status = query.get("status") or None
+        if status is not None and status not in STATUSES:
+            raise Refused(400, f"status must be one of {', '.join(STATUSES)}")
+        filters = QueueFilter(
+            status=STATUSES[status] if status else None,
+            reason=text(query.get("reason"), "reason", REASON, "a reason like effect_unavailable"),
+            order_no=text(query.get("order_no"), "order_no", ORDER_NO, "ORD-YYYYMMDD-<letters or digits>"),
+            older_than_seconds=integer(query.get("older_than"), "older_than", low=0, high=10 ** 9),
+            fingerprint=text(query.get("fingerprint"), "fingerprint", FINGERPRINT, "16 hex digits"),
+            since=moment(query.get("since"), "since"), until=moment(query.get("until"), "until"),
+            before_id=integer(query.get("before"), "before", low=1, high=2 ** 62),
+            limit=integer(query.get("limit"), "limit", low=1, high=200, default=50))
+        who = role(request, settings)
+    except Refused as exc:
+        return refused(exc)
+    items = await queries.compensations(filters)
+    cursor = items[-1]["id"] if len(items) == filters.limit else None
+    answer = {"items": items, "next_before": cursor, "counts": await queries.counts()}
+    return json_response(await as_seen(who, answer, queries))
 
 
-async def act(rt: Runtime, row_id: int, action: str, *, actor: str, note: str | None) -> web.Response:
-    result = await rt.compensator.perform(row_id, action, rt.guard(), actor=actor, note=note)
+async def show_letter(request: web.Request, row_id: str, *, settings: Settings, queries: Queries,
+                      view_audit: ViewAudit, reading: Reading) -> web.Response:
+    try:
+        number = integer(row_id, "id", low=1, high=2 ** 62)
+        who, name = reader(request, settings)
+    except Refused as exc:
+        return refused(exc)
+    row = await queries.compensation(number)
+    if row is None:
+        return json_response({"error": f"no compensation row {number}"}, status=404)
+    key, value = with_record(row)
+    detail = await _detail(queries, row, key, value, max_bytes=settings.batches.max_event_bytes, reading=reading)
+    if who != OPERATOR:
+        contacts = await queries.contacts(order_numbers(detail, value))
+        return json_response(mask_letter(detail, value, contacts))
+    await view_audit.record(Seen(f"web:{name}", who, "dead_letter", request.path, compensation_id=number,
+                                 order_no=row.get("order_no")))
+    return json_response({**detail, "masked": False})
+
+
+async def download_record(request: web.Request, row_id: str, action: str, *, settings: Settings, queries: Queries,
+                          view_audit: ViewAudit) -> web.Response:
+    try:
+        if action != "record":
+            raise Refused(404, f"no view {action!r} of a dead letter: record")
+        operator(request, settings, "downloading a record")
+        number = integer(row_id, "id", low=1, high=2 ** 62)
+        part = request.query.get("part") or "value"
+        if part not in ("value", "envelope"):
+            raise Refused(400, "part must be value or envelope")
+        _, name = reader(request, settings)
+    except Refused as exc:
+        return refused(exc)
+    row = await queries.compensation(number)
+    if row is None:
+        return json_response({"error": f"no compensation row {number}"}, status=404)
+    await view_audit.record(Seen(f"web:{name}", OPERATOR, f"download:{part}", request.path_qs,
+                                 compensation_id=number, order_no=row.get("order_no")))
+    return download(row, part)
+
+
+async def act_on_letter(request: web.Request, row_id: str, action: str, *, settings: Settings,
+                        compensator: Compensator, guard: Callable[[], OutageGuard]) -> web.Response:
+    try:
+        who = authorize(request, settings)
+        if action not in ("retry", *PERSON_ACTIONS):
+            raise Refused(404, f"no action {action!r}: retry, resolve or discard")
+        number = integer(row_id, "id", low=1, high=2 ** 62)
+        note, actor = note_and_actor(await body(request, settings), who, settings)
+    except Refused as exc:
+        return refused(exc)
+    result = await compensator.perform(number, action, guard(), actor=actor, note=note)
     if not result.found:
         return json_response({"error": result.refused}, status=404)
     if result.refused:
@@ -181,17 +174,24 @@ def _text(data: bytes) -> dict:
         return {}
 
 
-async def _detail(rt: Runtime, row: dict, key: bytes | None, value: bytes | None) -> dict:
+async def _detail(queries: Queries, row: dict, key: bytes | None, value: bytes | None, *, max_bytes: int,
+                  reading: Reading) -> dict:
     """The row with its record (:func:`with_record`), its history, the t_idem rows of its
     event and its order."""
     keys = [row["biz_key"]] if row.get("biz_key") else []
     try:
         stamp = row.get("src_timestamp")
-        keys = step_keys(decode(key, value, max_bytes=rt.settings.batches.max_event_bytes,
-                                headers=row.get("record_headers") or (), reading=rt.reading,
-                                timestamp_ms=stamp if isinstance(stamp, int) and stamp >= 0 else None))
+        keys = step_keys(decode(key, value, max_bytes=max_bytes, headers=row.get("record_headers") or (),
+                                reading=reading, timestamp_ms=stamp if isinstance(stamp, int) and stamp >= 0 else None))
     except MalformedEvent:
         pass
-    row["idem"] = await rt.queries.idem(keys)
-    row["order"] = await rt.queries.order(row["order_no"]) if row.get("order_no") else None
+    row["idem"] = await queries.idem(keys)
+    row["order"] = await queries.order(row["order_no"]) if row.get("order_no") else None
     return row
+
+
+ROUTES: Routes = {
+    "/compensation/": {"get": list_queue},
+    "/compensation/{row_id}": {"get": show_letter},
+    "/compensation/{row_id}/{action}": {"get": download_record, "post": act_on_letter},
+}

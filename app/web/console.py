@@ -6,51 +6,57 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import faust
 from aiohttp import web
-from faust.web import View
 
-from app.settings import Settings
+from app.web.http import Routes
 
 HERE = Path(__file__).parent
 HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
                                       "frame-ancestors 'none'",
            "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
            "Referrer-Policy": "no-referrer"}
+# Read once, as the worker imports its views.
+PAGE = (HERE / "console.html").read_bytes()
+SCRIPT = (HERE / "console.js").read_bytes()
+GROUPS_SCRIPT = (HERE / "console-groups.js").read_bytes()
+BULK_SCRIPT = (HERE / "console-bulk.js").read_bytes()
+RECONCILE_SCRIPT = (HERE / "console-reconcile.js").read_bytes()
+OVERVIEW_SCRIPT = (HERE / "console-overview.js").read_bytes()
 
 
-def register(app: faust.App, settings: Settings) -> None:
-    page = (HERE / "console.html").read_bytes()
-    script = (HERE / "console.js").read_bytes()
-    groups_script = (HERE / "console-groups.js").read_bytes()
-    bulk_script = (HERE / "console-bulk.js").read_bytes()
-    reconcile_script = (HERE / "console-reconcile.js").read_bytes()
-    overview_script = (HERE / "console-overview.js").read_bytes()
+def _script(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/javascript", charset="utf-8", headers=HEADERS)
 
-    @app.page("/console/")
-    async def console(self: View, request: web.Request) -> web.Response:
-        return web.Response(body=page, content_type="text/html", charset="utf-8", headers=HEADERS)
 
-    @app.page("/console/console.js")
-    async def console_script(self: View, request: web.Request) -> web.Response:
-        return web.Response(body=script, content_type="application/javascript", charset="utf-8", headers=HEADERS)
+async def console(request: web.Request) -> web.Response:
+    return web.Response(body=PAGE, content_type="text/html", charset="utf-8", headers=HEADERS)
 
-    @app.page("/console/console-groups.js")
-    async def console_groups_script(self: View, request: web.Request) -> web.Response:
-        return web.Response(body=groups_script, content_type="application/javascript", charset="utf-8",
-                            headers=HEADERS)
 
-    @app.page("/console/console-bulk.js")
-    async def console_bulk_script(self: View, request: web.Request) -> web.Response:
-        return web.Response(body=bulk_script, content_type="application/javascript", charset="utf-8",
-                            headers=HEADERS)
+async def console_script(request: web.Request) -> web.Response:
+    return _script(SCRIPT)
 
-    @app.page("/console/console-reconcile.js")
-    async def console_reconcile_script(self: View, request: web.Request) -> web.Response:
-        return web.Response(body=reconcile_script, content_type="application/javascript", charset="utf-8",
-                            headers=HEADERS)
 
-    @app.page("/console/console-overview.js")
-    async def console_overview_script(self: View, request: web.Request) -> web.Response:
-        return web.Response(body=overview_script, content_type="application/javascript", charset="utf-8",
-                            headers=HEADERS)
+async def console_groups_script(request: web.Request) -> web.Response:
+    return _script(GROUPS_SCRIPT)
+
+
+async def console_bulk_script(request: web.Request) -> web.Response:
+    return _script(BULK_SCRIPT)
+
+
+async def console_reconcile_script(request: web.Request) -> web.Response:
+    return _script(RECONCILE_SCRIPT)
+
+
+async def console_overview_script(request: web.Request) -> web.Response:
+    return _script(OVERVIEW_SCRIPT)
+
+
+ROUTES: Routes = {
+    "/console/": {"get": console},
+    "/console/console.js": {"get": console_script},
+    "/console/console-groups.js": {"get": console_groups_script},
+    "/console/console-bulk.js": {"get": console_bulk_script},
+    "/console/console-reconcile.js": {"get": console_reconcile_script},
+    "/console/console-overview.js": {"get": console_overview_script},
+}

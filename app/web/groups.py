@@ -27,78 +27,77 @@ them all.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-import faust
 from aiohttp import web
-from faust.web import View
 
-from app.adapters.mysql.reads.error_groups import WINDOWS
-from app.bootstrap import Runtime
+from app.adapters.mysql.ledger.bulk_jobs import MySqlBulkJobs
+from app.adapters.mysql.reads.console import Queries
+from app.adapters.mysql.reads.error_groups import WINDOWS, GroupQueries
 from app.compensation.bulk import FINISHED, JobStatus
+from app.pipeline.limits import ProviderLimits
 from app.settings import Settings
 from app.web.compensation import FINGERPRINT
-from app.web.http import Refused, as_seen, json_response, refused, role, text
+from app.web.http import Refused, Routes, as_seen, json_response, refused, role, text
 
 LISTS = ("unsettled", "all")
 TOP_GROUPS = 5
 IN_PROGRESS = tuple(s.name.lower() for s in JobStatus if s not in FINISHED)
 
 
-def providers(rt: Runtime) -> list[dict[str, Any]]:
-    """What this worker knows of each effect's provider (none when it calls no provider)."""
-    limits = getattr(rt, "limits", None)
-    return [] if limits is None else limits.health(rt.client_factories)
+async def list_groups(request: web.Request, *, settings: Settings, groups: GroupQueries,
+                      queries: Queries) -> web.Response:
+    window = request.query.get("window") or "24h"
+    status = request.query.get("status") or "unsettled"
+    if window not in WINDOWS:
+        return refused(Refused(400, f"window must be one of {', '.join(WINDOWS)}"))
+    if status not in LISTS:
+        return refused(Refused(400, f"status must be one of {', '.join(LISTS)}"))
+    answer = await groups.groups(WINDOWS[window], unsettled_only=status == "unsettled")
+    return json_response(await as_seen(role(request, settings), answer, queries))
 
 
-async def overview(rt: Runtime) -> dict[str, Any]:
-    counts = await rt.queries.counts()
-    groups = await rt.groups.groups(WINDOWS["24h"], unsettled_only=True)
-    inflow = await rt.groups.inflow()
-    jobs = [job for job in await rt.bulk_jobs.jobs() if job["status"] in IN_PROGRESS]
-    return {"now": inflow["now"], "by_status": counts["by_status"], "capped": counts["capped"], "cap": counts["cap"],
-            "queue": groups["queue"], "inflow": inflow["windows"],
-            "top_groups": groups["groups"][:TOP_GROUPS], "more_groups": max(len(groups["groups"]) - TOP_GROUPS, 0)
-            + groups["more_groups"], "bulk_in_progress": jobs, "providers": providers(rt)}
+async def show_group(request: web.Request, fingerprint: str, *, settings: Settings, groups: GroupQueries,
+                     queries: Queries) -> web.Response:
+    try:
+        text(fingerprint, "fingerprint", FINGERPRINT, "16 hex digits")
+    except Refused as exc:
+        return refused(exc)
+    found = await groups.group(fingerprint)
+    if found is None:
+        return json_response({"error": f"no error group {fingerprint}"}, status=404)
+    return json_response(await as_seen(role(request, settings), found, queries))
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+async def overview(request: web.Request, *, settings: Settings, queries: Queries, groups: GroupQueries,
+                   bulk_jobs: MySqlBulkJobs, limits: ProviderLimits, effect_names: Iterable[str]) -> web.Response:
+    who = role(request, settings)
+    counts = await queries.counts()
+    found = await groups.groups(WINDOWS["24h"], unsettled_only=True)
+    inflow = await groups.inflow()
+    jobs = [job for job in await bulk_jobs.jobs() if job["status"] in IN_PROGRESS]
+    answer = {"now": inflow["now"], "by_status": counts["by_status"], "capped": counts["capped"], "cap": counts["cap"],
+              "queue": found["queue"], "inflow": inflow["windows"],
+              "top_groups": found["groups"][:TOP_GROUPS], "more_groups": max(len(found["groups"]) - TOP_GROUPS, 0)
+              + found["more_groups"], "bulk_in_progress": jobs, "providers": providers(limits, effect_names)}
+    return json_response(await as_seen(who, answer, queries))
 
-    @app.page("/groups/")
-    class Groups(View):
-        async def get(self, request: web.Request) -> web.Response:
-            window = request.query.get("window") or "24h"
-            status = request.query.get("status") or "unsettled"
-            if window not in WINDOWS:
-                return refused(Refused(400, f"window must be one of {', '.join(WINDOWS)}"))
-            if status not in LISTS:
-                return refused(Refused(400, f"status must be one of {', '.join(LISTS)}"))
-            rt = runtime.started()
-            answer = await rt.groups.groups(WINDOWS[window], unsettled_only=status == "unsettled")
-            return json_response(await as_seen(role(request, settings), answer, rt.queries))
 
-    @app.page("/groups/{fingerprint}")
-    class Group(View):
-        async def get(self, request: web.Request, fingerprint: str) -> web.Response:
-            try:
-                text(fingerprint, "fingerprint", FINGERPRINT, "16 hex digits")
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            found = await rt.groups.group(fingerprint)
-            if found is None:
-                return json_response({"error": f"no error group {fingerprint}"}, status=404)
-            return json_response(await as_seen(role(request, settings), found, rt.queries))
+async def list_providers(request: web.Request, *, settings: Settings, queries: Queries, limits: ProviderLimits,
+                         effect_names: Iterable[str]) -> web.Response:
+    answer = {"providers": providers(limits, effect_names), "worker": settings.worker_id}
+    return json_response(await as_seen(role(request, settings), answer, queries))
 
-    @app.page("/overview/")
-    class Overview(View):
-        async def get(self, request: web.Request) -> web.Response:
-            rt = runtime.started()
-            return json_response(await as_seen(role(request, settings), await overview(rt), rt.queries))
 
-    @app.page("/providers/")
-    class Providers(View):
-        async def get(self, request: web.Request) -> web.Response:
-            rt = runtime.started()
-            answer = {"providers": providers(rt), "worker": settings.worker_id}
-            return json_response(await as_seen(role(request, settings), answer, rt.queries))
+def providers(limits: ProviderLimits, effect_names: Iterable[str]) -> list[dict[str, Any]]:
+    """What this worker knows of each effect's provider."""
+    return limits.health(effect_names)
+
+
+ROUTES: Routes = {
+    "/groups/": {"get": list_groups},
+    "/groups/{fingerprint}": {"get": show_group},
+    "/overview/": {"get": overview},
+    "/providers/": {"get": list_providers},
+}

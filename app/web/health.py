@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 
-import faust
 from aiohttp import web
-from faust.web import View
+from faust.types import AgentT
 from prometheus_client import generate_latest
 
-from app.bootstrap import Runtime
+from app.adapters.kafka.dlq import KafkaDeadLetterSink
+from app.adapters.mysql.reads.console import Queries
 from app.pipeline import liveness
-from app.settings import Settings
-from app.web.http import json_response
+from app.web.http import Routes, json_response
 
 log = logging.getLogger(__name__)
 # The bound on each of /readyz's two checks (the database's, then Kafka's): a probe of it may take
@@ -29,40 +29,47 @@ log = logging.getLogger(__name__)
 READINESS_CHECK_SECONDS = 10
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
-    @app.page("/health")
-    async def health(self: View, request: web.Request) -> web.Response:
-        return json_response({"ok": True})
+async def health(request: web.Request) -> web.Response:
+    return json_response({"ok": True})
 
-    @app.page("/healthz")
-    async def healthz(self: View, request: web.Request) -> web.Response:
-        return json_response({"ok": True})
 
-    @app.page("/readyz")
-    async def readyz(self: View, request: web.Request) -> web.Response:
-        # Open to any prober: it says what is down, never why (that is in the log).
-        checks: dict[str, str] = {}
-        try:
-            rt = runtime.started()
-            await asyncio.wait_for(rt.queries.ping(), READINESS_CHECK_SECONDS)
-            checks["mysql"] = "ok"
-        except Exception as exc:
-            log.warning("readiness: MySQL unreachable: %r", exc)
-            checks["mysql"] = "unreachable"
-        try:
-            await asyncio.wait_for(runtime.kafka_ping(), READINESS_CHECK_SECONDS)
-            checks["kafka"] = "ok"
-        except Exception as exc:
-            log.warning("readiness: Kafka unreachable: %r", exc)
-            checks["kafka"] = "unreachable"
-        for name, agent in app.agents.items():
-            checks[f"agent {name}"] = "crashed" if agent.crashed else "running" if agent.started else "not started"
-        # The watchdog's verdict (app.pipeline.liveness): "ok", or which check fails and for how long.
-        checks["consumer"] = liveness.latest().reason
-        ready = all(value in ("ok", "running") for value in checks.values())
-        return json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)
+async def healthz(request: web.Request) -> web.Response:
+    return json_response({"ok": True})
 
-    @app.page("/metrics")
-    async def metrics(self: View, request: web.Request) -> web.Response:
-        # prometheus_client's CONTENT_TYPE_LATEST carries a charset, which aiohttp refuses here.
-        return self.bytes(generate_latest(), content_type="text/plain; version=0.0.4")
+
+async def readyz(request: web.Request, *, queries: Queries, dead_letters: KafkaDeadLetterSink,
+                 agents: Mapping[str, AgentT]) -> web.Response:
+    # Open to any prober: it says what is down, never why (that is in the log). The runtime not open
+    # (not yet, or no longer) fails both checks at their first use.
+    checks: dict[str, str] = {}
+    try:
+        await asyncio.wait_for(queries.ping(), READINESS_CHECK_SECONDS)
+        checks["mysql"] = "ok"
+    except Exception as exc:
+        log.warning("readiness: MySQL unreachable: %r", exc)
+        checks["mysql"] = "unreachable"
+    try:
+        await asyncio.wait_for(dead_letters.ping(), READINESS_CHECK_SECONDS)
+        checks["kafka"] = "ok"
+    except Exception as exc:
+        log.warning("readiness: Kafka unreachable: %r", exc)
+        checks["kafka"] = "unreachable"
+    for name, agent in agents.items():
+        checks[f"agent {name}"] = "crashed" if agent.crashed else "running" if agent.started else "not started"
+    # The watchdog's verdict (app.pipeline.liveness): "ok", or which check fails and for how long.
+    checks["consumer"] = liveness.latest().reason
+    ready = all(value in ("ok", "running") for value in checks.values())
+    return json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    # prometheus_client's CONTENT_TYPE_LATEST carries a charset, which aiohttp refuses here.
+    return web.Response(body=generate_latest(), content_type="text/plain; version=0.0.4")
+
+
+ROUTES: Routes = {
+    "/health": {"get": health},
+    "/healthz": {"get": healthz},
+    "/readyz": {"get": readyz},
+    "/metrics": {"get": metrics},
+}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -38,9 +39,13 @@ from app.personal.masking import mask_answer, order_numbers
 from app.render import ACTOR, json_default, readable
 from app.settings import Settings
 
-__all__ = ["ACTOR", "OPERATOR", "Caller", "Refused", "as_seen", "VIEWER", "access", "authorize", "body", "caller",
-           "integer", "json_response", "moment", "note_and_actor", "operator", "readable", "reader", "refused", "role",
-           "text"]
+__all__ = ["ACTOR", "OPERATOR", "Caller", "Refused", "Routes", "as_seen", "VIEWER", "access", "authorize", "body",
+           "caller", "integer", "json_response", "moment", "note_and_actor", "operator", "readable", "reader",
+           "refused", "role", "text"]
+
+# A module's routes: each path, and the handler of each of its methods ("get", "post"), an async function
+# of the request and the path's parts whose keyword-only parameters name what it uses (app.web.views).
+Routes = dict[str, dict[str, Callable[..., Awaitable[web.Response]]]]
 
 
 class Refused(Exception):

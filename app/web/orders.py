@@ -13,71 +13,67 @@ from __future__ import annotations
 
 import re
 
-import faust
 from aiohttp import web
-from faust.web import View
 
-from app.adapters.mysql.reads.console import COUNT_CAP, ORDER_LETTERS
-from app.adapters.mysql.reads.view_audit import Seen
-from app.bootstrap import Runtime
+from app.adapters.mysql.reads.console import COUNT_CAP, ORDER_LETTERS, Queries
+from app.adapters.mysql.reads.view_audit import Seen, ViewAudit
 from app.pipeline.events import ORDER_NO
 from app.settings import Settings
-from app.web.http import OPERATOR, Refused, as_seen, integer, json_response, reader, refused, role, text
+from app.web.http import OPERATOR, Refused, Routes, as_seen, integer, json_response, reader, refused, role, text
 
 BIZ_KEY = re.compile(r"ORD-[0-9]{8}-[A-Za-z0-9]{1,40}:[A-Z_]{1,32}:[a-z_]{1,32}")
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+async def order_timeline(request: web.Request, order_no: str, *, settings: Settings, queries: Queries,
+                         view_audit: ViewAudit) -> web.Response:
+    try:
+        order_no = text(order_no, "order_no", ORDER_NO, "ORD-YYYYMMDD-<letters or digits>")
+        who, name = reader(request, settings)
+    except Refused as exc:
+        return refused(exc)
+    order = await queries.order(order_no)
+    steps = await queries.idem_of_order(order_no)
+    letters = await queries.dead_letters_of_order(order_no)
+    if order is None and not steps and not letters:
+        return json_response({"error": f"nothing is known of order {order_no}"}, status=404)
+    total = len(letters)
+    if total >= ORDER_LETTERS:
+        total = await queries.dead_letters_of_order_count(order_no)
+    answer = {"order_no": order_no, "order": order, "steps": steps,
+              "receipts": await queries.receipts(order_no), "dead_letters": letters,
+              "dead_letters_total": min(total, COUNT_CAP), "dead_letters_capped": total > COUNT_CAP,
+              "dead_letters_all": f"/compensation/?order_no={order_no}"}
+    if who != OPERATOR:
+        return json_response(await as_seen(who, answer, queries))
+    await view_audit.record(Seen(f"web:{name}", who, "timeline", request.path, order_no=order_no))
+    return json_response({**answer, "masked": False})
 
-    @app.page("/orders/{order_no}")
-    class OrderTimeline(View):
-        async def get(self, request: web.Request, order_no: str) -> web.Response:
-            try:
-                order_no = text(order_no, "order_no", ORDER_NO, "ORD-YYYYMMDD-<letters or digits>")
-                who, name = reader(request, settings)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            order = await rt.queries.order(order_no)
-            steps = await rt.queries.idem_of_order(order_no)
-            letters = await rt.queries.dead_letters_of_order(order_no)
-            if order is None and not steps and not letters:
-                return json_response({"error": f"nothing is known of order {order_no}"}, status=404)
-            total = len(letters)
-            if total >= ORDER_LETTERS:
-                total = await rt.queries.dead_letters_of_order_count(order_no)
-            answer = {"order_no": order_no, "order": order, "steps": steps,
-                      "receipts": await rt.queries.receipts(order_no), "dead_letters": letters,
-                      "dead_letters_total": min(total, COUNT_CAP), "dead_letters_capped": total > COUNT_CAP,
-                      "dead_letters_all": f"/compensation/?order_no={order_no}"}
-            if who != OPERATOR:
-                return json_response(await as_seen(who, answer, rt.queries))
-            await rt.view_audit.record(Seen(f"web:{name}", who, "timeline", request.path, order_no=order_no))
-            return json_response({**answer, "masked": False})
 
-    @app.page("/idem/stuck/")
-    class Stuck(View):
-        async def get(self, request: web.Request) -> web.Response:
-            try:
-                limit = integer(request.query.get("limit"), "limit", low=1, high=200, default=100)
-                who = role(request, settings)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            rows = await rt.queries.stuck(settings.operations.stuck_pending_seconds, limit)
-            answer = {"older_than_seconds": settings.operations.stuck_pending_seconds, "rows": rows}
-            return json_response(await as_seen(who, answer, rt.queries))
+async def stuck_steps(request: web.Request, *, settings: Settings, queries: Queries) -> web.Response:
+    try:
+        limit = integer(request.query.get("limit"), "limit", low=1, high=200, default=100)
+        who = role(request, settings)
+    except Refused as exc:
+        return refused(exc)
+    rows = await queries.stuck(settings.operations.stuck_pending_seconds, limit)
+    answer = {"older_than_seconds": settings.operations.stuck_pending_seconds, "rows": rows}
+    return json_response(await as_seen(who, answer, queries))
 
-    @app.page("/idem/{biz_key}")
-    class Step(View):
-        async def get(self, request: web.Request, biz_key: str) -> web.Response:
-            try:
-                biz_key = text(biz_key, "biz_key", BIZ_KEY, "<order_no>:<TYPE>:<step>")
-                who = role(request, settings)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            rows = await rt.queries.idem([biz_key])
-            if not rows:
-                return json_response({"error": f"no t_idem row {biz_key}"}, status=404)
-            return json_response(await as_seen(who, rows[0], rt.queries))
+
+async def step(request: web.Request, biz_key: str, *, settings: Settings, queries: Queries) -> web.Response:
+    try:
+        biz_key = text(biz_key, "biz_key", BIZ_KEY, "<order_no>:<TYPE>:<step>")
+        who = role(request, settings)
+    except Refused as exc:
+        return refused(exc)
+    rows = await queries.idem([biz_key])
+    if not rows:
+        return json_response({"error": f"no t_idem row {biz_key}"}, status=404)
+    return json_response(await as_seen(who, rows[0], queries))
+
+
+ROUTES: Routes = {
+    "/orders/{order_no}": {"get": order_timeline},
+    "/idem/stuck/": {"get": stuck_steps},
+    "/idem/{biz_key}": {"get": step},
+}

@@ -13,45 +13,45 @@ their evidence holds idempotency tokens (the steps' ``idem_token``, the waybills
 
 from __future__ import annotations
 
-import faust
 from aiohttp import web
-from faust.web import View
 
-from app.adapters.mysql.reads.view_audit import Seen
-from app.bootstrap import Runtime
+from app.adapters.mysql.reads.console import Queries
+from app.adapters.mysql.reads.view_audit import Seen, ViewAudit
+from app.adapters.mysql.reconcile import ReconcileReads
 from app.settings import Settings
-from app.web.http import OPERATOR, Refused, as_seen, json_response, reader, refused, role
+from app.web.http import OPERATOR, Refused, Routes, as_seen, json_response, reader, refused, role
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+async def list_runs(request: web.Request, *, settings: Settings, reconcile_reads: ReconcileReads,
+                    queries: Queries) -> web.Response:
+    try:
+        who = role(request, settings)
+    except Refused as exc:
+        return refused(exc)
     timer = {"every_seconds": settings.reconcile.every_seconds, "window_seconds": settings.reconcile.window_seconds,
              "lag_seconds": settings.reconcile.lag_seconds}
+    answer = {"timer": timer, "runs": await reconcile_reads.runs(50)}
+    return json_response(await as_seen(who, answer, queries))
 
-    @app.page("/reconcile/runs/")
-    class ReconcileRuns(View):
-        async def get(self, request: web.Request) -> web.Response:
-            try:
-                who = role(request, settings)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            answer = {"timer": timer, "runs": await rt.reconcile_reads.runs(50)}
-            return json_response(await as_seen(who, answer, rt.queries))
 
-    @app.page("/reconcile/runs/{run_id}/")
-    class ReconcileRun(View):
-        async def get(self, request: web.Request, run_id: str) -> web.Response:
-            try:
-                who, name = reader(request, settings)
-            except Refused as exc:
-                return refused(exc)
-            if not run_id.isdigit():
-                return json_response({"error": f"no run {run_id[:40]!r}: a run is a number"}, status=404)
-            rt = runtime.started()
-            found = await rt.reconcile_reads.run(int(run_id))
-            if found is None:
-                return json_response({"error": f"no run {run_id} for this consumer group"}, status=404)
-            if who != OPERATOR:
-                return json_response(await as_seen(who, found, rt.queries))
-            await rt.view_audit.record(Seen(f"web:{name}", who, "reconcile_run", request.path))
-            return json_response({**found, "masked": False})
+async def show_run(request: web.Request, run_id: str, *, settings: Settings, reconcile_reads: ReconcileReads,
+                   queries: Queries, view_audit: ViewAudit) -> web.Response:
+    try:
+        who, name = reader(request, settings)
+    except Refused as exc:
+        return refused(exc)
+    if not run_id.isdigit():
+        return json_response({"error": f"no run {run_id[:40]!r}: a run is a number"}, status=404)
+    found = await reconcile_reads.run(int(run_id))
+    if found is None:
+        return json_response({"error": f"no run {run_id} for this consumer group"}, status=404)
+    if who != OPERATOR:
+        return json_response(await as_seen(who, found, queries))
+    await view_audit.record(Seen(f"web:{name}", who, "reconcile_run", request.path))
+    return json_response({**found, "masked": False})
+
+
+ROUTES: Routes = {
+    "/reconcile/runs/": {"get": list_runs},
+    "/reconcile/runs/{run_id}/": {"get": show_run},
+}

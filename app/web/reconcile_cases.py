@@ -21,20 +21,20 @@ one case (its evidence whole: the waybills' keys, the steps' tokens) is written 
 
 from __future__ import annotations
 
-import faust
 from aiohttp import web
-from faust.web import View
 
-from app.adapters.mysql.reads.view_audit import Seen
-from app.adapters.mysql.reconcile_cases import Acted
-from app.bootstrap import Runtime
+from app.adapters.mysql.reads.console import Queries
+from app.adapters.mysql.reads.view_audit import Seen, ViewAudit
+from app.adapters.mysql.reconcile_cases import Acted, ReconcileCases
 from app.pipeline.errors import EffectNotDelivered, EffectRejected, EffectUnavailable
+from app.pipeline.tokens import StepTokens
 from app.reconcile.at_provider import NotCancellable, at_provider
 from app.reconcile.cases import CASE_ACTIONS, CaseStatus, cancel_key
 from app.settings import Settings
 from app.web.http import (
     OPERATOR,
     Refused,
+    Routes,
     as_seen,
     authorize,
     body,
@@ -52,78 +52,70 @@ CLOSED_WITH = ("status", "closed_by", "closed_at", "note")
 PROVIDER_ERRORS = (EffectRejected, EffectUnavailable, EffectNotDelivered)
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+async def list_cases(request: web.Request, *, settings: Settings, reconcile_cases: ReconcileCases,
+                     queries: Queries) -> web.Response:
+    try:
+        status = request.query.get("status") or None
+        if status is not None and status not in STATUSES:
+            raise Refused(400, f"status must be one of {', '.join(STATUSES)}")
+        limit = integer(request.query.get("limit"), "limit", low=1, high=500, default=100)
+        who = role(request, settings)
+    except Refused as exc:
+        return refused(exc)
+    answer = {"items": await reconcile_cases.list(STATUSES[status] if status else None, limit or 100),
+              "open": await reconcile_cases.refresh_gauge()}
+    return json_response(await as_seen(who, answer, queries))
 
-    @app.page("/reconcile/cases/")
-    class Cases(View):
-        async def get(self, request: web.Request) -> web.Response:
-            try:
-                status = request.query.get("status") or None
-                if status is not None and status not in STATUSES:
-                    raise Refused(400, f"status must be one of {', '.join(STATUSES)}")
-                limit = integer(request.query.get("limit"), "limit", low=1, high=500, default=100)
-                who = role(request, settings)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            cases = rt.reconcile_cases
-            answer = {"items": await cases.list(STATUSES[status] if status else None, limit or 100),
-                      "open": await cases.refresh_gauge()}
-            return json_response(await as_seen(who, answer, rt.queries))
 
-    @app.page("/reconcile/cases/{case_id}")
-    class Case(View):
-        async def get(self, request: web.Request, case_id: str) -> web.Response:
-            try:
-                number = integer(case_id, "id", low=1, high=2 ** 62)
-                who, name = reader(request, settings)
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            case = await rt.reconcile_cases.get(number)
-            if case is None:
-                return json_response({"error": f"no reconcile case {number}"}, status=404)
-            if who != OPERATOR:
-                return json_response(await as_seen(who, case, rt.queries))
-            await rt.view_audit.record(Seen(f"web:{name}", who, "reconcile_case", request.path,
-                                            order_no=case["order_no"]))
-            return json_response({**case, "masked": False})
+async def show_case(request: web.Request, case_id: str, *, settings: Settings, reconcile_cases: ReconcileCases,
+                    queries: Queries, view_audit: ViewAudit) -> web.Response:
+    try:
+        number = integer(case_id, "id", low=1, high=2 ** 62)
+        who, name = reader(request, settings)
+    except Refused as exc:
+        return refused(exc)
+    case = await reconcile_cases.get(number)
+    if case is None:
+        return json_response({"error": f"no reconcile case {number}"}, status=404)
+    if who != OPERATOR:
+        return json_response(await as_seen(who, case, queries))
+    await view_audit.record(Seen(f"web:{name}", who, "reconcile_case", request.path, order_no=case["order_no"]))
+    return json_response({**case, "masked": False})
 
-    @app.page("/reconcile/cases/{case_id}/{action}")
-    class Action(View):
-        async def post(self, request: web.Request, case_id: str, action: str) -> web.Response:
-            try:
-                who = authorize(request, settings)
-                if action not in CASE_ACTIONS:
-                    raise Refused(404, f"no action {action!r}: {', '.join(CASE_ACTIONS)}")
-                number = integer(case_id, "id", low=1, high=2 ** 62)
-                doc = await body(request, settings)
-                note, actor = note_and_actor(doc, who, settings)
-                if action == "dismiss" and not (note or "").strip():
-                    raise Refused(400, "a dismissal needs a note: why nothing is to be done")
-            except Refused as exc:
-                return refused(exc)
-            rt = runtime.started()
-            case = await rt.reconcile_cases.get(number)
-            if case is None:
-                return json_response({"error": f"no reconcile case {number}"}, status=404)
-            if case["status"] != "open":
-                return closed(case)
-            if doc.get("confirm") != case["reference"]:
-                return json_response({"error": f"confirm the {action}: send the waybill you mean as \"confirm\"",
-                                      "reference": case["reference"], "kind": case["kind"]}, status=400)
-            try:
-                provider = None
-                if action == "compensate":
-                    provider = at_provider(settings, case["effect"], case["provider"],
-                                           cancel_key(rt.tokens, settings.app_id, number, case["reference"]))
-                acted = await rt.reconcile_cases.act(number, action, actor, note, provider=provider)
-            except NotCancellable as exc:
-                return json_response({"error": str(exc)}, status=409)
-            except PROVIDER_ERRORS as exc:
-                return json_response({"error": f"the provider could not be asked or did not cancel; the case is open "
-                                               f"still: {exc}", "retriable": exc.retriable}, status=502)
-            return answer(acted)
+
+async def act_on_case(request: web.Request, case_id: str, action: str, *, settings: Settings,
+                      reconcile_cases: ReconcileCases, tokens: StepTokens) -> web.Response:
+    try:
+        who = authorize(request, settings)
+        if action not in CASE_ACTIONS:
+            raise Refused(404, f"no action {action!r}: {', '.join(CASE_ACTIONS)}")
+        number = integer(case_id, "id", low=1, high=2 ** 62)
+        doc = await body(request, settings)
+        note, actor = note_and_actor(doc, who, settings)
+        if action == "dismiss" and not (note or "").strip():
+            raise Refused(400, "a dismissal needs a note: why nothing is to be done")
+    except Refused as exc:
+        return refused(exc)
+    case = await reconcile_cases.get(number)
+    if case is None:
+        return json_response({"error": f"no reconcile case {number}"}, status=404)
+    if case["status"] != "open":
+        return closed(case)
+    if doc.get("confirm") != case["reference"]:
+        return json_response({"error": f"confirm the {action}: send the waybill you mean as \"confirm\"",
+                              "reference": case["reference"], "kind": case["kind"]}, status=400)
+    try:
+        provider = None
+        if action == "compensate":
+            provider = at_provider(settings, case["effect"], case["provider"],
+                                   cancel_key(tokens, settings.app_id, number, case["reference"]))
+        acted = await reconcile_cases.act(number, action, actor, note, provider=provider)
+    except NotCancellable as exc:
+        return json_response({"error": str(exc)}, status=409)
+    except PROVIDER_ERRORS as exc:
+        return json_response({"error": f"the provider could not be asked or did not cancel; the case is open "
+                                       f"still: {exc}", "retriable": exc.retriable}, status=502)
+    return answer(acted)
 
 
 def answer(acted: Acted) -> web.Response:
@@ -142,3 +134,10 @@ def closed(case: dict, reason: str | None = None) -> web.Response:
     said = {name: case.get(name) for name in CLOSED_WITH}
     return json_response({"error": reason or f"the case is {case['status']} already", "closed": said,
                           "case_id": case["id"]}, status=409)
+
+
+ROUTES: Routes = {
+    "/reconcile/cases/": {"get": list_cases},
+    "/reconcile/cases/{case_id}": {"get": show_case},
+    "/reconcile/cases/{case_id}/{action}": {"post": act_on_case},
+}

@@ -11,26 +11,25 @@ upstream wrote: a viewer (``WEB_READ_TOKEN``) reads it masked, like every data v
 
 from __future__ import annotations
 
-import faust
 from aiohttp import web
-from faust.web import View
 
-from app.bootstrap import Runtime
+from app.adapters.mysql.reads.console import Queries
+from app.adapters.mysql.skipped_types import SkippedTypes
+from app.pipeline.envelopes import Reading
 from app.pipeline.events import EventType
 from app.settings import Settings
-from app.web.http import as_seen, json_response, role
+from app.web.http import Routes, as_seen, json_response, role
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+async def skipped(request: web.Request, *, settings: Settings, skipped_types: SkippedTypes, reading: Reading,
+                  queries: Queries) -> web.Response:
+    foreign = reading.foreign
+    types = [{**row, "declared": row["event_type"] in foreign} for row in await skipped_types.list()]
+    answer = {"unhandled": settings.events.unhandled, "handled": [t.value for t in EventType],
+              "type_names": reading.type_names, "foreign": sorted(foreign),
+              "new_skipped_type_seconds": settings.events.new_skipped_type_seconds,
+              "refresh_seconds": settings.operations.metrics_refresh_seconds, "types": types}
+    return json_response(await as_seen(role(request, settings), answer, queries))
 
-    @app.page("/skipped/")
-    class Skipped(View):
-        async def get(self, request: web.Request) -> web.Response:
-            rt = runtime.started()
-            foreign = runtime.reading.foreign
-            types = [{**row, "declared": row["event_type"] in foreign} for row in await rt.skipped_types.list()]
-            answer = {"unhandled": settings.events.unhandled, "handled": [t.value for t in EventType],
-                      "type_names": runtime.reading.type_names, "foreign": sorted(foreign),
-                      "new_skipped_type_seconds": settings.events.new_skipped_type_seconds,
-                      "refresh_seconds": settings.operations.metrics_refresh_seconds, "types": types}
-            return json_response(await as_seen(role(request, settings), answer, rt.queries))
+
+ROUTES: Routes = {"/skipped/": {"get": skipped}}

@@ -1,14 +1,22 @@
-"""The web views, registered on the Faust app's own web server by ``app.main``."""
+"""The web views: each module's routes (``ROUTES``: a path, and each of its methods' handler), installed
+on the Faust app's own web server by ``app.main``, each handler handed what it names (``app.injection``).
+
+Faust routes a path to a ``View`` class and serves the methods the class defines (HEAD with GET);
+the class of each path is made here from its handlers, which stay plain module-level functions.
+"""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable, Mapping
 
 import faust
+from aiohttp import web
+from faust.web import View
 
 from app import exits
 from app.adapters.web_tokens import TokensFileError, tokens_file
-from app.bootstrap import Runtime
+from app.injection import Wire
 from app.settings import Settings
 from app.web import (
     bulk,
@@ -24,25 +32,35 @@ from app.web import (
     skipped,
 )
 
+# In the order their routes are added: a path with a fixed part before one with a variable part there.
+MODULES = (health, compensation, orders, roles, console, groups, bulk, skipped, reconcile, reconcile_cases)
+
 
 def middlewares(settings: Settings) -> list:
     """What runs before every view: who may ask (a token, a Host of ours; ``app.web.http``)."""
     return [http.access(settings)]
 
 
-def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
+def register(app: faust.App, settings: Settings, wire: Wire) -> None:
     # A worker whose WEB_TOKENS_FILE cannot be read does not start (a command does not read it).
     app.startup_checks.append(functools.partial(check_tokens_file, settings=settings))  # type: ignore[attr-defined]
-    health.register(app, runtime, settings)
-    compensation.register(app, runtime, settings)
-    orders.register(app, runtime, settings)
-    roles.register(app, runtime, settings)
-    console.register(app, settings)
-    groups.register(app, runtime, settings)
-    bulk.register(app, runtime, settings)
-    skipped.register(app, runtime, settings)
-    reconcile.register(app, runtime, settings)
-    reconcile_cases.register(app, runtime, settings)
+    for module in MODULES:
+        for path, methods in module.ROUTES.items():
+            app.page(path)(view(methods, wire))
+
+
+def view(methods: Mapping[str, Callable[..., Awaitable[web.Response]]], wire: Wire) -> type[View]:
+    """The ``View`` of one path: each method ("get", "post") calls its handler with the request, the
+    path's parts and what the handler names. Named after the first handler, in its module."""
+    first = next(iter(methods.values()))
+    served = {method: _method(wire(handler)) for method, handler in methods.items()}
+    return type(first.__name__, (View,), {**served, "__module__": first.__module__, "__doc__": first.__doc__})
+
+
+def _method(handler: Callable[..., Awaitable[web.Response]]) -> Callable[..., Awaitable[web.Response]]:
+    async def method(view: View, request: web.Request, **parts: str) -> web.Response:
+        return await handler(request, **parts)
+    return method
 
 
 async def check_tokens_file(app: faust.App, settings: Settings) -> None:

@@ -200,8 +200,9 @@ def test_a_receipt_lost_is_adopted_back_once_and_one_the_provider_never_issued_i
     # any cancel, lists neither, and the compensation is refused with the reason, the case open, audited.
     async def file_by_hand():
         async with runtime(settings, scratch_db, pair, fakes) as rt:
-            await rt.reconcile_cases.file([ProviderFinding("duplicate", "waybill", "waybill", made_up, None,
-                                                           "WB-NEVER-ISSUED", ("WB-GONE",), {})], run_id=None)
+            await rt.adapters.reconcile_cases.file([ProviderFinding("duplicate", "waybill", "waybill", made_up, None,
+                                                                    "WB-NEVER-ISSUED", ("WB-GONE",), {})],
+                                                   run_id=None)
     asyncio.run(file_by_hand())
     case = case_of(scratch_db, pair.group, "duplicate", made_up)
     status, failed = call(worker, "POST", f"/reconcile/cases/{case['id']}/compensate",

@@ -12,45 +12,41 @@ from app.observability import metrics
 from app.timers import bulk as bulk_timer
 
 
+class Background:
+    """The runtime's background work as the timer sees it: stopping once the steps are done."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+
+    @asynccontextmanager
+    async def working(self):
+        yield
+
+
 class Runner:
     """The runtime's BulkRunner as the timer sees it: each step holds a job (its id) or none."""
 
-    def __init__(self, rt, steps) -> None:
-        self.rt, self.steps, self.held, self.seen = rt, list(steps), None, []
+    def __init__(self, background, steps) -> None:
+        self.background, self.steps, self.held, self.seen = background, list(steps), None, []
 
     async def step(self, guard):
         self.seen.append(metrics.BULK_JOB_RUNNING._value.get())
         held, outcome = self.steps.pop(0)
         self.held = held
         if not self.steps:
-            self.rt.stopping = True
+            self.background.stopping = True
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
 
 
-class Runtime:
-    def __init__(self, steps) -> None:
-        self.stopping = False
-        self.bulk = Runner(self, steps)
-
-    def started(self):
-        return self
-
-    @asynccontextmanager
-    async def working(self):
-        yield
-
-    def guard(self):
-        return None
-
-
 def run(steps) -> tuple[list[float], float]:
-    rt = Runtime(steps)
-    task = bulk_timer.register(SimpleNamespace(task=lambda fn: fn), rt, SimpleNamespace(bulk=SimpleNamespace(timer_seconds=0)))
+    background = Background()
+    bulk = Runner(background, steps)
     metrics.BULK_JOB_RUNNING.set(0)
-    asyncio.run(task())
-    return rt.bulk.seen, metrics.BULK_JOB_RUNNING._value.get()
+    asyncio.run(bulk_timer.run_bulk_jobs(settings=SimpleNamespace(bulk=SimpleNamespace(timer_seconds=0)), bulk=bulk,
+                                         background=background, guard=lambda: None))
+    return bulk.seen, metrics.BULK_JOB_RUNNING._value.get()
 
 
 def test_the_gauge_follows_the_job_this_worker_holds():

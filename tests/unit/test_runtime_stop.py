@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from app.bootstrap import Runtime, RuntimeStopping
+from app.background import RuntimeStopping
+from app.bootstrap import Runtime
 from app.settings import Settings
 
 
@@ -15,14 +16,15 @@ def test_stop_waits_for_the_round_in_flight_and_refuses_new_ones():
     async def scenario() -> None:
         runtime = Runtime(Settings())
         finished = asyncio.Event()
-        async with runtime.working():
+        background = runtime.background          # what the timers are handed
+        async with background.working():
             stopping = asyncio.ensure_future(runtime.stop())
             await asyncio.sleep(0.05)
-            assert runtime.stopping and not stopping.done(), "stop() did not wait for the round in flight"
+            assert background.stopping and not stopping.done(), "stop() did not wait for the round in flight"
             finished.set()
         await asyncio.wait_for(stopping, 5)
         with pytest.raises(RuntimeStopping):
-            async with runtime.working():
+            async with background.working():
                 pass
 
     asyncio.run(scenario())

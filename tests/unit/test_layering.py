@@ -4,8 +4,9 @@
   nor a database driver, and it imports nothing of the adapters or the wiring.
 * ``app.compensation`` (the dead-letter lifecycle) is pure the same way; it stands on the
   pipeline, and the pipeline imports nothing of it.
-* ``app.main`` is the only composition root: agents and web views get what they
-  need handed to them; they import neither ``app.main`` nor each other, and no
+* ``app.main`` is the only composition root: agents, timers, web views and commands are
+  handed the collaborators they name (``app.injection``), never the runtime: they import
+  neither ``app.main``, the runtime's builder (``app.bootstrap``) nor each other, and no
   module but ``app.main`` imports an agent or a view.
 * Adapters never reach back into the wiring.
 * ``app.settings`` imports none of what is built from it (adapters, pipeline, wiring).
@@ -57,10 +58,14 @@ RULES = [
     ("app.compensation", PURE_CORE_MAY_NOT, "the dead-letter lifecycle is pure like the pipeline it runs events through"),
     ("app.reconcile.input", PURE_CORE_MAY_NOT, "how a record ended is judged from rows handed over, nothing read"),
     ("app.reconcile.report", PURE_CORE_MAY_NOT, "a report says what a run found; it reads nothing"),
-    ("agents", ("app.main", "agents.", "app.web", "app.timers", "app.commands"), "an agent gets its runtime handed over"),
-    ("app.web", ("app.main", "agents", "app.timers", "app.commands"), "a view gets what it needs handed over"),
-    ("app.timers", ("app.main", "agents", "app.web", "app.commands"), "a timer gets what it needs handed over"),
-    ("app.commands", ("app.main", "agents", "app.web", "app.timers"), "a command gets what it needs handed over"),
+    ("agents", ("app.main", "app.bootstrap", "agents.", "app.web", "app.timers", "app.commands"),
+     "an agent is handed what it names, not the runtime"),
+    ("app.web", ("app.main", "app.bootstrap", "agents", "app.timers", "app.commands"),
+     "a view is handed what it names, not the runtime"),
+    ("app.timers", ("app.main", "app.bootstrap", "agents", "app.web", "app.commands"),
+     "a timer is handed what it names, not the runtime"),
+    ("app.commands", ("app.main", "app.bootstrap", "agents", "app.web", "app.timers"),
+     "a command is handed what it names, not the runtime"),
     ("app.settings", ("app.adapters", "app.main", "app.bootstrap", "app.web", "app.timers", "app.commands",
                       "app.pipeline", "agents", "faust", "mode", "aiohttp", "aiokafka", "sqlalchemy", "aiomysql"),
      "the settings build nothing: the adapters build themselves from them"),
@@ -82,7 +87,7 @@ def test_layer_imports(prefix, forbidden, why):
     assert not bad, f"{why}: {bad}"
 
 
-RECEIVERS = ("agents", "app.web", "app.timers", "app.commands")     # registered by app.main, handed the runtime
+RECEIVERS = ("agents", "app.web", "app.timers", "app.commands")     # registered by app.main, handed what they name
 
 
 def test_only_the_composition_root_imports_agents_views_timers_commands_and_the_runtime_builder():
@@ -90,7 +95,8 @@ def test_only_the_composition_root_imports_agents_views_timers_commands_and_the_
     bad = {name: sorted(i for i in imports(path) if i.startswith(wiring))
            for name, path in MODULES.items()
            if name != "app.main" and not name.startswith(wiring)}
-    # What app.main registers may name the runtime's type (app.bootstrap.Runtime); nothing else may.
+    # Agents, views, timers and commands are held by test_layer_imports: none imports another kind, nor
+    # the runtime's builder.
     bad = {name: hits for name, hits in bad.items() if hits}
     assert not bad, f"only app.main wires agents, views, timers, commands and the runtime: {bad}"
 

@@ -3,10 +3,10 @@
 (``app.main``) hands each its own, by name, from one table (``Runtime.collaborators``), as
 cosmicpython's bootstrap injects its handlers' dependencies by signature.
 
-    async def show_job(request, job_id, *, settings: Settings, bulk_jobs: MySqlBulkJobs): ...
+    async def sweep_stuck(*, settings: Settings, leases: MySqlLeases, watch: Watch) -> None: ...
 
     wire = Collaborators(runtime.collaborators())
-    app.page("/bulk/{job_id}")(... wire(show_job) ...)      # show_job(request, job_id) from now on
+    app.timer(interval=60)(wire(sweep_stuck))       # Faust calls it with nothing: sweep_stuck()
 
 Most collaborators exist only once the worker has opened its runtime (a Faust service, opened before
 the agents, timers and views run), long after they are handed over at import: the table holds an

@@ -14,14 +14,17 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable
+from functools import partial
 
 import aiohttp
 
 from app.adapters.effects import EffectClients, http_session
+from app.adapters.effects.listings import at_provider, listings
 from app.adapters.effects.registry import ClientFactory, client_factories, token_paths
 from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.dlq import KafkaDeadLetterSink
 from app.adapters.kafka.ops import GroupLag
+from app.adapters.kafka.ranges import TopicRange
 from app.adapters.kafka.topics import DLQ_RETENTION_MS
 from app.adapters.kafka.watermark import WatermarkTopic
 from app.adapters.mysql import MySqlStore
@@ -36,8 +39,8 @@ from app.adapters.mysql.reads.backlog import Watch
 from app.adapters.mysql.reads.console import Queries
 from app.adapters.mysql.reads.error_groups import GroupQueries
 from app.adapters.mysql.reads.view_audit import ViewAudit
-from app.adapters.mysql.reconcile import ReconcileReads
-from app.adapters.mysql.reconcile_cases import ReconcileCases
+from app.adapters.mysql.reconcile import RECEIPT_TABLES, ReceiptRanges, ReconcileReads
+from app.adapters.mysql.reconcile_cases import MySqlCases
 from app.adapters.mysql.recovery import Remembered
 from app.adapters.mysql.recovery_windows import RecoveryWindows
 from app.adapters.mysql.skipped_types import SkippedTypes
@@ -65,7 +68,8 @@ from app.pipeline.plan import keys_per_event
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.pipeline.tokens import StepTokens
-from app.reconcile.providers import reconcile_providers
+from app.reconcile.casework import Casework
+from app.reconcile.providers import ProviderSection, ProviderSide, reconcile_providers
 from app.reconcile.run import Reconciler
 from app.settings import Settings
 from app.settings.effects import EffectsSettings
@@ -81,6 +85,7 @@ WORKER_MAX_RATE = 20_000.0
 # (app/adapters/effects/registry.py).
 EFFECT_CLIENTS: dict[str, ClientFactory] = client_factories()
 ALERT_CONNECTIONS = 2        # the stuck sweep's alert webhook: one POST at a time, of one worker
+RECONCILE_CONNECTIONS = 2    # the reconcile's own HTTP pool: never a slot of the order agent's
 
 
 def event_reading(events: EventsSettings) -> Reading:
@@ -202,7 +207,8 @@ class Runtime:
             self.view_audit = ViewAudit(self.store, group=s.app_id)
             self.groups = GroupQueries(self.store, group=s.app_id)
             self.skipped_types = SkippedTypes(self.store, group=s.app_id)
-            self.reconcile_cases = ReconcileCases(self.store, group=s.app_id, tokens=self.tokens)
+            self.reconcile_cases = Casework(MySqlCases(self.store, group=s.app_id), partial(at_provider, s.effects),
+                                            group=s.app_id, tokens=self.tokens)
             self.reconcile_reads = ReconcileReads(self.store, group=s.app_id)
             self.watch = Watch(self.store)
             self.recovery = RecoveryWindows(self.store)
@@ -234,7 +240,7 @@ class Runtime:
     def reconciler(self) -> Reconciler:
         """A reconcile of this deployment's input (``app.reconcile``), the providers' records included."""
         s = self.settings
-        return Reconciler(self.reconcile_reads, KafkaConnection.from_settings(s.kafka), group=s.app_id,
+        return Reconciler(self.reconcile_reads, partial(TopicRange, KafkaConnection.from_settings(s.kafka)), group=s.app_id,
                           topic=s.kafka.topic, reading=self.reading, max_event_bytes=s.batches.max_event_bytes,
                           stuck_after=s.operations.stuck_pending_seconds, chunk=s.reconcile.chunk,
                           keep_findings=s.reconcile.keep_findings, providers=self._reconcile_providers)
@@ -242,10 +248,22 @@ class Runtime:
     async def _reconcile_providers(self, since, until, run_id: int | None) -> tuple[dict, int]:
         """The providers' side of a run (``app.reconcile.providers``); its findings filed as cases for a person
         (a run that keeps nothing, ``run_id`` None, files none)."""
-        section = await reconcile_providers(self, self.settings, since=since, until=until)
+        section = await self.compare_providers(since, until)
         if run_id is not None:
             await self.reconcile_cases.file(section.findings, run_id)
         return section.as_dict(), len(section.findings)
+
+    async def compare_providers(self, since, until) -> ProviderSection:
+        """Each effect's provider's records against our receipts over ``[since, until)`` (``app.reconcile.providers``)."""
+        options = self.settings.reconcile
+        async with http_session(RECONCILE_CONNECTIONS) as session:
+            sides = [ProviderSide(effect, name, listing,
+                                  ReceiptRanges(self.store, effect) if effect in RECEIPT_TABLES else None)
+                     for effect, (name, listing) in listings(self.settings.effects, session).items()]
+            return await reconcile_providers(sides, since=since, until=until, tokens=self.tokens,
+                                             margin_seconds=options.provider_margin_seconds,
+                                             slice_seconds=options.provider_slice_seconds,
+                                             max_rows=options.provider_max_rows)
 
     def started(self) -> Runtime:
         """This runtime, open: the worker opens it once as it starts (``RuntimeService``), before

@@ -26,11 +26,10 @@ from aiohttp import web
 from faust.web import View
 
 from app.adapters.mysql.reads.view_audit import Seen
-from app.adapters.mysql.reconcile_cases import Acted
 from app.bootstrap import Runtime
 from app.pipeline.errors import EffectNotDelivered, EffectRejected, EffectUnavailable
-from app.reconcile.at_provider import NotCancellable, at_provider
-from app.reconcile.cases import CASE_ACTIONS, CaseStatus, cancel_key
+from app.reconcile.cases import CASE_ACTIONS, CaseStatus
+from app.reconcile.casework import Acted, NotCancellable
 from app.settings import Settings
 from app.web.http import (
     OPERATOR,
@@ -113,11 +112,7 @@ def register(app: faust.App, runtime: Runtime, settings: Settings) -> None:
                 return json_response({"error": f"confirm the {action}: send the waybill you mean as \"confirm\"",
                                       "reference": case["reference"], "kind": case["kind"]}, status=400)
             try:
-                provider = None
-                if action == "compensate":
-                    provider = at_provider(settings, case["effect"], case["provider"],
-                                           cancel_key(rt.tokens, settings.app_id, number, case["reference"]))
-                acted = await rt.reconcile_cases.act(number, action, actor, note, provider=provider)
+                acted = await rt.reconcile_cases.act(number, action, actor, note)
             except NotCancellable as exc:
                 return json_response({"error": str(exc)}, status=409)
             except PROVIDER_ERRORS as exc:

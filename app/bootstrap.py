@@ -70,7 +70,7 @@ from app.pipeline.retention import Retention
 from app.pipeline.tokens import StepTokens
 from app.reconcile.casework import Casework
 from app.reconcile.providers import ProviderSection, ProviderSide, reconcile_providers
-from app.reconcile.run import Reconciler
+from app.reconcile.run import Judging, Reconciler
 from app.settings import Settings
 from app.settings.effects import EffectsSettings
 from app.settings.events import EventsSettings, type_names
@@ -240,9 +240,9 @@ class Runtime:
     def reconciler(self) -> Reconciler:
         """A reconcile of this deployment's input (``app.reconcile``), the providers' records included."""
         s = self.settings
-        return Reconciler(self.reconcile_reads, partial(TopicRange, KafkaConnection.from_settings(s.kafka)), group=s.app_id,
-                          topic=s.kafka.topic, reading=self.reading, max_event_bytes=s.batches.max_event_bytes,
-                          stuck_after=s.operations.stuck_pending_seconds, chunk=s.reconcile.chunk,
+        return Reconciler(self.reconcile_reads, partial(TopicRange, KafkaConnection.from_settings(s.kafka)),
+                          Judging(self.reading, s.batches.max_event_bytes, s.operations.stuck_pending_seconds),
+                          group=s.app_id, topic=s.kafka.topic, chunk=s.reconcile.chunk,
                           keep_findings=s.reconcile.keep_findings, providers=self._reconcile_providers)
 
     async def _reconcile_providers(self, since, until, run_id: int | None) -> tuple[dict, int]:

@@ -42,7 +42,7 @@ from app.reconcile.cases import (
     compensation_refused,
     refusal,
 )
-from app.reconcile.ports import AtProvider, Cancelled, CaseStatements, CaseStore, Issued, Providers, Tokens
+from app.reconcile.ports import AtProvider, Cancelled, CaseStatements, CaseStore, Issued, ProviderOf, Tokens
 from app.reconcile.providers import ProviderFinding, issued_evidence, our_tokens, step_keys
 
 MAX_LIST = 500
@@ -81,7 +81,7 @@ class Filed:
 
 
 class Casework:
-    def __init__(self, store: CaseStore, providers: Providers, *, group: str, tokens: Tokens) -> None:
+    def __init__(self, store: CaseStore, providers: ProviderOf, *, group: str, tokens: Tokens) -> None:
         """``providers``: this deployment's provider of an effect; ``tokens``: which waybills are ours
         to cancel (:func:`~app.reconcile.providers.our_tokens`) and each cancel's key."""
         self.store, self.providers, self.group, self.tokens = store, providers, group, tokens

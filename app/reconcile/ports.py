@@ -298,4 +298,4 @@ class AtProvider(Protocol):
 
 
 # effect -> this deployment's provider of it
-Providers = Callable[[str], AtProvider]
+ProviderOf = Callable[[str], AtProvider]

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,15 +55,22 @@ def read_of(record: Record, *, reading: Reading, max_bytes: int, receipt_effects
                 receipt_keys=frozenset(key for key, effect in effects if effect in receipt_effects))
 
 
+@dataclass(frozen=True, slots=True)
+class Judging:
+    """How a run reads and judges each record: as the workers decode it (their ``reading`` and their
+    bound on an event's size), and how long a step may stay pending before it is stuck."""
+    reading: Reading
+    max_event_bytes: int
+    stuck_after: float
+
+
 class Reconciler:
-    def __init__(self, reads: RunStore, open_range: OpenRange, *, group: str, topic: str,
-                 reading: Reading, max_event_bytes: int, stuck_after: float, chunk: int = 2000,
-                 keep_findings: int = 1000, providers: Providers | None = None) -> None:
+    def __init__(self, reads: RunStore, open_range: OpenRange, judging: Judging, *, group: str, topic: str,
+                 chunk: int = 2000, keep_findings: int = 1000, providers: Providers | None = None) -> None:
         """``reads``: the tables (``app.adapters.mysql.reconcile``); ``open_range``: the topic over a time
         range (``app.adapters.kafka.ranges``); ``providers``: the providers' side of a run, or None.
         ``on_verdict`` (set it before a run): told every record's end, ``(partition, offset, verdict, read)``."""
-        self.reads, self.open_range, self.group, self.topic = reads, open_range, group, topic
-        self.reading, self.max_event_bytes, self.stuck_after = reading, max_event_bytes, stuck_after
+        self.reads, self.open_range, self.judging, self.group, self.topic = reads, open_range, judging, group, topic
         self.chunk, self.keep_findings, self.providers = chunk, keep_findings, providers
         self.on_verdict: Callable[[int, int, Verdict, Read], object] | None = None
         self.timings = {"kafka": 0.0, "database": 0.0}     # of the latest run: seconds waited on each
@@ -70,7 +78,7 @@ class Reconciler:
     async def run(self, since: datetime, until: datetime, *, started_by: str, store: bool = True) -> Report:
         since, until = _utc(since), _utc(until)
         report = Report(self.group, self.topic, since, until, started_by, tally=Tally(keep=self.keep_findings),
-                        foreign=self.reading.foreign)
+                        foreign=self.judging.reading.foreign)
         self.timings = report.waited = {"kafka": 0.0, "database": 0.0}
         clock = time.monotonic()
         if store:
@@ -117,7 +125,8 @@ class Reconciler:
 
     async def _chunk(self, records: Sequence[Record], partition: int, committed: int | None, start: int, end: int,
                      seen: set[tuple[str, str]], tally: Tally) -> None:
-        reads = [read_of(r, reading=self.reading, max_bytes=self.max_event_bytes,
+        judging = self.judging
+        reads = [read_of(r, reading=judging.reading, max_bytes=judging.max_event_bytes,
                          receipt_effects=self.reads.receipt_effects) for r in records]
         keys = [k for read in reads for k in (read.local_key, *read.effect_keys) if k]
         clock = time.monotonic()
@@ -130,7 +139,7 @@ class Reconciler:
             at.setdefault(row["src_offset"], []).append(row)
         for record, read in zip(records, reads, strict=True):
             verdict = judge(read, ledger=at.get(record.offset, ()), committed=committed, offset=record.offset,
-                            steps=steps, receipts=receipts, stuck_after=self.stuck_after, seen=seen)
+                            steps=steps, receipts=receipts, stuck_after=judging.stuck_after, seen=seen)
             tally.add(verdict, topic=self.topic, partition=partition, offset=record.offset, order_no=read.order_no,
                       type_=read.type or read.skipped_type)
             if self.on_verdict is not None:

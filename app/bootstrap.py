@@ -16,15 +16,18 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from functools import partial
 from operator import attrgetter
 
 import aiohttp
 
 from app.adapters.effects import EffectClients, http_session
+from app.adapters.effects.listings import at_provider, listings
 from app.adapters.effects.registry import ClientFactory, client_factories, token_paths
 from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.dlq import KafkaDeadLetterSink
 from app.adapters.kafka.ops import GroupLag
+from app.adapters.kafka.ranges import TopicRange
 from app.adapters.kafka.topics import DLQ_RETENTION_MS
 from app.adapters.kafka.watermark import WatermarkTopic
 from app.adapters.mysql import MySqlStore
@@ -39,8 +42,8 @@ from app.adapters.mysql.reads.backlog import Watch
 from app.adapters.mysql.reads.console import Queries
 from app.adapters.mysql.reads.error_groups import GroupQueries
 from app.adapters.mysql.reads.view_audit import ViewAudit
-from app.adapters.mysql.reconcile import ReconcileReads
-from app.adapters.mysql.reconcile_cases import ReconcileCases
+from app.adapters.mysql.reconcile import RECEIPT_TABLES, ReceiptRanges, ReconcileReads
+from app.adapters.mysql.reconcile_cases import MySqlCases
 from app.adapters.mysql.recovery import Remembered
 from app.adapters.mysql.recovery_windows import RecoveryWindows
 from app.adapters.mysql.skipped_types import SkippedTypes
@@ -70,8 +73,9 @@ from app.pipeline.plan import keys_per_event
 from app.pipeline.processor import Processor
 from app.pipeline.retention import Retention
 from app.pipeline.tokens import StepTokens
-from app.reconcile.providers import reconcile_providers
-from app.reconcile.run import Reconciler
+from app.reconcile.casework import Casework
+from app.reconcile.providers import ProviderSection, ProviderSide, reconcile_providers
+from app.reconcile.run import Judging, Reconciler
 from app.settings import Settings
 from app.settings.effects import EffectsSettings
 from app.settings.events import EventsSettings, type_names
@@ -86,6 +90,7 @@ WORKER_MAX_RATE = 20_000.0
 # (app/adapters/effects/registry.py).
 EFFECT_CLIENTS: dict[str, ClientFactory] = client_factories()
 ALERT_CONNECTIONS = 2        # the stuck sweep's alert webhook: one POST at a time, of one worker
+RECONCILE_CONNECTIONS = 2    # the reconcile's own HTTP pool: never a slot of the order agent's
 
 
 def event_reading(events: EventsSettings) -> Reading:
@@ -133,7 +138,7 @@ class StoreAdapters:
     groups: GroupQueries
     bulk_jobs: MySqlBulkJobs
     skipped_types: SkippedTypes
-    reconcile_cases: ReconcileCases
+    reconcile_cases: Casework               # the providers' cases: filed, read, acted on (app.reconcile.casework)
     reconcile_reads: ReconcileReads
     watch: Watch                            # the stuck sweep's and the gauges' reads
     recovery_windows: RecoveryWindows
@@ -146,7 +151,8 @@ class StoreAdapters:
         return cls(queries=Queries(store, group=group), view_audit=ViewAudit(store, group=group),
                    groups=GroupQueries(store, group=group), bulk_jobs=MySqlBulkJobs(store, group=group),
                    skipped_types=SkippedTypes(store, group=group),
-                   reconcile_cases=ReconcileCases(store, group=group, tokens=tokens),
+                   reconcile_cases=Casework(MySqlCases(store, group=group), partial(at_provider, settings.effects),
+                                            group=group, tokens=tokens),
                    reconcile_reads=ReconcileReads(store, group=group), watch=Watch(store),
                    recovery_windows=RecoveryWindows(store),
                    idem_partitions=Partitions(store, hold_seconds=settings.operations.partition_lock_wait_seconds),
@@ -273,18 +279,30 @@ class Runtime:
     def reconciler(self) -> Reconciler:
         """A reconcile of this deployment's input (``app.reconcile``), the providers' records included."""
         s = self.settings
-        return Reconciler(self.started().adapters.reconcile_reads, KafkaConnection.from_settings(s.kafka), group=s.app_id,
-                          topic=s.kafka.topic, reading=self.reading, max_event_bytes=s.batches.max_event_bytes,
-                          stuck_after=s.operations.stuck_pending_seconds, chunk=s.reconcile.chunk,
+        return Reconciler(self.started().adapters.reconcile_reads, partial(TopicRange, KafkaConnection.from_settings(s.kafka)),
+                          Judging(self.reading, s.batches.max_event_bytes, s.operations.stuck_pending_seconds),
+                          group=s.app_id, topic=s.kafka.topic, chunk=s.reconcile.chunk,
                           keep_findings=s.reconcile.keep_findings, providers=self._reconcile_providers)
 
     async def _reconcile_providers(self, since, until, run_id: int | None) -> tuple[dict, int]:
         """The providers' side of a run (``app.reconcile.providers``); its findings filed as cases for a person
         (a run that keeps nothing, ``run_id`` None, files none)."""
-        section = await reconcile_providers(self, self.settings, since=since, until=until)
+        section = await self.compare_providers(since, until)
         if run_id is not None:
             await self.adapters.reconcile_cases.file(section.findings, run_id)
         return section.as_dict(), len(section.findings)
+
+    async def compare_providers(self, since, until) -> ProviderSection:
+        """Each effect's provider's records against our receipts over ``[since, until)`` (``app.reconcile.providers``)."""
+        options = self.settings.reconcile
+        async with http_session(RECONCILE_CONNECTIONS) as session:
+            sides = [ProviderSide(effect, name, listing,
+                                  ReceiptRanges(self.store, effect) if effect in RECEIPT_TABLES else None)
+                     for effect, (name, listing) in listings(self.settings.effects, session).items()]
+            return await reconcile_providers(sides, since=since, until=until, tokens=self.tokens,
+                                             margin_seconds=options.provider_margin_seconds,
+                                             slice_seconds=options.provider_slice_seconds,
+                                             max_rows=options.provider_max_rows)
 
     def started(self) -> Runtime:
         """This runtime, open: the worker opens it once as it starts (``RuntimeService``), before

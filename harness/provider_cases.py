@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 from app.bootstrap import Runtime
-from app.reconcile.providers import reconcile_providers
 from harness.events import event, record
 from harness.services import produce, wait_for
 
@@ -30,7 +29,7 @@ async def runtime(settings, scratch_db, pair, fakes):
 
 async def reconciled(rt, since: datetime):
     """The providers' section from ``since`` to a minute from now, its findings filed."""
-    section = await reconcile_providers(rt, rt.settings, since=since, until=datetime.now(UTC) + timedelta(minutes=1))
+    section = await rt.compare_providers(since, datetime.now(UTC) + timedelta(minutes=1))
     return section, await rt.adapters.reconcile_cases.file(section.findings, run_id=None)
 
 

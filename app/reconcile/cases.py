@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from enum import IntEnum
-from typing import Protocol
 
 from app.pipeline.states import IdemStatus
+from app.reconcile.ports import Issued, StepState
 
 DUPLICATE, ORPHAN, MISSING = "duplicate", "orphan", "missing"
 KINDS: tuple[str, ...] = (DUPLICATE, ORPHAN, MISSING)
@@ -75,19 +75,7 @@ def cancel_key(tokens, group: str, case_id: int, reference: str) -> str:
     return tokens(f"{group}:reconcile_case:{case_id}:cancel:{reference}")
 
 
-class Listed(Protocol):
-    """One of the order's waybills as the provider lists it (``app.adapters.effects.provider.Issued``)."""
-    @property
-    def reference(self) -> str: ...
-    @property
-    def key(self) -> str | None: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def live(self) -> bool: ...
-
-
-def compensation_refused(reference: str, keeper: str, listed: Sequence[Listed], ours: Collection[str]) -> str | None:
+def compensation_refused(reference: str, keeper: str, listed: Sequence[Issued], ours: Collection[str]) -> str | None:
     """Why the extra ``reference`` must not be cancelled now, judged from what the provider lists for
     the order at the moment a person acts (``listed``) beside our receipt's ``keeper``; None if it may:
     the keeper is still live (the order keeps a waybill), the extra still live, and issued under one of
@@ -111,19 +99,7 @@ def compensation_refused(reference: str, keeper: str, listed: Sequence[Listed], 
     return None
 
 
-class Step(Protocol):
-    """The ``t_idem`` row of the effect's step, as far as an adoption asks."""
-    @property
-    def status(self) -> int: ...
-    @property
-    def token(self) -> str | None: ...
-    @property
-    def live(self) -> bool: ...
-    @property
-    def owner(self) -> str | None: ...
-
-
-def adoption_refused(step: Step | None, key: str | None) -> str | None:
+def adoption_refused(step: StepState | None, key: str | None) -> str | None:
     """Why a waybill issued under ``key`` cannot become the receipt of ``step``; None if it can: the
     step exists, asked under that very key, and is done, or pending with no worker on its claim (a
     pending row moves to done as T3 would have moved it; a failed one never leaves failed)."""

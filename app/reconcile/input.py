@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from app.reconcile.ports import ReceiptRow, StepRow
+
 PENDING, DONE, FAILED = 1, 2, 3
 STALE = "stale"
 APPLIED = "applied"
@@ -71,26 +73,6 @@ class End(StrEnum):
 
 
 FINDINGS = frozenset({End.UNACCOUNTED, End.STUCK, End.RECEIPT_MISMATCH, End.LEDGER_WITHOUT_RECORD})
-
-
-@dataclass(frozen=True, slots=True)
-class StepRow:
-    """A ``t_idem`` row as the reconcile reads it."""
-
-    biz_key: str
-    status: int
-    outcome: str | None
-    attempt: int
-    token: str | None
-    age_seconds: float                  # since its last change
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiptRow:
-    order_no: str
-    biz_key: str
-    token: str
-    reference: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +108,8 @@ def judge(read: Read, *, ledger: Sequence[Mapping[str, Any]], committed: int | N
     ``steps``/``receipts``: by key, what the tables hold; ``seen``: the requests earlier records of
     the range ended (this one's is added when it ends done or superseded)."""
     if ledger:
-        row = ledger[0]
-        return Verdict(End.DEAD_LETTER, f"ledger row {row.get('id')}: {row.get('reason')}, {row.get('status')}")
+        letter = ledger[0]
+        return Verdict(End.DEAD_LETTER, f"ledger row {letter.get('id')}: {letter.get('reason')}, {letter.get('status')}")
     if committed is None or offset >= committed:
         return Verdict(End.UNREAD, f"past the committed offset {committed}")
     if read.skipped_type is not None:

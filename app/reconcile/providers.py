@@ -1,8 +1,8 @@
 """The providers' side of reconciliation: what each provider's own records say it did, against the
 receipts we hold.
 
-For each effect whose provider can list what it did (its ``listing``,
-``app.adapters.effects.provider``) over ``[since, until)``:
+For each effect whose provider can list what it did (its listing, :class:`app.reconcile.ports.Listing`)
+over ``[since, until)``:
 
 =========  =====================================================================================
 finding    what it is
@@ -41,41 +41,31 @@ part not read might hold), the receipts by ``idx_gmt_create`` with the same boun
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
-from app.adapters.effects import http_session
-from app.adapters.effects.provider import Issued, Listing, Provider
-from app.adapters.effects.registry import chosen
-from app.adapters.mysql.reads.receipt_ranges import (
-    RECEIPT_TABLES,
-    HeldReceipt,
-    ReceiptRanges,
-    StepState,
-    step_keys,
-)
-from app.adapters.mysql.store import MySqlStore
 from app.pipeline.errors import PipelineError
 from app.pipeline.states import IdemStatus
-from app.pipeline.steps import effects_used
+from app.pipeline.steps import PIPELINES
 from app.reconcile.cases import DUPLICATE, MISSING, ORPHAN, adoption_refused
-from app.settings import Settings
+from app.reconcile.ports import HeldReceipt, Issued, Listing, ReceiptReads, StepState, Tokens
 
 PAGE_SIZE = 500                # entries of a provider's listing asked at once
-CONNECTIONS = 2                # the reconcile's own HTTP pool: never a slot of the order agent's
-
-
-# A step's token from its t_idem key (app.pipeline.tokens.StepTokens).
-Tokens = Callable[[str], str]
 FOREIGN = ("issued under a key that is none of this deployment's tokens for the order (customer service's "
            "re-shipment, another deployment on the same provider account): reported, never cancelled from here")
 
 
-class HasStore(Protocol):
-    store: MySqlStore
-    tokens: Tokens
+def effect_steps(effect: str) -> list[tuple[str, str, str]]:
+    """Every (key format, event type, step name) of the steps that call ``effect``."""
+    return [(pipe.key_format, event_type.value, step.name) for event_type, pipe in PIPELINES.items()
+            for step in pipe.effects if step.effect.name == effect]
+
+
+def step_keys(effect: str, order_no: str) -> list[str]:
+    """The ``t_idem`` keys of ``effect``'s steps for ``order_no`` (the pipeline's own key format)."""
+    return [form.format(order_no=order_no, type=type_, step=step) for form, type_, step in effect_steps(effect)]
 
 
 def our_tokens(tokens: Tokens, effect: str, order_no: str, *stored: str | None) -> frozenset[str]:
@@ -149,39 +139,46 @@ class ProviderSection:
                 "effects": self.effects, "findings": [f.as_dict() for f in self.findings]}
 
 
-async def reconcile_providers(rt: HasStore, settings: Settings, *, since: datetime,
-                              until: datetime) -> ProviderSection:
-    """Every effect's provider compared with our receipts over ``[since, until)`` (UTC)."""
-    options = settings.reconcile
-    window = Window(_utc(since), _utc(until), timedelta(seconds=options.provider_margin_seconds))
-    section = ProviderSection(window.since, window.until, options.provider_margin_seconds)
-    async with http_session(CONNECTIONS) as session:
-        for effect in effects_used().values():
-            provider = chosen(effect.name, settings.effects)
-            if provider.listing is None or effect.name not in RECEIPT_TABLES:
-                section.effects[effect.name] = not_listable(provider, effect.name)
-                continue
-            listing = provider.listing(session, settings.effects.effect(effect.name))
-            try:
-                found, counts = await compare_sliced(ReceiptRanges(rt.store, effect.name), listing, provider, window,
-                                                     slice_seconds=options.provider_slice_seconds,
-                                                     max_rows=options.provider_max_rows, tokens=rt.tokens)
-            except PipelineError as exc:
-                section.effects[effect.name] = {"provider": provider.name, "not_listable": False, "error": str(exc)}
-                continue
-            section.effects[effect.name] = counts
-            section.findings += found
+@dataclass(frozen=True, slots=True)
+class ProviderSide:
+    """An effect as this deployment has it: its provider, what lists the provider's records (None: it
+    cannot) and our receipts of it (None: they have no table of their own to compare with)."""
+    effect: str
+    provider: str
+    listing: Listing | None
+    receipts: ReceiptReads | None
+
+
+async def reconcile_providers(sides: Iterable[ProviderSide], *, since: datetime, until: datetime,
+                              margin_seconds: float, slice_seconds: float, max_rows: int,
+                              tokens: Tokens) -> ProviderSection:
+    """Every effect's provider compared with our receipts over ``[since, until)`` (UTC), the range
+    widened by ``margin_seconds`` either side for the provider's records (``RECONCILE_PROVIDER_*``)."""
+    window = Window(_utc(since), _utc(until), timedelta(seconds=margin_seconds))
+    section = ProviderSection(window.since, window.until, margin_seconds)
+    for side in sides:
+        if side.listing is None or side.receipts is None:
+            section.effects[side.effect] = not_listable(side)
+            continue
+        try:
+            found, counts = await compare_sliced(side.receipts, side.listing, side.provider, window,
+                                                 slice_seconds=slice_seconds, max_rows=max_rows, tokens=tokens)
+        except PipelineError as exc:
+            section.effects[side.effect] = {"provider": side.provider, "not_listable": False, "error": str(exc)}
+            continue
+        section.effects[side.effect] = counts
+        section.findings += found
     return section
 
 
-def not_listable(provider: Provider, effect: str) -> dict[str, Any]:
-    why = ("the provider lists nothing of what it did" if provider.listing is None
+def not_listable(side: ProviderSide) -> dict[str, Any]:
+    why = ("the provider lists nothing of what it did" if side.listing is None
            else "its receipts have no table of their own to compare with")
-    return {"provider": provider.name, "listed": None, "receipts": None, "duplicates": None, "orphans": None,
+    return {"provider": side.provider, "listed": None, "receipts": None, "duplicates": None, "orphans": None,
             "missing": None, "not_listable": True, "why": why}
 
 
-async def compare_sliced(reads: ReceiptRanges, listing: Listing, provider: Provider, window: Window, *,
+async def compare_sliced(reads: ReceiptReads, listing: Listing, provider: str, window: Window, *,
                          slice_seconds: float, max_rows: int,
                          tokens: Tokens) -> tuple[list[ProviderFinding], dict[str, Any]]:
     """:func:`compare_effect` a slice of the range at a time, so that each read stays within ``max_rows``
@@ -213,7 +210,7 @@ async def compare_sliced(reads: ReceiptRanges, listing: Listing, provider: Provi
     return findings, totals
 
 
-async def compare_effect(reads: ReceiptRanges, listing: Listing, provider: Provider, window: Window, *,
+async def compare_effect(reads: ReceiptReads, listing: Listing, provider: str, window: Window, *,
                          max_rows: int, tokens: Tokens) -> tuple[list[ProviderFinding], dict[str, Any]]:
     """One effect: its provider's records and our receipts read (see the module's docstring), compared."""
     listed, complete = await read_listing(listing, *window.wide, max_rows=max_rows)
@@ -229,13 +226,19 @@ async def compare_effect(reads: ReceiptRanges, listing: Listing, provider: Provi
         earlier, whole = await read_listing(listing, min(claims) - window.margin, window.wide[0],
                                             max_rows=max_rows - len(listed))
         listed, complete = [*earlier, *listed], complete and whole
-    steps = await reads.steps({i.order_no for i in listed} - held.keys())
-    findings, in_flight = compare(reads.effect, provider.name, window, listed, held, steps, missing=complete,
+    steps = await _steps_of(reads, {i.order_no for i in listed} - held.keys())
+    findings, in_flight = compare(reads.effect, provider, window, listed, held, steps, missing=complete,
                                   tokens=tokens)
     counts = {kind: sum(1 for f in findings if f.kind == kind) for kind in (DUPLICATE, ORPHAN, MISSING)}
-    return findings, {"provider": provider.name, "listed": len(listed), "receipts": len(receipts),
+    return findings, {"provider": provider, "listed": len(listed), "receipts": len(receipts),
                       "duplicates": counts[DUPLICATE], "orphans": counts[ORPHAN], "missing": counts[MISSING],
                       "not_listable": False, "in_flight": in_flight, "complete": complete}
+
+
+async def _steps_of(reads: ReceiptReads, orders: Iterable[str]) -> dict[str, StepState]:
+    """The effect's step row of each of ``orders`` that has one, by order."""
+    keys = {key: order for order in set(orders) for key in step_keys(reads.effect, order)}
+    return {keys[key]: step for key, step in (await reads.steps(keys)).items()}
 
 
 async def read_listing(listing: Listing, since: datetime, until: datetime, *,

@@ -14,29 +14,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app.adapters.kafka.connection import KafkaConnection
-from app.adapters.kafka.ranges import Span, TopicRange
-from app.adapters.mysql.receipts import WRITERS
-from app.adapters.mysql.reconcile import ReconcileReads
 from app.observability import metrics
 from app.pipeline.envelopes import Reading
 from app.pipeline.errors import MalformedEvent, UnhandledType
 from app.pipeline.events import decode
 from app.pipeline.steps import PIPELINES
-from app.reconcile.input import End, Read, Tally, judge, ledger_strays
+from app.reconcile.input import End, Read, Tally, Verdict, judge, ledger_strays
+from app.reconcile.ports import OpenRange, Record, RunStore, Span, TopicRange
 from app.reconcile.report import Report
 
 log = logging.getLogger(__name__)
-RECEIPT_EFFECTS = frozenset(WRITERS)
+
+# The providers' side of a run: ``(since, until, run_id) -> (its section as a dict, its findings count)``
+# (the composition root's: each provider's records against our receipts, the findings filed as cases).
+Providers = Callable[[datetime, datetime, int | None], Awaitable[tuple[dict[str, Any], int]]]
 
 
-def read_of(record, *, reading: Reading, max_bytes: int) -> Read:
-    """What a record is to the reconcile: its request and its steps' keys, a type skipped, or why
-    it is malformed. The pipeline's own decoding, so that both read a record alike."""
+def read_of(record: Record, *, reading: Reading, max_bytes: int, receipt_effects: Collection[str]) -> Read:
+    """What a record is to the reconcile: its request and its steps' keys (those of ``receipt_effects``
+    have a receipt row), a type skipped, or why it is malformed. The pipeline's own decoding, so that
+    both read a record alike."""
     try:
         event = decode(record.key, record.value, max_bytes=max_bytes, headers=record.headers or (),
                        timestamp_ms=record.timestamp, reading=reading)
@@ -50,31 +52,39 @@ def read_of(record, *, reading: Reading, max_bytes: int) -> Read:
     effects = tuple((pipe.key(event, step), step.effect.name) for step in pipe.effects)
     return Read(order_no=event.order_no, type=event.type.value, local_key=pipe.key(event, pipe.local),
                 effect_keys=tuple(key for key, _ in effects),
-                receipt_keys=frozenset(key for key, effect in effects if effect in RECEIPT_EFFECTS))
+                receipt_keys=frozenset(key for key, effect in effects if effect in receipt_effects))
+
+
+@dataclass(frozen=True, slots=True)
+class Judging:
+    """How a run reads and judges each record: as the workers decode it (their ``reading`` and their
+    bound on an event's size), and how long a step may stay pending before it is stuck."""
+    reading: Reading
+    max_event_bytes: int
+    stuck_after: float
 
 
 class Reconciler:
-    def __init__(self, reads: ReconcileReads, kafka: KafkaConnection | str, *, group: str, topic: str,
-                 reading: Reading, max_event_bytes: int, stuck_after: float, chunk: int = 2000,
-                 keep_findings: int = 1000, providers=None) -> None:
-        """``providers``: ``async (since, until, run_id) -> (section dict, findings count)``, or None.
+    def __init__(self, reads: RunStore, open_range: OpenRange, judging: Judging, *, group: str, topic: str,
+                 chunk: int = 2000, keep_findings: int = 1000, providers: Providers | None = None) -> None:
+        """``reads``: the tables (``app.adapters.mysql.reconcile``); ``open_range``: the topic over a time
+        range (``app.adapters.kafka.ranges``); ``providers``: the providers' side of a run, or None.
         ``on_verdict`` (set it before a run): told every record's end, ``(partition, offset, verdict, read)``."""
-        self.reads, self.kafka, self.group, self.topic = reads, kafka, group, topic
-        self.reading, self.max_event_bytes, self.stuck_after = reading, max_event_bytes, stuck_after
+        self.reads, self.open_range, self.judging, self.group, self.topic = reads, open_range, judging, group, topic
         self.chunk, self.keep_findings, self.providers = chunk, keep_findings, providers
-        self.on_verdict = None
+        self.on_verdict: Callable[[int, int, Verdict, Read], object] | None = None
         self.timings = {"kafka": 0.0, "database": 0.0}     # of the latest run: seconds waited on each
 
     async def run(self, since: datetime, until: datetime, *, started_by: str, store: bool = True) -> Report:
         since, until = _utc(since), _utc(until)
         report = Report(self.group, self.topic, since, until, started_by, tally=Tally(keep=self.keep_findings),
-                        foreign=self.reading.foreign)
+                        foreign=self.judging.reading.foreign)
         self.timings = report.waited = {"kafka": 0.0, "database": 0.0}
         clock = time.monotonic()
         if store:
             report.run_id = await self.reads.begin(self.topic, since, until, started_by)
         try:
-            async with TopicRange(self.kafka, self.topic, _ms(since), _ms(until), chunk=self.chunk) as topic:
+            async with self.open_range(self.topic, _ms(since), _ms(until), chunk=self.chunk) as topic:
                 committed = await topic.committed(self.group)
                 for span in topic.spans:
                     report.partitions.append({"partition": span.partition, "start": span.start, "end": span.end,
@@ -113,13 +123,15 @@ class Reconciler:
         if covered < span.end:             # after the last record: markers, aborted records
             await self._chunk([], span.partition, committed, covered, span.end, seen, tally)
 
-    async def _chunk(self, records: Sequence, partition: int, committed: int | None, start: int, end: int,
+    async def _chunk(self, records: Sequence[Record], partition: int, committed: int | None, start: int, end: int,
                      seen: set[tuple[str, str]], tally: Tally) -> None:
-        reads = [read_of(r, reading=self.reading, max_bytes=self.max_event_bytes) for r in records]
+        judging = self.judging
+        reads = [read_of(r, reading=judging.reading, max_bytes=judging.max_event_bytes,
+                         receipt_effects=self.reads.receipt_effects) for r in records]
         keys = [k for read in reads for k in (read.local_key, *read.effect_keys) if k]
         clock = time.monotonic()
         steps, receipts, ledger = await asyncio.gather(      # three connections of the pool, at once
-            self.reads.steps(keys), self.reads.waybill_receipts(read.order_no for read in reads if read.receipt_keys),
+            self.reads.steps(keys), self.reads.waybill_receipts(read.order_no for read in reads if read.receipt_keys and read.order_no),
             self.reads.ledger(self.topic, partition, start, end))
         self.timings["database"] += time.monotonic() - clock
         at: dict[int, list[dict[str, Any]]] = {}
@@ -127,15 +139,15 @@ class Reconciler:
             at.setdefault(row["src_offset"], []).append(row)
         for record, read in zip(records, reads, strict=True):
             verdict = judge(read, ledger=at.get(record.offset, ()), committed=committed, offset=record.offset,
-                            steps=steps, receipts=receipts, stuck_after=self.stuck_after, seen=seen)
+                            steps=steps, receipts=receipts, stuck_after=judging.stuck_after, seen=seen)
             tally.add(verdict, topic=self.topic, partition=partition, offset=record.offset, order_no=read.order_no,
                       type_=read.type or read.skipped_type)
             if self.on_verdict is not None:
                 self.on_verdict(partition, record.offset, verdict, read)
-        for row in ledger_strays(ledger, {r.offset for r in records}):
-            tally.finding(End.LEDGER_WITHOUT_RECORD, f"ledger row {row['id']} ({row['reason']}) names this offset; "
+        for stray in ledger_strays(ledger, {r.offset for r in records}):
+            tally.finding(End.LEDGER_WITHOUT_RECORD, f"ledger row {stray['id']} ({stray['reason']}) names this offset; "
                                                      "the range holds no record there",
-                          topic=self.topic, partition=partition, offset=row["src_offset"], order_no=row["order_no"])
+                          topic=self.topic, partition=partition, offset=stray["src_offset"], order_no=stray["order_no"])
 
 
 def _count(report: Report) -> None:

@@ -24,13 +24,13 @@ from app.adapters.mysql.clock import DatabaseClock
 from app.adapters.mysql.partitions import CATCH_ALL, Partitions, month_start
 from app.adapters.mysql.reads.backlog import Watch
 from app.adapters.mysql.reconcile import ReconcileReads
-from app.adapters.mysql.reconcile_cases import ReconcileCases
 from app.adapters.mysql.recovery_windows import RecoveryWindows
 from app.adapters.mysql.skipped_types import SkippedTypes
 from app.background import BackgroundWork
 from app.injection import Wire
 from app.observability import metrics
 from app.pipeline.envelopes import Reading
+from app.reconcile.casework import Casework
 from app.reconcile.run import show_latest
 from app.settings import Settings
 
@@ -73,7 +73,7 @@ async def database_gauges(*, settings: Settings, budget_rows: Callable[[], int],
                                           and p.below > next_month))
 
 
-async def reconcile_gauges(*, reconcile_reads: ReconcileReads, reconcile_cases: ReconcileCases) -> None:
+async def reconcile_gauges(*, reconcile_reads: ReconcileReads, reconcile_cases: Casework) -> None:
     """The latest completed reconcile, and the cases open for a person."""
     try:
         latest = await reconcile_reads.latest_completed()

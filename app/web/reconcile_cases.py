@@ -25,11 +25,9 @@ from aiohttp import web
 
 from app.adapters.mysql.reads.console import Queries
 from app.adapters.mysql.reads.view_audit import Seen, ViewAudit
-from app.adapters.mysql.reconcile_cases import Acted, ReconcileCases
 from app.pipeline.errors import EffectNotDelivered, EffectRejected, EffectUnavailable
-from app.pipeline.tokens import StepTokens
-from app.reconcile.at_provider import NotCancellable, at_provider
-from app.reconcile.cases import CASE_ACTIONS, CaseStatus, cancel_key
+from app.reconcile.cases import CASE_ACTIONS, CaseStatus
+from app.reconcile.casework import Acted, Casework, NotCancellable
 from app.settings import Settings
 from app.web.http import (
     OPERATOR,
@@ -52,7 +50,7 @@ CLOSED_WITH = ("status", "closed_by", "closed_at", "note")
 PROVIDER_ERRORS = (EffectRejected, EffectUnavailable, EffectNotDelivered)
 
 
-async def list_cases(request: web.Request, *, settings: Settings, reconcile_cases: ReconcileCases,
+async def list_cases(request: web.Request, *, settings: Settings, reconcile_cases: Casework,
                      queries: Queries) -> web.Response:
     try:
         status = request.query.get("status") or None
@@ -67,7 +65,7 @@ async def list_cases(request: web.Request, *, settings: Settings, reconcile_case
     return json_response(await as_seen(who, answer, queries))
 
 
-async def show_case(request: web.Request, case_id: str, *, settings: Settings, reconcile_cases: ReconcileCases,
+async def show_case(request: web.Request, case_id: str, *, settings: Settings, reconcile_cases: Casework,
                     queries: Queries, view_audit: ViewAudit) -> web.Response:
     try:
         number = integer(case_id, "id", low=1, high=2 ** 62)
@@ -84,7 +82,7 @@ async def show_case(request: web.Request, case_id: str, *, settings: Settings, r
 
 
 async def act_on_case(request: web.Request, case_id: str, action: str, *, settings: Settings,
-                      reconcile_cases: ReconcileCases, tokens: StepTokens) -> web.Response:
+                      reconcile_cases: Casework) -> web.Response:
     try:
         who = authorize(request, settings)
         if action not in CASE_ACTIONS:
@@ -105,11 +103,7 @@ async def act_on_case(request: web.Request, case_id: str, action: str, *, settin
         return json_response({"error": f"confirm the {action}: send the waybill you mean as \"confirm\"",
                               "reference": case["reference"], "kind": case["kind"]}, status=400)
     try:
-        provider = None
-        if action == "compensate":
-            provider = at_provider(settings, case["effect"], case["provider"],
-                                   cancel_key(tokens, settings.app_id, number, case["reference"]))
-        acted = await reconcile_cases.act(number, action, actor, note, provider=provider)
+        acted = await reconcile_cases.act(number, action, actor, note)
     except NotCancellable as exc:
         return json_response({"error": str(exc)}, status=409)
     except PROVIDER_ERRORS as exc:

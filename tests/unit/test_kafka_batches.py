@@ -222,7 +222,7 @@ def test_one_feed_per_topic_and_one_agent_per_feed():
 def test_acking_a_batch_leaves_faust_consumer_as_its_own_ack_one_by_one_does():
     import faust
 
-    from app.adapters.kafka.batches import Batch
+    from app.adapters.kafka.acks import Batch
 
     async def scenario():
         states = []

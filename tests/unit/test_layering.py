@@ -4,6 +4,10 @@
   nor a database driver, and it imports nothing of the adapters or the wiring.
 * ``app.compensation`` (the dead-letter lifecycle) is pure the same way; it stands on the
   pipeline, and the pipeline imports nothing of it.
+* Every package of ``app`` (and every module at its top) has its floor in ``FLOORS``: the packages of
+  ``app`` it may import and why. A package left out fails, so a new one is placed when it is made.
+* ``app.reconcile`` judges from what its ports hand over: it imports no adapter, and no adapter
+  imports it; they meet in ``app.bootstrap``.
 * ``app.main`` is the only composition root: agents, timers, web views and commands are
   handed the collaborators they name (``app.injection``), never the runtime: they import
   neither ``app.main``, the runtime's builder (``app.bootstrap``) nor each other, and no
@@ -48,16 +52,24 @@ def imports(path: Path) -> set[str]:
 
 MODULES = {module_name(p): p for folder in ("app", "agents") for p in (ROOT / folder).rglob("*.py")}
 
+LIBRARIES = ("faust", "mode", "aiohttp", "aiokafka", "sqlalchemy", "aiomysql")
 # (modules whose name starts with, may not import anything starting with, why)
 PURE_CORE_MAY_NOT = ("app.adapters", "app.main", "app.bootstrap", "app.web", "agents", "app.settings",
-                     "app.observability.metrics", "faust", "mode", "aiohttp", "aiokafka", "sqlalchemy", "aiomysql")
+                     "app.observability.metrics", *LIBRARIES)
 
 RULES = [
     ("app.pipeline", (*PURE_CORE_MAY_NOT, "app.compensation"),
      "the pipeline is pure: ports in, results out; what becomes of a dead letter stands on it, not in it"),
     ("app.compensation", PURE_CORE_MAY_NOT, "the dead-letter lifecycle is pure like the pipeline it runs events through"),
+    ("app.reconcile", ("app.adapters", "app.main", "app.bootstrap", "app.web", "app.timers", "app.commands", "agents",
+                       "app.settings", *LIBRARIES),
+     "the reconcile reads and calls through its ports (app/reconcile/ports.py); bootstrap hands the adapters over"),
     ("app.reconcile.input", PURE_CORE_MAY_NOT, "how a record ended is judged from rows handed over, nothing read"),
     ("app.reconcile.report", PURE_CORE_MAY_NOT, "a report says what a run found; it reads nothing"),
+    ("app.reconcile.providers", PURE_CORE_MAY_NOT, "the providers' findings are judged from records handed over"),
+    ("app.reconcile.cases", PURE_CORE_MAY_NOT, "a case's life is data and checks; it reads nothing"),
+    ("app.reconcile.ports", PURE_CORE_MAY_NOT, "ports say what is read and called, not how"),
+    ("app.adapters", ("app.reconcile",), "adapters implement the reconcile's ports without importing it"),
     ("agents", ("app.main", "app.bootstrap", "agents.", "app.web", "app.timers", "app.commands"),
      "an agent is handed what it names, not the runtime"),
     ("app.web", ("app.main", "app.bootstrap", "agents", "app.timers", "app.commands"),
@@ -87,6 +99,130 @@ def test_layer_imports(prefix, forbidden, why):
     assert not bad, f"{why}: {bad}"
 
 
+# The floors of app/, from the ground up: each package of app/ (and each module at its top) with the
+# packages of app/ it may import, beside its own modules and its subpackages', and why. Every package
+# has one (test_every_package_of_app_has_its_floor): a new one is placed when it is made.
+ENTRY_POINTS = ("app.adapters", "app.background", "app.compensation", "app.exits", "app.injection",
+                "app.observability", "app.personal", "app.pipeline", "app.reconcile", "app.render", "app.settings")
+FLOORS: dict[str, tuple[tuple[str, ...], str]] = {
+    "app.pipeline": ((), "the pipeline stands on nothing: ports in, results out"),
+    "app.version": ((), "a release's version, written once"),
+    "app.render": ((), "how stored values are shown to people"),
+    "app.chaos": ((), "the chaos run's cut points"),
+    "app.exits": ((), "the ways a process stops on purpose"),
+    "app.settings": (("app.exits",), "the settings build nothing; a refused setting stops the process"),
+    "app.personal": (("app.render",), "personal data found and masked in what is shown"),
+    "app.compensation": (("app.pipeline",), "the dead-letter lifecycle runs events through the pipeline again"),
+    "app.reconcile": (("app.pipeline", "app.observability.metrics"),
+                      "the reconcile judges with the pipeline's own rules, from what its ports hand over"),
+    "app.observability": (("app.pipeline", "app.settings", "app.version"), "what a worker shows of itself"),
+    "app.adapters.effects": (("app.pipeline", "app.settings", "app.observability"),
+                             "the providers' clients: the pipeline's effect port over HTTP"),
+    "app.adapters.kafka": (("app.pipeline", "app.compensation", "app.settings", "app.observability", "app.exits"),
+                           "the broker's clients: the pipeline's and the dead letters' topics"),
+    "app.adapters.mysql": (("app.pipeline", "app.settings", "app.observability", "app.render", "app.version"),
+                           "the store: the pipeline's ports on MySQL"),
+    "app.adapters.mysql.ledger": (("app.adapters.mysql", "app.pipeline", "app.compensation"),
+                                  "the compensation ledger's statements, on the store"),
+    "app.adapters.mysql.reads": (("app.adapters.mysql", "app.pipeline"),
+                                 "what people and the watchers read, on the store"),
+    "app.adapters": (("app.pipeline", "app.settings", "app.observability", "app.render"),
+                     "the adapters that span several (alerts, the watermark, web tokens) stand on them"),
+    "app.demo": (("app.adapters.effects", "app.adapters.kafka", "app.settings"),
+                 "the demo sends orders and fakes the providers; nothing of the product stands on it"),
+    "app.injection": ((), "entry points handed the collaborators they name"),
+    "app.background": ((), "background work a stopping runtime waits for"),
+    "app.bootstrap": (("app.adapters", "app.pipeline", "app.compensation", "app.reconcile", "app.observability",
+                       "app.settings", "app.chaos", "app.background", "app.injection"),
+                      "the runtime: the cores wired to their adapters"),
+    "app.faust_app": (("app.adapters", "app.observability", "app.settings", "app.exits", "app.version"),
+                      "how the Faust app is configured"),
+    "app.admin": (("app.adapters.kafka", "app.adapters.mysql", "app.settings", "app.exits", "app.version"),
+                  "python -m app.admin: migrations and topics, without a worker's runtime"),
+    "app.web": (ENTRY_POINTS, "a view gets what it needs handed over"),
+    "app.timers": (ENTRY_POINTS, "a timer gets what it needs handed over"),
+    "app.commands": (ENTRY_POINTS, "a command gets what it needs handed over"),
+    "app.main": (("app.web", "app.timers", "app.commands", "app.bootstrap", "app.faust_app", "app.adapters",
+                  "app.settings", "app.exits", "app.injection"), "the composition root registers the entry points"),
+    "app": (("app.main",), "faust -A app finds the app in app.main, built on first access"),
+}
+
+
+def floor_of(name: str) -> str | None:
+    """The package of ``FLOORS`` a module of app/ belongs to: the longest that holds it (``app`` holds
+    its own ``__init__.py`` alone); None for a module of a package not listed."""
+    if name == "app":
+        return "app"
+    held = [floor for floor in FLOORS if floor != "app" and (name == floor or name.startswith(floor + "."))]
+    return max(held, key=len) if held else None
+
+
+def module_of(name: str) -> str:
+    """The module of app/ an imported name is, or is in (``app.x.y`` of ``from app.x import y``: a class)."""
+    while name not in MODULES and "." in name:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def app_imports(path: Path) -> set[str]:
+    """The modules of app/ that the module at ``path`` imports, anywhere in it (type checking and
+    functions too): ``from app import exits`` is ``app.exits``, ``from app.x import Thing`` ``app.x``."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [module_of(f"{node.module}.{alias.name}") for alias in node.names]
+        else:
+            continue
+        found |= {module_of(n) for n in names if n.split(".")[0] == "app"}
+    return found
+
+
+def off_floor(name: str, imported: set[str]) -> list[str]:
+    """What of ``imported`` the module ``name`` may not import: outside its own package's floor, and
+    outside what its floor may import."""
+    floor = floor_of(name)
+    if floor is None:
+        return sorted(imported)
+    allowed, _ = FLOORS[floor]
+    own = (floor,) if floor == "app" else (floor, *(f for f in FLOORS if f.startswith(floor + ".")))
+    return sorted(i for i in imported
+                  if not any(i == p or (p != "app" and i.startswith(p + ".")) for p in (*own, *allowed)))
+
+
+def test_every_package_of_app_has_its_floor():
+    packages = {name for name, path in MODULES.items()
+                if name.split(".")[0] == "app" and (path.name == "__init__.py" or name.count(".") == 1)}
+    unplaced = sorted({*(packages - FLOORS.keys()),
+                       *(name for name in MODULES if name.split(".")[0] == "app" and floor_of(name) is None)})
+    assert not unplaced, f"give each package of app/ its floor in FLOORS (what of app/ it may import, and why): {unplaced}"
+    gone = sorted(FLOORS.keys() - packages)
+    assert not gone, f"FLOORS names packages app/ no longer has: {gone}"
+
+
+@pytest.mark.parametrize("floor", sorted(FLOORS))
+def test_each_package_imports_only_what_its_floor_stands_on(floor):
+    bad = {name: hits for name, path in MODULES.items()
+           if floor_of(name) == floor and (hits := off_floor(name, app_imports(path)))}
+    assert not bad, f"{floor}: {FLOORS[floor][1]}; it may import {FLOORS[floor][0] or 'nothing of app/'}: {bad}"
+
+
+def test_the_floors_can_fail(tmp_path):
+    """A module of a package no floor names is unplaced; one that imports above its floor is caught."""
+    assert floor_of("app.newfolder.thing") is None and floor_of("app.adapters.mysql.reads.console") == \
+        "app.adapters.mysql.reads"
+    bad = tmp_path / "bad.py"
+    bad.write_text("from app.adapters.mysql.store import MySqlStore\nfrom app import exits\n"
+                   "def later():\n    from app.reconcile.ports import Tokens\n")
+    assert app_imports(bad) == {"app.adapters.mysql.store", "app.exits", "app.reconcile.ports"}
+    assert off_floor("app.adapters.kafka.dlq", app_imports(bad)) == ["app.adapters.mysql.store",
+                                                                      "app.reconcile.ports"]
+    assert off_floor("app.pipeline.plan", {"app.pipeline.steps"}) == []
+    assert off_floor("app.adapters.watermark", {"app.adapters.mysql.store"}) == []    # its own subpackage
+    assert off_floor("app", {"app.main", "app.web.http"}) == ["app.web.http"]
+
+
 RECEIVERS = ("agents", "app.web", "app.timers", "app.commands")     # registered by app.main, handed what they name
 
 
@@ -101,7 +237,7 @@ def test_only_the_composition_root_imports_agents_views_timers_commands_and_the_
     assert not bad, f"only app.main wires agents, views, timers, commands and the runtime: {bad}"
 
 
-@pytest.mark.parametrize("core", ["app.pipeline", "app.compensation"])
+@pytest.mark.parametrize("core", ["app.pipeline", "app.compensation", "app.reconcile"])
 def test_pure_core_imports_nothing_from_faust_or_aiohttp(core):
     code = (f"import sys, pkgutil, importlib, {core} as p\n"
             f"for m in pkgutil.iter_modules(p.__path__): importlib.import_module(f'{core}.{{m.name}}')\n"

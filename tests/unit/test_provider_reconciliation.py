@@ -11,7 +11,7 @@ import pytest
 
 from app.adapters.effects import express, sms, waybill
 from app.adapters.effects.provider import Issued
-from app.adapters.mysql.reads.receipt_ranges import HeldReceipt, StepState, step_keys
+from app.adapters.mysql.reconcile import HeldReceipt, StepState
 from app.pipeline.tokens import StepTokens
 from app.reconcile.cases import (
     CASE_ACTIONS,
@@ -26,7 +26,7 @@ from app.reconcile.cases import (
     compensation_refused,
     refusal,
 )
-from app.reconcile.providers import ProviderFinding, Window, compare, our_tokens, read_listing
+from app.reconcile.providers import ProviderFinding, Window, compare, our_tokens, read_listing, step_keys
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 WINDOW = Window(T0, T0 + timedelta(hours=1), timedelta(minutes=5))
@@ -267,13 +267,13 @@ async def test_a_range_is_compared_a_slice_at_a_time_each_read_bounded_and_each_
         async def of_orders(self, orders):
             return {o: held[o] for o in orders if o in held}
 
-        async def steps(self, orders):
+        async def steps(self, keys):
             return {}
 
     listing = Listing()
     provider = chosen("waybill", Settings().effects)
     window = Window(T0, T0 + timedelta(hours=1), timedelta(minutes=5))
-    found, counts = await compare_sliced(Reads(), listing, provider, window, slice_seconds=900, max_rows=100,
+    found, counts = await compare_sliced(Reads(), listing, provider.name, window, slice_seconds=900, max_rows=100,
                                          tokens=TOKENS)
     # Each slice of 15 minutes read with its margins: 25 minutes; the last slice also back to the claim of
     # WB2's order (its receipt's waybill, WB1, came 45 minutes before: the late extra beside an old keeper).

@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.reconcile.input import DONE, FAILED, PENDING, End, Read, ReceiptRow, StepRow, Tally, judge, ledger_strays
+from app.adapters.mysql.reconcile import ReceiptRow, StepRow
+from app.reconcile.input import DONE, FAILED, PENDING, End, Read, Tally, judge, ledger_strays
 from app.reconcile.report import Report
 
 ORDER = "ORD-20261206-R1"

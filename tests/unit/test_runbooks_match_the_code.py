@@ -28,10 +28,10 @@ from harness.surface import code_of, commands_in, refusal
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOKS = sorted((ROOT / "docs" / "runbooks").glob("*.md"))
 # Reasons the compensator writes on a ledger row it opened for a dead letter it could not read
-# (app/compensation/compensator.py), and the outcomes a person's decision gives pending steps.
-LEDGER_REASONS = {"unreadable_dead_letter": "app/compensation/compensator.py",
-                  "no_ledger_row": "app/compensation/compensator.py",
-                  "unstorable_dead_letter": "app/compensation/compensator.py",
+# (app/compensation/dead_letters.py), and the outcomes a person's decision gives pending steps.
+LEDGER_REASONS = {"unreadable_dead_letter": "app/compensation/dead_letters.py",
+                  "no_ledger_row": "app/compensation/dead_letters.py",
+                  "unstorable_dead_letter": "app/compensation/dead_letters.py",
                   "resolved_by_person": "app/pipeline/model.py", "discarded_by_person": "app/pipeline/model.py"}
 # Other lower-case names a runbook may say, and the file that must hold each.
 NAMED_ELSEWHERE = {"lock_timeout": "app/timers/partitions.py", "p_future": "app/adapters/mysql/partitions.py",

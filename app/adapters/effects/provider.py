@@ -12,7 +12,7 @@ provider that truly keeps them for ever; a deployment may set its own
 A provider that can say what it did, by time range and for one order, and cancel one of those
 things declares a ``listing`` (:class:`Listing`): reconciliation (``app.reconcile.providers``)
 compares its records with our receipts and offers a person to cancel a duplicate (after reading the
-order's records again, ``app.reconcile.at_provider``). One that cannot (the express courier,
+order's records again, ``app.reconcile.casework``). One that cannot (the express courier,
 the SMS gateway) declares none, and the reconcile reports it as not listable.
 """
 

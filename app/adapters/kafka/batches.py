@@ -8,12 +8,12 @@ registry's decode into an ``Event``), the stream's queue, the stream iterator, t
 its CPU per record there (row f of ``make bench``; the docs' Benchmarks page, "The layer in Faust's path");
 ours hands whole batches to the pipeline anyway.
 
-``Consumer._drain_messages`` is replaced (by ``app.adapters.kafka.upstream``) with :func:`_drain_messages`, which
-does the same for every topic except the ones an agent asked to take in whole fetches
-(:class:`Feed`): their records, as Faust's own ``ConsumerMessage`` objects, go into the
-feed's buffer a fetch at a time, and the agent takes them in batches of up to
-``max_records``. An app with no feed runs Faust's own loop, untouched (the benchmark's
-no-op agent, row f, is measured on it).
+``Consumer._drain_messages`` is replaced (by ``app.adapters.kafka.upstream``) with
+``app.adapters.kafka.drain._drain_messages``, which does the same for every topic except the ones
+an agent asked to take in whole fetches (:class:`Feed`): their records, as Faust's own
+``ConsumerMessage`` objects, go into the feed's buffer a fetch at a time, and the agent takes them
+in batches of up to ``max_records`` (``app.adapters.kafka.acks.Batch``). An app with no feed runs
+Faust's own loop, untouched (the benchmark's no-op agent, row f, is measured on it).
 
 What is kept of Faust, so that its commits, rebalances and stop work as before:
 
@@ -28,8 +28,8 @@ What is kept of Faust, so that its commits, rebalances and stop work as before:
   with ``clear_on_resume=True``) or when its generation is no longer the consumer's.
   A dropped record is never acked, so nothing is committed past it, and the seek to the
   committed offsets after the rebalance fetches it again.
-* **Acks**: :meth:`Batch.ack_some` and :meth:`Batch.ack` ack records as ``Consumer.ack`` does,
-  Faust's own bookkeeping of acked offsets, many at once (:func:`ack_all`; then
+* **Acks** (``app.adapters.kafka.acks``): :meth:`Batch.ack_some` and :meth:`Batch.ack` ack records
+  as ``Consumer.ack`` does, Faust's own bookkeeping of acked offsets, many at once (``ack_all``; then
   ``_new_offset``, corrected in ``app.adapters.kafka.consumer``, computes what may be
   committed). Nothing is acked implicitly: not when the agent asks for the next batch, not
   when it raises or is cancelled (``take_events`` acks in a ``finally``); asking for the
@@ -69,18 +69,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 
-from faust.transport import consumer as faust_consumer
-from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
-from app.adapters.kafka import upstream
+from app.adapters.kafka.acks import Batch
 
 log = logging.getLogger(__name__)
-
-_FAUST_ACK = faust_consumer.Consumer.ack
-_FAUST_DRAIN = "faust.transport.consumer.Consumer._drain_messages"     # its entry in upstream.REPLACEMENTS
 
 
 def feeds_of(app) -> dict[str, Feed]:
@@ -89,133 +84,6 @@ def feeds_of(app) -> dict[str, Feed]:
     if feeds is None:
         feeds = app.__dict__["_order_feeds"] = {}
     return feeds
-
-
-class Batch:
-    """Records an agent took from a :class:`Feed`; :meth:`ack_some` as records finish, :meth:`ack`
-    for the rest once the batch's work is done."""
-
-    __slots__ = ("messages", "partitions", "_consumer", "_feed", "acked", "_left", "_given_up")
-
-    def __init__(self, messages: list, consumer, feed: Feed | None = None, partitions: frozenset = frozenset()) -> None:
-        self.messages = messages
-        self.partitions = partitions
-        self._consumer = consumer
-        self._feed = feed
-        self.acked = False
-        self._left = len(messages)              # records not acked yet
-        self._given_up: set[int] | None = None   # indices of records given up and still being worked
-
-    def __len__(self) -> int:
-        return len(self.messages)
-
-    def ack_some(self, indices: Sequence[int]) -> None:
-        """Tell Faust's consumer these records (indices into :attr:`messages`) are done: their offsets
-        may be committed once every record before them in their partition is done too. A record given
-        up (:meth:`give_up`) is not acked: it only stops counting as in flight."""
-        if self.acked:
-            return
-        given_up = self._given_up
-        if given_up:
-            ended = [i for i in indices if i in given_up]
-            if ended:
-                given_up.difference_update(ended)
-                self._ended(len(ended))
-        fresh = [message for message in (self.messages[i] for i in indices) if not message.acked]
-        if fresh:
-            self._ack(fresh)
-
-    def ack(self) -> None:
-        """Tell Faust's consumer every record of the batch is done (except those given up)."""
-        if self.acked:
-            return
-        rest = [message for message in self.messages if not message.acked]
-        if rest:
-            self._ack(rest)
-        if self._given_up:
-            self._ended(len(self._given_up))
-            self._given_up = None
-        self.acked = True
-        if self._feed is not None:
-            self._feed._done(self)
-
-    def give_up(self, tps) -> int:
-        """The records of partitions ``tps`` not acked yet will never be acked by this batch: their
-        partitions were revoked. They leave what Faust's ``wait_empty`` waits for at once, and count
-        as in flight until their work ends (:meth:`ack_some` or :meth:`ack` for them). Their offsets
-        are never recorded as acked, so never committed: whoever owns the partitions next reads
-        them again. Returns how many."""
-        if self.acked:
-            return 0
-        unacked = getattr(self._consumer, "_unacked_messages", None)
-        given: list[int] = []
-        for i, message in enumerate(self.messages):
-            if not message.acked and message.tp in tps:
-                message.acked = True                 # what keeps every later ack of it a no-op
-                if unacked is not None:
-                    unacked.discard(message)
-                given.append(i)
-        if given:
-            if self._given_up is None:
-                self._given_up = set()
-            self._given_up.update(given)
-        return len(given)
-
-    def _ended(self, n: int) -> None:
-        self._left -= n
-        if self._feed is not None:
-            self._feed._acked(n)
-
-    def _ack(self, messages: list) -> None:
-        consumer = self._consumer
-        if getattr(type(consumer), "ack", None) is _FAUST_ACK:
-            ack_all(consumer, messages)
-        else:                                   # a consumer with an ack of its own: ask it, one by one
-            for message in messages:
-                consumer.ack(message)
-                message.acked = True
-        self._left -= len(messages)
-        if self._feed is not None:
-            self._feed._acked(len(messages))
-
-
-def ack_all(consumer, messages: Sequence) -> int:
-    """Faust's ``Consumer.ack`` (faust-streaming 0.15.3) for many records at once: the same
-    bookkeeping (``_acked``, ``_acked_index``, ``_unacked_messages``, ``_n_acked``) under the same
-    lock, each partition's state looked up once and ``wait_empty`` woken once, not per record.
-    ``tests/unit/test_kafka_batches.py`` checks it leaves the consumer as ``Consumer.ack`` does.
-    Returns how many offsets were recorded as acked."""
-    acks_enabled_for = consumer.app.topics.acks_enabled_for
-    committed_of, index_of, acked_of = consumer._committed_offset, consumer._acked_index, consumer._acked
-    unacked = consumer._unacked_messages
-    n, tp, enabled, committed, index, offsets = 0, None, False, None, None, None
-    with ack_lock:
-        try:
-            for message in messages:
-                if message.acked:
-                    continue
-                message.acked = True
-                if message.tp != tp:
-                    tp = message.tp
-                    enabled = acks_enabled_for(message.topic)
-                    index = offsets = None
-                    if enabled:
-                        committed = committed_of[tp]
-                if not enabled:
-                    continue
-                offset = message.offset
-                if committed is None or offset >= committed:
-                    if index is None:
-                        index, offsets = index_of[tp], acked_of[tp]
-                    if offset not in index:
-                        unacked.discard(message)
-                        index.add(offset)
-                        offsets.append(offset)
-                        n += 1
-        finally:
-            consumer._n_acked += n
-            notify(consumer._waiting_for_ack)
-    return n
 
 
 class Feed:
@@ -358,12 +226,12 @@ class Feed:
         """What counts as in flight may have changed (more records held): look again."""
         self._arrived.set()
 
-    def _acked(self, n: int) -> None:
+    def records_acked(self, n: int) -> None:
         """Records of a batch in flight were acked: room for the next batch, maybe."""
         self._unacked -= n
         self._arrived.set()
 
-    def _done(self, batch: Batch) -> None:
+    def batch_acked(self, batch: Batch) -> None:
         """A batch was acked whole."""
         if batch in self._in_flight:
             self._in_flight.remove(batch)
@@ -426,119 +294,4 @@ def _none() -> int:
     return 0
 
 
-# -- Faust's drain loop, with feeds ---------------------------------------------------
-
-async def _drain_messages(self, fetcher) -> None:
-    """``Consumer._drain_messages`` (faust-streaming 0.15.3) with feed topics' records handed over
-    a fetch at a time; every other topic's records go through Faust's callback one by one, as in
-    the original."""
-    feeds = feeds_of(self.app)
-    if not feeds:
-        return await upstream.original(_FAUST_DRAIN)(self, fetcher)
-    callback = self.callback
-    consumer_should_stop = self._stopped.is_set
-    fetcher_should_stop = fetcher._stopped.is_set
-    get_read_offset = self._read_offset.__getitem__
-    set_read_offset = self._read_offset.__setitem__
-    set_flag, unset_flag = self.diag.set_flag, self.diag.unset_flag
-    commit_every = self._commit_every
-    acks_enabled_for = self.app.topics.acks_enabled_for
-    to_message = self._to_message
-    app = self.app
-    monitor = app.monitor
-    try:
-        while not (consumer_should_stop() or fetcher_should_stop()):
-            set_flag(faust_consumer.CONSUMER_FETCHING)
-            records, active_partitions = await self._wait_next_records(1.0)
-            await self.sleep(0)
-            if self.should_stop:
-                break
-            if records is None:
-                continue
-            if not self.flow_active:
-                # Faust's getmany: records fetched while the flow is stopped are not delivered.
-                try:
-                    await self.perform_seek()
-                except Exception as exc:
-                    self.log.warning(f"exception performing seek when flow not active {exc}")
-                continue
-            generation_id = app.consumer_generation_id
-            fetched: dict = {}
-            for tp, tp_records in records.items():
-                if not self.flow_active or app.consumer_generation_id != generation_id:
-                    break
-                if not (active_partitions is None or tp in active_partitions or tp in self._buffered_partitions):
-                    continue
-                monitor.track_tp_end_offset(tp, self.highwater(tp))
-                feed = feeds.get(tp.topic)
-                r_offset = get_read_offset(tp)
-                if feed is None:
-                    if not await _deliver_one_by_one(self, tp, tp_records, r_offset, generation_id, callback,
-                                                     commit_every, acks_enabled_for, to_message, set_read_offset):
-                        break
-                    continue
-                messages = fetched.setdefault(feed, [])
-                for record in tp_records:
-                    offset = record.offset
-                    if r_offset is not None and offset < r_offset:
-                        continue                      # Faust's "DROPPED MESSAGE ROFF"
-                    if r_offset and offset - r_offset > 1 and acks_enabled_for(tp.topic):
-                        await self._add_gap(tp, r_offset + 1, offset)
-                    messages.append(to_message(tp, record))
-                    r_offset = offset
-                if r_offset is not None:
-                    set_read_offset(tp, r_offset)
-            if commit_every is not None and self._n_acked >= commit_every:
-                self._n_acked = 0
-                await self.commit()
-            for feed, messages in fetched.items():
-                if not messages:
-                    continue
-                if app.flow_control.is_active() and feed.has_room():
-                    feed.offer(messages)              # the usual case: no future, no task
-                else:
-                    await self.wait_first(feed.put(messages), self.suspend_flow.wait())
-            unset_flag(faust_consumer.CONSUMER_FETCHING)
-    except self.consumer_stopped_errors:
-        if self.transport.app.should_stop:
-            self.log.info("Broker stopped consumer, shutting down...")
-            return
-        raise
-    except asyncio.CancelledError:
-        if self.transport.app.should_stop:
-            self.log.info("Consumer shutting down for user cancel.")
-            return
-        raise
-    except Exception as exc:
-        self.log.exception("Drain messages raised: %r", exc)
-        raise
-    finally:
-        unset_flag(faust_consumer.CONSUMER_FETCHING)
-
-
-async def _deliver_one_by_one(self, tp, tp_records: Sequence, r_offset, generation_id, callback, commit_every,
-                              acks_enabled_for, to_message, set_read_offset) -> bool:
-    """Faust's own per-record delivery (its getmany's checks and its drain loop's body), for a topic
-    without a feed; False when the flow stopped or the generation changed (the fetch is abandoned)."""
-    app = self.app
-    for n, record in enumerate(tp_records, start=1):
-        if not self.flow_active or app.consumer_generation_id != generation_id:
-            return False
-        if n % 100 == 0:
-            await asyncio.sleep(0)
-        message = to_message(tp, record)
-        offset = message.offset
-        if r_offset is None or offset >= r_offset:
-            gap = offset - (r_offset or 0)
-            if gap > 1 and r_offset and acks_enabled_for(message.topic):
-                await self._add_gap(tp, r_offset + 1, offset)
-            if commit_every is not None and self._n_acked >= commit_every:
-                self._n_acked = 0
-                await self.commit()
-            await self.wait_first(callback(message), self.suspend_flow.wait())
-            set_read_offset(tp, offset)
-            r_offset = offset
-    return True
-
-
-__all__ = ["Batch", "Feed", "ack_all", "feeds_of"]
+__all__ = ["Feed", "feeds_of"]

@@ -139,7 +139,7 @@ REPLACEMENTS: tuple[Replacement, ...] = (
     ),
     Replacement(
         target="faust.transport.consumer.Consumer._drain_messages",
-        by="app.adapters.kafka.batches._drain_messages",
+        by="app.adapters.kafka.drain._drain_messages",
         mirrors="faust-streaming: faust/transport/consumer.py Consumer._drain_messages and Consumer.getmany",
         why="topics with a Feed take whole fetches as batches instead of Faust's per-record path (four futures, "
             "the conductor, a queue and an ack per record); other topics and an app without feeds run "

@@ -1,29 +1,91 @@
-"""What the reconcile reads of the tables, a chunk of records at a time, and its runs (``t_reconcile_run``).
+"""What the reconcile reads of the tables (its ports, ``app.reconcile.ports``): a run's rows for a
+chunk of records and its runs (``t_reconcile_run``), and our receipts of an effect as the providers'
+side compares them.
 
-Every read is by an index: ``t_idem`` by its primary key's first column (``biz_key IN``), the ledger
-by its unique key's prefix (group, topic, partition, offset range), the waybill receipts by their
-primary key (``order_no IN``). A row's age is the server's clock against ``gmt_modified``, as the
-stuck sweep reads it.
+A run's reads are by an index: ``t_idem`` by its primary key's first column (``biz_key IN``), the
+ledger by its unique key's prefix (group, topic, partition, offset range), the waybill receipts by
+their primary key (``order_no IN``). A row's age is the server's clock against ``gmt_modified``, as
+the stuck sweep reads it.
+
+The providers' side reads our receipts written over a time range (``idx_gmt_create``), those of
+given orders (the primary key), and ``t_idem`` rows by key, a bounded chunk at a time. An effect is
+compared with its provider's records only where its receipts have a table of their own
+(:data:`RECEIPT_TABLES`): the waybill's ``t_waybill_receipt``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from typing import Any
 
 from app.adapters.mysql.sql import marks
 from app.adapters.mysql.store import MySqlStore
-from app.reconcile.input import ReceiptRow, StepRow
+from app.pipeline.steps import ISSUE_WAYBILL
 from app.render import json_default
 
+# effect -> (its receipt table, the column holding the provider's reference)
+RECEIPT_TABLES: Mapping[str, tuple[str, str]] = {ISSUE_WAYBILL.name: ("t_waybill_receipt", "waybill_no")}
+CHUNK = 500                    # keys in one IN list
+STEP_COLUMNS = ("biz_key, part_date, step, status, idem_token, attempt, owner, gmt_create, "
+                "COALESCE(lease_until >= NOW(3), 0)")
 REPORT_BYTES = 4 * 1024 * 1024        # a report's JSON kept in its row, at most (MEDIUMTEXT holds 16 MiB)
 RUN_COLUMNS = ("id", "consumer_group", "topic", "range_from", "range_to", "started_by", "started_at",
                "finished_at", "status", "records", "findings")
 
 
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """A ``t_idem`` row as a run reads it."""
+
+    biz_key: str
+    status: int
+    outcome: str | None
+    attempt: int
+    token: str | None
+    age_seconds: float                  # since its last change
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptRow:
+    order_no: str
+    biz_key: str
+    token: str
+    reference: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepState:
+    """The ``t_idem`` row of an effect's step."""
+    biz_key: str
+    part_date: date
+    step: str
+    status: int                 # app.pipeline.states.IdemStatus
+    token: str | None
+    attempt: int
+    owner: str | None
+    claimed_at: datetime        # gmt_create: its first claim, before its first call (UTC)
+    live: bool                  # its lease still runs: a worker may be between its call and T3
+
+
+@dataclass(frozen=True, slots=True)
+class HeldReceipt:
+    """A receipt we hold: the provider's reference for what it did, and the step that wrote it."""
+    order_no: str
+    reference: str
+    token: str
+    biz_key: str
+    written_at: datetime        # gmt_create (UTC)
+    step: StepState | None
+
+
 class ReconcileReads:
+    """A run's reads and its runs (``app.reconcile.ports.RunStore``)."""
+
+    receipt_effects = frozenset(RECEIPT_TABLES)
+
     def __init__(self, store: MySqlStore, *, group: str) -> None:
         self.store = store
         self.group = group[:255]
@@ -129,6 +191,65 @@ class ReconcileReads:
         if row is None:
             return None
         return json.loads(row[0] or "{}"), float(row[1]), float(row[2])
+
+
+class ReceiptRanges:
+    """Our receipts of one effect as the providers' side reads them (``app.reconcile.ports.ReceiptReads``)."""
+
+    def __init__(self, store: MySqlStore, effect: str) -> None:
+        self.store = store
+        self.effect = effect
+        self.table, self.column = RECEIPT_TABLES[effect]
+
+    async def written(self, since: datetime, until: datetime, *, limit: int) -> list[HeldReceipt]:
+        """The receipts written at or after ``since`` and before ``until``, oldest first, at most ``limit``."""
+        rows = await self._rows(
+            f"SELECT order_no, {self.column}, idem_token, biz_key, gmt_create FROM {self.table} "
+            "WHERE gmt_create >= %s AND gmt_create < %s ORDER BY gmt_create, order_no LIMIT %s",
+            [_naive(since), _naive(until), limit])
+        steps = await self.steps([row[3] for row in rows])
+        return [_receipt(row, steps.get(row[3])) for row in rows]
+
+    async def of_orders(self, orders: Iterable[str]) -> dict[str, HeldReceipt]:
+        """The receipts of ``orders``, by order."""
+        rows = []
+        for chunk in chunks(sorted(set(orders)), CHUNK):
+            rows += await self._rows(f"SELECT order_no, {self.column}, idem_token, biz_key, gmt_create FROM "
+                                     f"{self.table} WHERE order_no IN ({marks(len(chunk))})", list(chunk))
+        steps = await self.steps([row[3] for row in rows])
+        return {row[0]: _receipt(row, steps.get(row[3])) for row in rows}
+
+    async def steps(self, keys: Iterable[str]) -> dict[str, StepState]:
+        """The ``t_idem`` rows of ``keys`` that exist, by key."""
+        found: dict[str, StepState] = {}
+        for chunk in chunks(sorted(set(keys)), CHUNK):
+            rows = await self._rows(f"SELECT {STEP_COLUMNS} FROM t_idem WHERE biz_key IN ({marks(len(chunk))})",
+                                    list(chunk))
+            found.update((row[0], step_state(row)) for row in rows)
+        return found
+
+    async def _rows(self, sql: str, params: list) -> list:
+        async def work(tx) -> list:
+            return list(await tx._exec(sql, params))
+        return await self.store.in_transaction(work)
+
+
+def step_state(row) -> StepState:
+    """A row of ``SELECT {STEP_COLUMNS}``."""
+    return StepState(row[0], row[1], row[2], int(row[3]), row[4], int(row[5]), row[6], _utc(row[7]), bool(row[8]))
+
+
+def _receipt(row, step: StepState | None) -> HeldReceipt:
+    return HeldReceipt(row[0], row[1], row[2], row[3], _utc(row[4]), step)
+
+
+def _naive(at: datetime) -> datetime:
+    """A time as the DATETIME columns hold it: UTC, without a zone (the sessions' time zone is UTC)."""
+    return at.astimezone(UTC).replace(tzinfo=None) if at.tzinfo else at
+
+
+def _utc(at: datetime) -> datetime:
+    return at.replace(tzinfo=UTC)
 
 
 def chunks(items: Sequence, size: int) -> Iterable[Sequence]:

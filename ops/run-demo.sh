@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make run`: the fake logistics/SMS services, one worker and the demo producer.
+# `make run`: the fake providers (demo/fakes), one worker and the demo producer (demo).
 # Everything here was set up by `make setup`. Ctrl-C stops what this started.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,7 +36,7 @@ wait_http() {  # wait_http <url> <what> <log>
   exit 1
 }
 
-"$BIN/python" -m app.demo.fakes --port "$FAKES_PORT" >"$LOGS/fakes.log" 2>&1 &
+"$BIN/python" -m demo.fakes --port "$FAKES_PORT" >"$LOGS/fakes.log" 2>&1 &
 pids+=($!)
 wait_http "http://127.0.0.1:$FAKES_PORT/__health" "the fake services" "$LOGS/fakes.log"
 
@@ -44,7 +44,7 @@ wait_http "http://127.0.0.1:$FAKES_PORT/__health" "the fake services" "$LOGS/fak
 pids+=($!)
 wait_http "http://$WEB_BIND:$WEB_PORT/health" "the worker" "$LOGS/worker.log"
 
-"$BIN/python" -m app.demo --orders "${DEMO_ORDERS:-100}"
+"$BIN/python" -m demo --orders "${DEMO_ORDERS:-100}"
 cat <<MSG
 
 [run] worker up.

@@ -12,10 +12,11 @@ from pydantic import ValidationError
 from app.adapters.effects import EffectClients, LookupOutsideContract, MissingEffectClient, registry
 from app.adapters.effects.provider import Provider
 from app.bootstrap import EFFECT_CLIENTS
-from app.demo.fakes import worker_urls
 from app.pipeline.events import EventType
 from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, Contract, Effect, EffectStep
 from app.settings import Settings
+from demo.fakes import registry as fakes
+from demo.fakes.fake import Fake
 from harness.chaos import rules
 from harness.chaos.driver import declared_effect_steps
 
@@ -98,8 +99,9 @@ class LockerClient:
 
 
 LOCKER = Provider("locker", PARCEL, Contract.REFUSES_DUPLICATES, lambda session, s: LockerClient(s),
-                  services=("locker", "locker_lookup"), fake_settings={"KEY_ID": "demo"},
                   keys_kept_for=timedelta(hours=36))
+LOCKER_FAKE = Fake("locker", "parcel_locker", lambda fakes: [], services=("locker", "locker_lookup"),
+                   settings={"KEY_ID": "demo"})
 
 
 def test_a_new_effect_is_seen_by_every_place_that_reads_the_registry():
@@ -119,9 +121,9 @@ def test_a_new_effect_is_seen_by_every_place_that_reads_the_registry():
     port = EffectClients({n: f(None, settings.effects) for n, f in factories.items()}, required=effects_used)
     assert port.contracts["parcel_locker"] is Contract.REFUSES_DUPLICATES
     assert port.horizons["parcel_locker"] == 36 * 3600
-    # the demo fakes: the settings that send a worker's calls of it there
-    assert registry.fake_settings("http://fakes", effects_used, providers)["EFFECTS__PARCEL_LOCKER__URL"] == "http://fakes"
-    assert registry.fake_settings("http://fakes", effects_used, providers)["EFFECTS__PARCEL_LOCKER__KEY_ID"] == "demo"
+    # the demo fakes (its fake declared beside the others): the settings that send a worker's calls of it there
+    sent = fakes.worker_settings("http://fakes", effects_used, (*fakes.FAKES, LOCKER_FAKE))
+    assert (sent["EFFECTS__PARCEL_LOCKER__URL"], sent["EFFECTS__PARCEL_LOCKER__KEY_ID"]) == ("http://fakes", "demo")
     # the lease check: its lookup counts like any other
     assert "parcel_locker" in Settings(effects__parcel_locker__lookup=True).effects.lookups()
     # the chaos checker: told its provider and contract, and refusing it until it has a check
@@ -133,9 +135,18 @@ def test_a_new_effect_is_seen_by_every_place_that_reads_the_registry():
 
 
 def test_the_fakes_serve_every_shipped_effect():
-    urls = worker_urls("http://fakes")
+    urls = fakes.worker_settings("http://fakes")
     for name in {step.effect.name for pipe in PIPELINES.values() for step in pipe.effects}:
         assert urls[f"EFFECTS__{name.upper()}__URL"] == "http://fakes"
+
+
+def test_every_provider_has_its_fake_and_every_fake_plays_a_provider_of_its_effect():
+    """The demo and the tests can deploy every provider; a fake names its provider (it does not import
+    it: it keeps the contract as the provider's documentation has it), so the names are held here."""
+    providers = {p.name: p.effect.name for p in registry.PROVIDERS}
+    assert {f.provider: f.effect for f in fakes.FAKES} == providers
+    assert all(f.services and len(set(f.services)) == len(f.services) for f in fakes.FAKES)
+    assert len({s for f in fakes.FAKES for s in f.services}) == sum(len(f.services) for f in fakes.FAKES)
 
 
 def test_each_provider_says_how_long_it_keeps_keys_and_a_deployment_may_say_its_own():

@@ -10,8 +10,10 @@ mkdir -p "$LOGS"
 WEB_BIND="${WEB_BIND:-127.0.0.1}"
 WEB_PORT="${WEB_PORT:-6066}"
 FAKES_PORT="${FAKES_PORT:-8900}"
-export LOGISTICS_URL="${LOGISTICS_URL:-http://127.0.0.1:$FAKES_PORT}"
-export SMS_URL="${SMS_URL:-http://127.0.0.1:$FAKES_PORT}"
+# What sends every effect to the fakes, whichever provider it picks (EFFECTS__WAYBILL__PROVIDER=express
+# make run), from the fakes' registry as the tests get it; a setting you export yourself wins.
+while IFS= read -r setting; do export "$setting"; done \
+  < <("$BIN/python" -m demo.fakes --worker-settings "http://127.0.0.1:$FAKES_PORT")
 # The demo's deployment secret (docs, "Idempotency tokens"): fixed, so a restarted demo
 # derives the tokens its last run did. A real deployment sets a random one of its own.
 export IDEM_TOKEN_SECRET="${IDEM_TOKEN_SECRET:-demo-only-not-a-production-secret}"

@@ -164,3 +164,17 @@ def test_each_provider_says_how_long_it_keeps_keys_and_a_deployment_may_say_its_
     for nonsense in ("0", "-5", "a day"):
         with pytest.raises(ValidationError, match="keys_kept_for_seconds"):
             Settings(effects__waybill__keys_kept_for_seconds=nonsense)
+
+
+def test_make_run_sends_a_worker_to_the_fakes_but_keeps_what_the_environment_sets(monkeypatch):
+    from demo.fakes.__main__ import unset_settings
+
+    for name in fakes.worker_settings("http://fakes"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("SMS_URL", raising=False)
+    assert unset_settings("http://fakes:8901") == fakes.worker_settings("http://fakes:8901")
+    monkeypatch.setenv("LOGISTICS_URL", "http://mine:1")          # the waybill's URL under its older name
+    monkeypatch.setenv("EFFECTS__SMS__URL", "http://mine:2")
+    found = unset_settings("http://fakes:8901")
+    assert "EFFECTS__WAYBILL__URL" not in found and "EFFECTS__SMS__URL" not in found
+    assert found["EFFECTS__WAYBILL__KEY_ID"] == "demo-merchant"     # what the express fake needs, for its provider

@@ -169,7 +169,8 @@ class Runtime:
                  clients: dict[str, ClientFactory] | None = None) -> None:
         self.settings = settings
         self.tokens = StepTokens(settings.effects.token_key())        # SettingsError without IDEM_TOKEN_SECRET
-        self.client_factories = EFFECT_CLIENTS if clients is None else clients
+        # The registry as it is now, not as it was at import: a provider listed later (registry.added) counts.
+        self.client_factories = client_factories() if clients is None else clients
         EffectClients.check(self.client_factories)
         # A fresh incarnation id: a restarted worker never mistakes its
         # predecessor's claims for its own, and waits for their leases.

@@ -25,7 +25,7 @@ from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.topics import topic_specs
 from app.settings import Settings
 from harness.dead_letters import write_dead_letters
-from harness.fakes import FakesProcess
+from harness.fakes import FakesProcess, every_fake
 from harness.services import ScratchDatabase, Worker, wait_for, worker_env
 
 RESULTS = Path(__file__).with_name("results")
@@ -54,7 +54,7 @@ def run_once(settings: Settings, rows: int, latency_ms: float, rate: float | Non
     suffix = uuid.uuid4().hex[:8]
     events, dlq, group = f"bench-bulk-{suffix}", f"bench-bulk-dlq-{suffix}", f"bench-bulk-{suffix}"
     asyncio.run(kafka_ops.create_topics(settings.kafka.bootstrap, topic_specs(settings, events=events, dlq=dlq)))
-    fakes = FakesProcess({"waybill": {"latency_ms": latency_ms}, "sms": {"latency_ms": latency_ms}})
+    fakes = FakesProcess(every_fake({"latency_ms": latency_ms}))
     worker = None
     try:
         orders = write_dead_letters(db, group, events, rows, prefix="BENCH")

@@ -27,7 +27,7 @@ from app.pipeline.events import decode
 from app.pipeline.plan import step_keys
 from app.settings import Settings
 from harness.events import event, order_no, record
-from harness.fakes import FakesProcess
+from harness.fakes import FakesProcess, every_fake
 from harness.services import ScratchDatabase, Worker, connect, wait_for, worker_env
 
 RESULTS = Path(__file__).with_name("results")
@@ -75,7 +75,7 @@ def run_once(settings: Settings, rows: int, workers: int, latency_ms: float, obs
     suffix = uuid.uuid4().hex[:8]
     events, dlq, group = f"bench-drain-{suffix}", f"bench-drain-dlq-{suffix}", f"bench-drain-{suffix}"
     asyncio.run(kafka_ops.create_topics(settings.kafka.bootstrap, topic_specs(settings, events=events, dlq=dlq)))
-    fakes = FakesProcess({"waybill": {"latency_ms": latency_ms}, "sms": {"latency_ms": latency_ms}})
+    fakes = FakesProcess(every_fake({"latency_ms": latency_ms}))
     procs: list[Worker] = []
     try:
         orders = prefill(db, group, events, rows)

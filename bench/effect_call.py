@@ -2,7 +2,7 @@
 
 The worker's own client (``app.adapters.effects``: ``EffectClients`` over ``WaybillClient``,
 one ``aiohttp`` session with ``EFFECT_CONCURRENCY`` connections, as ``app.bootstrap`` builds
-them) calls the fake logistics API (``python -m app.demo.fakes``, another process, no latency), on uvloop as the worker runs,
+them) calls the fake logistics API (``python -m demo.fakes``, another process, no latency), on uvloop as the worker runs,
 ``--calls`` times, ``--concurrency`` at a time. The figure is this process's CPU time
 (user + system) per call, best of ``--repeat`` runs: the client's cost alone, whatever the
 machine's load, since the server's CPU is another process's.

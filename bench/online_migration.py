@@ -49,7 +49,7 @@ from app.settings import Settings
 from bench import batch_log
 from bench.growth.prefill import prefill, sequence_engine
 from bench.workload import build
-from harness.fakes import FakesProcess
+from harness.fakes import FakesProcess, every_fake
 from harness.migration_rules import since_release
 from harness.releases import Release, previous_release
 from harness.services import ROOT, ScratchDatabase, Worker, connect, wait_for, worker_env
@@ -274,7 +274,7 @@ def run(settings: Settings, rows: int, rate: int, workers: int, window: float, h
         filled = prefill(db.url, rows, date.today())
         asyncio.run(kafka_ops.create_topics(settings.kafka.bootstrap, topic_specs(
             Settings(order_event_partitions=PARTITIONS), events=topic, dlq=dlq)))
-        fakes = FakesProcess({"waybill": {"latency_ms": 5}, "sms": {"latency_ms": 5}})
+        fakes = FakesProcess(every_fake({"latency_ms": 5}))
         env = dict(MYSQL_URL=db.url, ORDER_EVENT_TOPIC=topic, DLQ_TOPIC=dlq, APP_ID=group,
                    ORDER_EVENT_PARTITIONS=str(PARTITIONS), SLOW_BATCH_SECONDS="0.0001", IDEM_RETENTION_DAYS="3650",
                    RECONCILE_EVERY_SECONDS="0", **fakes.env())

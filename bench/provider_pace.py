@@ -1,7 +1,7 @@
 """``python -m bench.provider_pace``: one worker against a provider at a real provider's pace.
 
 Every other row of ``make bench`` calls a fake that answers in 5 ms. Here the waybill API of
-the fakes (``app.demo.fakes``: its pace settings) answers as real ones do, and one
+the fakes (``demo.fakes.faults``: its pace settings) answers as real ones do, and one
 ``faust -A app worker`` with the defaults works a pre-filled topic of the ``full`` mix (60 %
 CREATED/PAID, 30 % CONFIRM with a waybill call, 10 % duplicates):
 

@@ -27,7 +27,7 @@ from app.adapters.kafka.topics import topic_specs
 from app.bootstrap import Runtime
 from app.settings import Settings
 from harness.events import event, order_no, record
-from harness.fakes import FakesProcess
+from harness.fakes import FakesProcess, every_fake
 from harness.services import ScratchDatabase, Worker, caught_up, wait_for, worker_env
 
 RESULTS = Path(__file__).with_name("results")
@@ -72,7 +72,7 @@ def run(settings: Settings, events: int, partitions: int, runs: int) -> dict:
     topic, dlq, group = f"bench-rec-{suffix}", f"bench-rec-dlq-{suffix}", f"bench-rec-{suffix}"
     specs = topic_specs(Settings(order_event_partitions=partitions), events=topic, dlq=dlq)
     asyncio.run(kafka_ops.create_topics(settings.kafka.bootstrap, specs))
-    fakes = FakesProcess({"waybill": {"latency_ms": 5}, "sms": {"latency_ms": 5}})
+    fakes = FakesProcess(every_fake({"latency_ms": 5}))
     env = dict(MYSQL_URL=db.url, ORDER_EVENT_TOPIC=topic, DLQ_TOPIC=dlq, APP_ID=group, WORKER_ID=f"rec-{suffix}",
                ORDER_EVENT_PARTITIONS=str(partitions), RECONCILE_EVERY_SECONDS="0", **fakes.env())
     worker = Worker(worker_env(**env), f"bench-rec-{suffix}").start()

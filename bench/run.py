@@ -80,7 +80,7 @@ from bench import environment, growth, report
 from bench.baselines import Measurement, naive, raw_ceiling
 from bench.worker import run_worker
 from bench.workload import Workload, build
-from harness.fakes import FakesProcess
+from harness.fakes import FakesProcess, every_fake
 from harness.services import ScratchDatabase, free_port, worker_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,9 +154,9 @@ class Context:
 
 
 def fake_config(latency_ms: float) -> dict:
-    """The fakes' faults: only latency, the same on the logistics API and the SMS gateway
-    (only the g rows' mix sends SMS)."""
-    return {"waybill": {"latency_ms": latency_ms}, "sms": {"latency_ms": latency_ms}}
+    """The fakes' faults: only latency, the same on every fake provider (only the g rows' mix sends
+    SMS)."""
+    return every_fake({"latency_ms": latency_ms})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ from app.adapters.kafka.topics import topic_specs
 from app.settings import Settings
 from bench.broker_bounce import RESULTS
 from harness.events import event, order_no, record
-from harness.fakes import FakesProcess
+from harness.fakes import FakesProcess, every_fake
 from harness.services import ScratchDatabase, Worker, create_topics, delete_topics, produce, wait_for, worker_env
 
 PARTITIONS = 2
@@ -48,7 +48,7 @@ def run(orders: int, takeover: str) -> dict:
                                                                 "dlq_partitions": 1}), events=events, dlq=dlq)]
     asyncio.run(create_topics(settings, specs))
     db = ScratchDatabase(settings.database.url).create()
-    fakes = FakesProcess({"waybill": {"latency_ms": 100}, "sms": {"latency_ms": 100}})
+    fakes = FakesProcess(every_fake({"latency_ms": 100}))
     env = dict(MYSQL_URL=db.url, ORDER_EVENT_TOPIC=events, DLQ_TOPIC=dlq, APP_ID=group,
                ORDER_EVENT_PARTITIONS=str(PARTITIONS), DLQ_PARTITIONS="1", **fakes.env())
     workers: list[Worker] = []

@@ -1,18 +1,27 @@
-"""The fake logistics/SMS services, in this process or as a process of their own."""
+"""The fake providers (``demo/fakes/``), in this process or as a process of their own: every fake
+the registry lists (``demo.fakes.registry``), and the settings that send a worker's calls there."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from contextlib import asynccontextmanager
 
 from aiohttp import web
 
-from app.demo.fakes import FakeServices, worker_urls
+from demo.fakes.registry import each, worker_settings
+from demo.fakes.server import FakeServices
+from harness import preload
 from harness.services import LOGS, ROOT, free_port
+
+
+def every_fake(faults: Mapping[str, object]) -> dict[str, dict]:
+    """``faults`` on every fake the registry lists, as ``POST /__config`` takes them (a benchmark's latency)."""
+    return each(faults)
 
 
 @asynccontextmanager
@@ -32,16 +41,18 @@ async def fakes_in_process(config: dict | None = None):
 
 
 class FakesProcess:
-    """``python -m app.demo.fakes`` on a free port, driven over HTTP like the real thing."""
+    """``python -m demo.fakes`` on a free port, driven over HTTP like the real thing. ``env``: the
+    process's environment (this one's by default); one that names modules of a test's own
+    (``harness.preload``) serves their fakes too."""
 
-    def __init__(self, config: dict | None = None) -> None:
+    def __init__(self, config: dict | None = None, env: Mapping[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         LOGS.mkdir(parents=True, exist_ok=True)
         self._log = open(LOGS / f"fakes-{self.port}.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "app.demo.fakes", "--port", str(self.port),
-                                      "--config", json.dumps(config or {})], cwd=ROOT,
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+        env = dict(os.environ if env is None else env)
+        argv = preload.command("demo.fakes", ["--port", str(self.port), "--config", json.dumps(config or {})], env)
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -54,7 +65,7 @@ class FakesProcess:
 
     def env(self) -> dict[str, str]:
         """A worker's settings that send every effect to these fakes."""
-        return worker_urls(self.url)
+        return worker_settings(self.url)
 
     def _post(self, path: str, body: dict) -> dict:
         req = urllib.request.Request(f"{self.url}{path}", data=json.dumps(body).encode(), method="POST",

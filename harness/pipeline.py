@@ -10,12 +10,12 @@ from app.adapters.effects import EffectClients
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.engine import create_engine
 from app.bootstrap import EFFECT_CLIENTS
-from app.demo.fakes import worker_urls
 from app.pipeline.batch import BatchHandler
 from app.pipeline.events import decode
 from app.pipeline.ports import SourceRecord
 from app.pipeline.processor import Processor
 from app.pipeline.tokens import StepTokens
+from demo.fakes.registry import worker_settings
 from harness.events import event, order_no, record
 from harness.services import TEST_TOKEN_SECRET
 
@@ -65,7 +65,7 @@ class Harness:
         SIGSTOP) past its lease, which the check before each call cannot prevent."""
         session = aiohttp.ClientSession()
         self._closers.append(session.close)
-        urls = {name.lower(): url for name, url in worker_urls(self.base_url).items()}
+        urls = {name.lower(): url for name, url in worker_settings(self.base_url).items()}
         settings = self.settings.model_copy(update={**urls, "effects__sms__url": sms_url or self.base_url,
                                                     "effect_timeout_seconds": timeout, "effects__sms__lookup": sms_lookup,
                                                     "effects__sms__lookup_settle_seconds": settle, **(providers or {})})

@@ -10,7 +10,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -30,6 +29,7 @@ from app.adapters.kafka.topics import TopicSpec
 from app.adapters.mysql.engine import session_sql_mode, ssl_context
 from app.adapters.mysql.schema import alembic_config
 from app.settings import Settings, get_settings
+from harness import preload
 
 if TYPE_CHECKING:
     from harness.releases import Release
@@ -260,13 +260,13 @@ class Worker:
         return self.release.version if self.release is not None else "current"
 
     def start(self) -> Worker:
-        if self.release is None:
-            faust, cwd, env = Path(sys.executable).with_name("faust"), ROOT, self.env
+        args = ["-A", "app", "worker", "-l", "info"]
+        if self.release is None:        # with the modules of a test's own its env names installed first
+            argv, cwd, env = preload.command("faust", args, self.env, script=True), ROOT, self.env
         else:
-            faust, cwd, env = self.release.faust, self.release.src, self.release.env(self.env)
+            argv, cwd, env = [str(self.release.faust), *args], self.release.src, self.release.env(self.env)
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([str(faust), "-A", "app", "worker", "-l", "info"], cwd=cwd,
-                                     env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         return self
 
     @property

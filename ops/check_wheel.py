@@ -2,7 +2,7 @@
 
 A worker installed from the wheel alone runs and migrates its database: the code (``app``, ``agents``,
 ``tables``), the migrations with their template, the console's page and scripts. Nothing for the
-demo or the tests: the fake providers (``app/demo``), ``harness``, ``tests``, ``bench``, ``ops``.
+demo or the tests: the demo and its fake providers (``demo``), ``harness``, ``tests``, ``bench``, ``ops``.
 ``make release`` runs it; ``tests/integration/test_wheel.py`` too.
 """
 
@@ -14,7 +14,7 @@ import zipfile
 NEEDED = ("app/main.py", "app/version.py", "app/admin.py", "agents/order_events.py", "tables/schema.py",
           "migrations/env.py", "migrations/script.py.mako", "migrations/versions/0001_t_idem.py",
           "app/web/console.html", "app/web/console.js")
-LEFT_OUT = ("app/demo/", "harness/", "tests/", "bench/", "ops/", "deploy/", "docs/")
+LEFT_OUT = ("demo/", "harness/", "tests/", "bench/", "ops/", "deploy/", "docs/")
 
 
 def problems(names: list[str]) -> list[str]:

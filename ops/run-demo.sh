@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make run`: the fake logistics/SMS services, one worker and the demo producer.
+# `make run`: the fake providers (demo/fakes), one worker and the demo producer (demo).
 # Everything here was set up by `make setup`. Ctrl-C stops what this started.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,8 +10,10 @@ mkdir -p "$LOGS"
 WEB_BIND="${WEB_BIND:-127.0.0.1}"
 WEB_PORT="${WEB_PORT:-6066}"
 FAKES_PORT="${FAKES_PORT:-8900}"
-export LOGISTICS_URL="${LOGISTICS_URL:-http://127.0.0.1:$FAKES_PORT}"
-export SMS_URL="${SMS_URL:-http://127.0.0.1:$FAKES_PORT}"
+# What sends every effect to the fakes, whichever provider it picks (EFFECTS__WAYBILL__PROVIDER=express
+# make run), from the fakes' registry as the tests get it; a setting you export yourself wins.
+while IFS= read -r setting; do export "$setting"; done \
+  < <("$BIN/python" -m demo.fakes --worker-settings "http://127.0.0.1:$FAKES_PORT")
 # The demo's deployment secret (docs, "Idempotency tokens"): fixed, so a restarted demo
 # derives the tokens its last run did. A real deployment sets a random one of its own.
 export IDEM_TOKEN_SECRET="${IDEM_TOKEN_SECRET:-demo-only-not-a-production-secret}"
@@ -36,7 +38,7 @@ wait_http() {  # wait_http <url> <what> <log>
   exit 1
 }
 
-"$BIN/python" -m app.demo.fakes --port "$FAKES_PORT" >"$LOGS/fakes.log" 2>&1 &
+"$BIN/python" -m demo.fakes --port "$FAKES_PORT" >"$LOGS/fakes.log" 2>&1 &
 pids+=($!)
 wait_http "http://127.0.0.1:$FAKES_PORT/__health" "the fake services" "$LOGS/fakes.log"
 
@@ -44,7 +46,7 @@ wait_http "http://127.0.0.1:$FAKES_PORT/__health" "the fake services" "$LOGS/fak
 pids+=($!)
 wait_http "http://$WEB_BIND:$WEB_PORT/health" "the worker" "$LOGS/worker.log"
 
-"$BIN/python" -m app.demo --orders "${DEMO_ORDERS:-100}"
+"$BIN/python" -m demo --orders "${DEMO_ORDERS:-100}"
 cat <<MSG
 
 [run] worker up.

@@ -116,6 +116,7 @@ class Accountant:
             if entry["kind"] == "original":
                 self.originals_of[entry["order_no"]].add(entry["type"])
         self.lost_ledger = lost_ledger_rows(manifest)
+        self.effect_steps = rules.effect_steps(manifest.get("effect_steps"))     # per event type
         self.calls_of: dict[tuple[str, str], list[dict]] = defaultdict(list)
         for call in (fakes or {}).get("calls", []):
             self.a.effects[f"{call.get('service')}_calls"] += 1
@@ -179,25 +180,22 @@ class Accountant:
 
     # -- one record -----------------------------------------------------------------
 
+    def effect_keys(self, order_no: str, type_: str) -> list[str]:
+        """The ``t_idem`` keys of the request's effect steps (every one the manifest declares)."""
+        return [f"{order_no}:{type_}:{step}" for step in self.effect_steps.get(type_, ())]
+
     def request_end(self, order_no: str, type_: str) -> str:
-        """How the request's steps ended: done, stale, failed, pending, absent or broken."""
-        local_key, effect_key = rules.step_keys(order_no, type_)
-        local, effect = self.t.idem.get(local_key), self.t.idem.get(effect_key) if effect_key else None
+        """How the request's steps ended: done, stale, failed, pending, absent or broken (of several
+        effect steps, the one furthest from done says it)."""
+        local = self.t.idem.get(rules.step_keys(order_no, type_)[0])
         if local is None:
             return "absent"
         if local["status"] != rules.DONE or local["outcome"] not in (rules.APPLIED, rules.STALE):
             return "broken"
         if local["outcome"] == rules.STALE:
             return "stale"
-        if effect_key is None:
-            return "done"
-        if effect is None:
-            return "broken"
-        if effect["status"] == rules.DONE:
-            return "done"
-        if effect["status"] == rules.FAILED:
-            return "stale" if effect["outcome"] == rules.STALE else "failed"
-        return "pending"
+        ends = {_effect_end(self.t.idem.get(key)) for key in self.effect_keys(order_no, type_)}
+        return next((end for end in ("broken", "pending", "failed", "stale") if end in ends), "done")
 
     def category(self, entry: dict) -> str:
         rows = self.ledger_at.get((entry["partition"], entry["offset"]), [])
@@ -346,6 +344,16 @@ def lost_ledger_rows(manifest: dict) -> set[tuple[int, int]]:
     lost = ((manifest.get("failover") or {}).get("lost") or {}).get("t_compensation") or {}
     return {(partition, offset) for group, topic, partition, offset, _timestamp in lost.get("keys", [])
             if (group, topic) == (manifest["group"], manifest["events_topic"])}
+
+
+def _effect_end(row: dict | None) -> str:
+    if row is None:
+        return "broken"
+    if row["status"] == rules.DONE:
+        return "done"
+    if row["status"] == rules.FAILED:
+        return "stale" if row["outcome"] == rules.STALE else "failed"
+    return "pending"
 
 
 def _name(entry: dict) -> str:

@@ -21,15 +21,16 @@ misaccounted          a dead letter that says the wrong thing: a malformed recor
                       reason that does not fit, a valid event as malformed, compensated or
                       superseded while its steps say otherwise, a copy on the dead-letter
                       topic without its row, a step row of an event nobody produced
-duplicate_effects     waybills, SMS or receipts beyond one per order (beyond none where none
-                      is due)
+duplicate_effects     waybills, SMS, receipts or another effect beyond one per order (beyond
+                      none where none is due)
 replayed_past_horizon a waybill call carrying a key its provider first took longer ago than
                       it keeps keys (``keys_kept_for_seconds`` in the manifest): no replay, a
                       call the provider may take as new
 missing_effects       a done step without its effect or receipt, an effect without its record
 unchecked_effects     an effect the pipeline declares (``effect_steps`` in the manifest) that the
-                      checker has no exactly-once check for, or a call in the fakes' ledger to a
-                      service it does not know: a new effect must come with its check
+                      checker has no exactly-once check for (one of its own, or its contract's:
+                      ``rules.BY_CONTRACT``), or a call in the fakes' ledger to a service neither
+                      it nor the manifest knows: a new effect must come with its check
 regressions           an order state that moved backwards, or is not where its events lead
 pending_left          ``t_idem`` rows still pending
 offsets_behind        records past the group's committed offsets
@@ -73,7 +74,7 @@ from harness.chaos.accounting import Accountant, Findings
 from harness.chaos.acked import check_acked
 from harness.chaos.agreement import check_agreement
 from harness.chaos.orders import OrderCheck
-from harness.chaos.rules import LOCAL_STEP, SERVICES, step_keys, unchecked_effects
+from harness.chaos.rules import LOCAL_STEP, effect_steps, known_services, step_keys, unchecked_effects
 from harness.chaos.upgrade_check import VIOLATIONS as UPGRADE_VIOLATIONS
 from harness.chaos.upgrade_check import check_upgrade
 
@@ -157,6 +158,7 @@ class CheckReport:
     resolved: int = 0
     unfinished_orders: int = 0
     effects: dict = field(default_factory=dict)
+    injected: dict = field(default_factory=dict)     # the faults each fake injected, by kind (its ledger's)
     dead_letter_topic: dict = field(default_factory=dict)
     offsets: dict = field(default_factory=dict)
     pending_in_database: int = 0
@@ -210,7 +212,8 @@ def check(manifest_path) -> CheckReport:
     except OSError as exc:
         findings.flag("unreadable", f"the fake services' ledger at {manifest['fakes_url']}: {exc!r}")
         fakes = None
-    report = CheckReport(seed=manifest.get("seed"), mode=manifest.get("mode"), cluster=_cluster(manifest))
+    report = CheckReport(seed=manifest.get("seed"), mode=manifest.get("mode"), cluster=_cluster(manifest),
+                         injected=(fakes or {}).get("injected") or {})
     _effects_checked(manifest, fakes, findings)
     books = None
     if tables is not None:      # without the tables nothing can be accounted for: the figures alone
@@ -269,7 +272,7 @@ def _effects_checked(manifest: dict, fakes: dict | None, findings: Findings) -> 
         for why in unchecked_effects(declared):
             findings.flag("unchecked_effects", why)
     called = Counter(call.get("service") for call in (fakes or {}).get("calls", []))
-    for service in sorted(set(called) - SERVICES, key=str):
+    for service in sorted(set(called) - known_services(declared), key=str):
         findings.flag("unchecked_effects", f"{called[service]:,} calls to the service {service!r}, which the "
                                            "checker does not know", called[service])
 
@@ -288,11 +291,14 @@ def _orders(manifest: dict) -> set[str]:
 
 def _keys(manifest: dict) -> list[str]:
     """Every step key any event of these orders could have written (never-produced ones too,
-    so a row for an event nobody sent is seen)."""
+    so a row for an event nobody sent is seen): the steps this checker knows, and every effect
+    step the manifest declares."""
+    declared = effect_steps(manifest.get("effect_steps"))
     keys = []
     for order_no in _orders(manifest):
         for type_ in LOCAL_STEP:
             keys += [k for k in step_keys(order_no, type_) if k]
+            keys += [f"{order_no}:{type_}:{step}" for step in declared.get(type_, ())]
     return keys
 
 

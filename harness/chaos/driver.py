@@ -50,6 +50,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import secrets
 import shutil
 import signal
@@ -68,6 +69,8 @@ from app.adapters.kafka import ops as kafka_ops
 from app.adapters.kafka.topics import topic_specs
 from app.pipeline.steps import PIPELINES
 from app.settings import Settings
+from demo.fakes import registry as fake_registry
+from harness import preload as preload_module
 from harness.chaos import evidence, latency
 from harness.chaos import manifest as manifests
 from harness.chaos import outbox as outboxes
@@ -120,10 +123,11 @@ CONNECT_KILLS = 5                      # with an outbox upstream: Connect SIGKIL
 
 
 def declared_effect_steps(pipelines=PIPELINES, settings: dict[str, str] | None = None,
-                          providers=None) -> list[dict]:
+                          providers=None, fakes=None) -> list[dict]:
     """Every effect step the pipeline declares, with the provider, the contract and how long the provider
     keeps keys (seconds, None: for ever) as a worker started with ``settings`` deploys it (the providers'
-    registry), for the checker to match against what it checks."""
+    registry), and what the fakes' ledger records that provider's calls as (its fake's ``services``: the
+    call, then its lookup), for the checker to match against what it checks."""
     effects = Settings(**{name.lower(): value for name, value in (settings or {}).items()
                           if name.upper().startswith(("EFFECTS__", "SMS_"))}).effects
     steps = []
@@ -135,10 +139,20 @@ def declared_effect_steps(pipelines=PIPELINES, settings: dict[str, str] | None =
                 provider = None
             resolved = effects.effect(step.effect.name)
             contract = provider.contract_for(resolved).value if provider else None
+            fake = fake_registry.of(provider.name, fakes) if provider else None
             steps.append({"event_type": type_.value, "step": step.name, "effect": step.effect.name,
                           "provider": provider.name if provider else None, "contract": contract,
-                          "keys_kept_for_seconds": provider.key_horizon(resolved) if provider else None})
+                          "keys_kept_for_seconds": provider.key_horizon(resolved) if provider else None,
+                          "services": list(fake.services) if fake else []})
     return steps
+
+
+def fakes_config(profile, seed: int) -> dict[str, dict]:
+    """How the run's fakes start (``POST /__config``): every fake the registry lists, a test's throwaway
+    one too, with the profile's latency, hang and pace, each seeded by its place in the registry."""
+    return {name: {"latency_ms": profile.latency_ms, "timeout_ms": profile.hang_ms, "seed": seed + i,
+                   **profile.pace_every, **profile.pace.get(name, {})}
+            for i, name in enumerate(fake_registry.names())}
 
 
 def registry_contract(settings: dict[str, str], effect: str) -> str | None:
@@ -164,8 +178,12 @@ class ChaosRun:
     def __init__(self, mode: str, seed: int | None = None, *, sabotage: str | None = None,
                  drain_timeout: float | None = None, cluster: bool = False, cut_forgets: bool = False,
                  db_failover: str | None = None, settings: dict[str, str] | None = None,
-                 outbox: str | None = None) -> None:
+                 outbox: str | None = None, preload: tuple[str, ...] = ()) -> None:
         self.mode, self.cluster, self.db_failover, self.outbox = mode, cluster, db_failover, outbox
+        # Modules of the caller's own (a provider with its effect's step and its fake), installed in this
+        # process and in every process the run starts: the workers, the fakes, the reconcile (harness.preload).
+        self.preload = tuple(preload)
+        self.process_env = {**os.environ, preload_module.VARIABLE: ",".join(preload)} if preload else None
         self.profile = (CLUSTER_PROFILES if cluster else PROFILES)[mode]
         # With every setting at its default, only what wires the workers to the run is set; ``settings``
         # (``--set``) come on top: another provider for an effect, a lookup switched off.
@@ -218,7 +236,12 @@ class ChaosRun:
     # -- the run ------------------------------------------------------------------------
     def execute(self) -> Outcome:
         where = "three Kafka nodes over SASL_SSL" if self.cluster else "one Kafka broker"
-        self.say(f"{self.mode} run on {where}, seed {self.seed}: everything goes to {self.rel(self.folder)}")
+        self.say(f"{self.mode} run on {where}, seed {self.seed}: everything goes to {self.rel(self.folder)}"
+                 + (f"; with {', '.join(self.preload)} installed" if self.preload else ""))
+        with preload_module.installed(self.preload):
+            return self._execute()
+
+    def _execute(self) -> Outcome:
         try:
             self.bring_up()
             shares = Shares(duplicate_within=self.profile.duplicate_within,
@@ -256,9 +279,7 @@ class ChaosRun:
         self.proxy = BlackholeProxy("127.0.0.1", self.mariadb.port).start()
         # Its connections still hung at the end are cancelled when it stops: not worth a traceback.
         self.proxy._loop.call_soon_threadsafe(self.proxy._loop.set_exception_handler, lambda loop, context: None)
-        self.fakes = FakesProcess({service: {"latency_ms": self.profile.latency_ms, "timeout_ms": self.profile.hang_ms,
-                                             "seed": self.seed + i, **self.profile.pace.get(service, {})}
-                                   for i, service in enumerate(("waybill", "sms", "express"))})
+        self.fakes = FakesProcess(fakes_config(self.profile, self.seed), env=self.process_env)
         if self.outbox:
             self.relay = OutboxRelay(bootstrap=self.brokers.bootstrap, topic=EVENTS,
                                      exactly_once=self.outbox == "exactly-once",
@@ -280,7 +301,8 @@ class ChaosRun:
                          MYSQL_URL=self.mariadb.url(DATABASE, USER, self.password, port=self.proxy.port),
                          ORDER_EVENT_TOPIC=EVENTS, DLQ_TOPIC=DLQ, ORDER_EVENT_PARTITIONS=str(PARTITIONS),
                          DLQ_PARTITIONS=str(DLQ_PARTITIONS), **self.fakes.env(),
-                         DATA_DIR=str(self.folder / "faust"))
+                         DATA_DIR=str(self.folder / "faust"),
+                         **({preload_module.VARIABLE: ",".join(self.preload)} if self.preload else {}))
         self.fleet = Fleet(env, self.folder / "workers", say=self.say)
         clock = time.monotonic()
         for slot in self.profile.slots:
@@ -355,8 +377,9 @@ class ChaosRun:
         env = {**self.fleet.env, "MYSQL_URL": self.mariadb.url(DATABASE, USER, self.password)}
         clock = time.monotonic()
         try:
-            done = subprocess.run([str(Path(sys.executable).with_name("faust")), "-A", "app", "reconcile", "--from",
-                                   since, "--to", until, "--json", "--no-store", "--export", str(export)],
+            done = subprocess.run(preload_module.command("faust", ["-A", "app", "reconcile", "--from", since, "--to",
+                                                                   until, "--json", "--no-store", "--export",
+                                                                   str(export)], env, script=True),
                                   cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
         except subprocess.TimeoutExpired as exc:
             self.say(f"THE RECONCILE DID NOT END: {exc!r}")
@@ -414,7 +437,7 @@ class ChaosRun:
             "worker_settings": self.worker_settings, "timings": self.timings, "run_dir": self.rel(self.folder),
             "failover": self.failover, "effect_steps": declared_effect_steps(settings=self.worker_settings),
             **({"envelope": "outbox", "upstream": self.upstream} if self.outbox else {}),
-            "reconcile": self.reconciled,
+            "reconcile": self.reconciled, "preload": list(self.preload),
             "upgrade": self.upgrade.record if self.upgrade is not None else None,
         }
         path = self.folder / "manifest.json"
@@ -481,9 +504,11 @@ class ChaosRun:
 
 def run(mode: str, seed: int | None = None, *, sabotage: str | None = None,
         drain_timeout: float | None = None, cluster: bool = False, cut_forgets: bool = False,
-        db_failover: str | None = None, settings: dict[str, str] | None = None, outbox: str | None = None) -> Outcome:
+        db_failover: str | None = None, settings: dict[str, str] | None = None, outbox: str | None = None,
+        preload: tuple[str, ...] = ()) -> Outcome:
     return ChaosRun(mode, seed, sabotage=sabotage, drain_timeout=drain_timeout, cluster=cluster,
-                    cut_forgets=cut_forgets, db_failover=db_failover, settings=settings, outbox=outbox).execute()
+                    cut_forgets=cut_forgets, db_failover=db_failover, settings=settings, outbox=outbox,
+                    preload=preload).execute()
 
 
 def _prune(runs: Path, keep: int) -> None:
@@ -535,6 +560,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="a worker setting on top of the mode's, e.g. EFFECTS__WAYBILL__PROVIDER=express (the "
                              "refuses-duplicates courier) or EFFECTS__SMS__LOOKUP=false (an SMS gateway without "
                              "lookup: contract none); repeatable")
+    parser.add_argument("--preload", action="append", default=[], metavar="MODULE",
+                        help="a module of your own installed in every process of the run first (its installed(): "
+                             "e.g. a provider with its effect's step and its fake, as harness/added_provider.py); "
+                             "repeatable")
     args = parser.parse_args(argv)
     if any("=" not in item for item in args.set):
         parser.error("--set takes NAME=VALUE")
@@ -551,7 +580,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--outbox runs on the single broker with one database (not with --cluster or --db-failover)")
     outcome = run(args.mode, args.seed, sabotage=args.sabotage, drain_timeout=args.drain_timeout,
                   cluster=args.cluster, cut_forgets=args.cut_forgets, db_failover=args.db_failover,
-                  settings=dict(item.split("=", 1) for item in args.set), outbox=args.outbox)
+                  settings=dict(item.split("=", 1) for item in args.set), outbox=args.outbox,
+                  preload=tuple(args.preload))
     if outcome.unexpected_exits:
         print(f"FAILED: workers exited without the test's doing: {json.dumps(outcome.unexpected_exits)}")
     if outcome.drain_error:

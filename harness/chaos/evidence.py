@@ -227,6 +227,6 @@ def read_windows(mysql: dict) -> list[dict]:
 # ---------------------------------------------------------- the fake services --
 
 def read_fakes_ledger(url: str, *, timeout: float = 120.0) -> dict:
-    """``GET /__ledger``: every call, the waybills per order, the SMS per order."""
+    """``GET /__ledger``: every call, what each fake did per effect and order, the faults they injected."""
     with urllib.request.urlopen(f"{url.rstrip('/')}/__ledger", timeout=timeout) as answer:
         return json.loads(answer.read())

@@ -6,7 +6,7 @@ person. How it got there is checked by replaying its recorded local steps in the
 order (``rules.replay``): every ``applied`` row a legal forward move, every ``stale`` row an
 order already at or past its target, ending where ``t_order`` is; a state below that end
 moved backwards. Effects are counted in the fake services' ledger, which records what the
-services did, not what the pipeline believes:
+services did, not what the pipeline believes (its ``effects``: what each fake did, by effect and order):
 
 * a done waybill step: exactly one waybill, a receipt naming it and the step's token, and
   every call of the order carrying that token; a waybill step failed ``stale`` (a CANCEL came
@@ -16,7 +16,12 @@ services did, not what the pipeline believes:
   its CANCEL with a person; with a lookup, never unknown;
 * never a second waybill or SMS for an order, nor a receipt without its waybill;
 * never a waybill call carrying a key its provider took longer ago than it keeps keys (the manifest's
-  ``keys_kept_for_seconds``): such a call may be new to the provider, a second waybill, not a replay.
+  ``keys_kept_for_seconds``): such a call may be new to the provider, a second waybill, not a replay;
+* any other effect the manifest declares, with a provider whose contract makes a call made twice
+  one effect (``rules.BY_CONTRACT``), by that contract alone, from what its fake filed in the ledger's
+  ``effects``: at most one per order; a done step: exactly one, carrying the step's token, and every
+  call of the order carrying that token; an applied event: its step done, voided (stale) or with a
+  person; an effect with no done step: a person has it. The same horizon rule holds for its calls.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ class OrderCheck:
         kinds = self.types_of.get(order_no, set())
         moves = []
         for type_ in rules.TYPES:
-            for key in filter(None, rules.step_keys(order_no, type_)):
+            for key in {*filter(None, rules.step_keys(order_no, type_)), *self.books.effect_keys(order_no, type_)}:
                 if key in self.t.idem and type_ not in kinds:
                     self.f.flag("misaccounted", f"{key}: a step of an event that was never produced")
             local = self.t.idem.get(rules.step_keys(order_no, type_)[0])
@@ -68,11 +73,14 @@ class OrderCheck:
                                            f"{sorted(kinds)} lead to {rules.STATUS_NAME[rules.final_state(kinds)]}")
         if self.fakes is not None:      # None: the services' ledger could not be read
             self.waybill(order_no, actual)
-            self.past_horizon(order_no)
             self.sms(order_no)
+            for declared in rules.by_contract(self.m.get("effect_steps")):
+                self.by_contract(order_no, declared)
+            for effect in {d["effect"] for d in self.m.get("effect_steps") or ()} | {"waybill"}:
+                self.past_horizon(order_no, effect)
 
     def waybill(self, order_no: str, actual: int | None) -> None:
-        issued = self.fakes.get("waybills", {}).get(order_no, [])
+        issued = [done.get("reference") for done in self.effects_of("waybill", order_no)]
         receipt = self.t.receipts.get(order_no)
         self.a.effects["waybills"] += len(issued)
         self.a.effects["receipts"] += receipt is not None
@@ -88,7 +96,8 @@ class OrderCheck:
                 self.f.flag("missing_effects", f"{order_no}: the receipt ({receipt['waybill_no']}, token "
                                                f"{receipt['idem_token']}) is not the API's {issued} for the step's "
                                                f"token {step['idem_token']}")
-            keys = {c.get("key") for service in rules.WAYBILL_SERVICES for c in self.books.calls(service, order_no)}
+            keys = {c.get("key") for service in rules.call_services(self.m.get("effect_steps"), "waybill")
+                    for c in self.books.calls(service, order_no)}
             if keys - {step["idem_token"]}:
                 self.f.flag("misaccounted", f"{order_no}: waybill calls carried {len(keys)} tokens, not only the "
                                             f"step's {step['idem_token']}")
@@ -110,12 +119,47 @@ class OrderCheck:
             self.f.flag("missing_effects", f"{order_no}: waybill {issued[0]} issued, no receipt records it (the "
                                            f"step is {'absent' if step is None else describe_row(step)})")
 
-    def past_horizon(self, order_no: str) -> None:
+    def effects_of(self, effect: str, order_no: str) -> list[dict]:
+        """What the providers of ``effect`` did for the order, as their fakes filed it (the ledger's
+        ``effects``: each with its ``reference``, the ``key`` it was asked under, ``at`` and ``provider``)."""
+        return self.fakes.get("effects", {}).get(effect, {}).get(order_no, [])
+
+    def by_contract(self, order_no: str, declared: dict) -> None:
+        """An effect with no check of its own, held to its provider's contract (``rules.BY_CONTRACT``)."""
+        effect, type_ = declared["effect"], declared["event_type"]
+        done = self.effects_of(effect, order_no)
+        step = self.t.idem.get(f"{order_no}:{type_}:{declared['step']}")
+        local = self.t.idem.get(rules.step_keys(order_no, type_)[0])
+        person = self.books.left_to_person(order_no, type_)
+        self.a.effects[effect] += len(done)
+        if len(done) > 1:
+            self.duplicate(order_no, f"{len(done)} {effect} effects {[d.get('reference') for d in done]}",
+                           len(done) - 1)
+        if step is not None and step["status"] == rules.DONE:
+            if step["idem_token"] not in {d.get("key") for d in done}:
+                self.f.flag("missing_effects", f"{order_no}: the {declared['step']} step is done, the provider did "
+                                               f"{len(done)} {effect} effects, none under its token {step['idem_token']}")
+            keys = {c.get("key") for service in rules.call_services([declared], effect)
+                    for c in self.books.calls(service, order_no)}
+            if keys - {step["idem_token"]}:
+                self.f.flag("misaccounted", f"{order_no}: {effect} calls carried {len(keys)} tokens, not only the "
+                                            f"step's {step['idem_token']}")
+            return
+        stale = step is not None and step["status"] == rules.FAILED and step["outcome"] == rules.STALE
+        applied = local is not None and local["status"] == rules.DONE and local["outcome"] == rules.APPLIED
+        if applied and not stale and not person:
+            self.f.flag("missing_effects", f"{order_no}: its {type_} applied, its {declared['step']} step is "
+                                           f"{'absent' if step is None else describe_row(step)}")
+        if done and not person:
+            self.f.flag("missing_effects", f"{order_no}: the provider did {effect} {done[0].get('reference')}, its "
+                                           f"{declared['step']} step is {'absent' if step is None else describe_row(step)}")
+
+    def past_horizon(self, order_no: str, effect: str) -> None:
         """Calls that repeated a key after the provider may have forgotten it (from its first taking)."""
-        horizon = rules.keys_kept_for(self.m.get("effect_steps"), "waybill")
+        horizon = rules.keys_kept_for(self.m.get("effect_steps"), effect)
         if horizon is None:
             return
-        for service in rules.WAYBILL_SERVICES:
+        for service in rules.call_services(self.m.get("effect_steps"), effect):
             taken = (self.fakes.get("keys") or {}).get(service) or {}
             for call in self.books.calls(service, order_no):
                 first = taken.get(call.get("key"))
@@ -125,15 +169,15 @@ class OrderCheck:
                                                          f"it; it keeps keys {horizon:g}s")
 
     def sms(self, order_no: str) -> None:
-        sent = self.fakes.get("sms", {}).get(order_no, [])
+        sent = self.effects_of("sms", order_no)
         self.a.effects["sms"] += len(sent)
         step = self.t.idem.get(rules.step_keys(order_no, "ORDER_CANCEL")[1])
         if len(sent) > 1:
-            self.duplicate(order_no, f"{len(sent)} SMS {[m.get('message_id') for m in sent]}", len(sent) - 1)
+            self.duplicate(order_no, f"{len(sent)} SMS {[m.get('reference') for m in sent]}", len(sent) - 1)
         if step is not None and step["status"] == rules.DONE:
             if not sent:
                 self.f.flag("missing_effects", f"{order_no}: the SMS step is done, the gateway sent none")
-            elif step["idem_token"] not in {m.get("client_ref") for m in sent}:
+            elif step["idem_token"] not in {m.get("key") for m in sent}:
                 self.f.flag("missing_effects", f"{order_no}: no SMS carries the step's client_ref "
                                                f"{step['idem_token']}")
             return

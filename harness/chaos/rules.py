@@ -39,7 +39,15 @@ CHECKED_EFFECTS = {"waybill": ("issue_waybill", "ORDER_CONFIRM"), "sms": ("send_
 # (``key_horizon_passed``), not ``pending_left``.
 CHECKED_CONTRACTS = {"waybill": frozenset({"replays", "refuses_duplicates"}), "sms": frozenset({"lookup", "none"})}
 EFFECT_STEP = {type_: step for step, type_ in CHECKED_EFFECTS.values()}
-# What the fakes' ledger may record calls to: each provider's calls, then its lookups.
+# Any other effect is held to its contract alone, when that is one a call made twice cannot make
+# twice (``orders.OrderCheck.by_contract``): at most one effect at the provider for each order,
+# exactly one for a done step, carrying its token; none for a step that never ran or was voided,
+# unless a person has it. Its fake files what it did in the ledger's ``effects``, and the manifest
+# names the services its calls are recorded as (``effect_steps``' ``services``: the call first).
+# Its rows and its calls are read like the others'; a contract outside this set needs a check of its own.
+BY_CONTRACT = frozenset({"replays", "refuses_duplicates"})
+# What the fakes' ledger may record calls to when the manifest does not say (``effect_steps``'
+# ``services``): each shipped provider's calls, then its lookups.
 SERVICES = frozenset({"waybill", "express", "express_lookup", "sms", "sms_lookup"})
 WAYBILL_SERVICES = ("waybill", "express")        # the calls that carry a waybill step's token as "key"
 TYPES = tuple(TARGET)
@@ -94,13 +102,18 @@ def step_keys(order_no: str, type_: str) -> tuple[str, str | None]:
 
 def unchecked_effects(declared: Iterable[dict]) -> list[str]:
     """The declared effect steps (``{"event_type", "step", "effect"}``, from the manifest) this checker
-    does not check: an effect it does not know, or a known effect at a step or event type it does not expect."""
+    does not check: an effect it does not know and cannot hold to its contract alone (``BY_CONTRACT``),
+    or a known effect at a step or event type it does not expect."""
     unknown = []
     for d in declared:
         known = CHECKED_EFFECTS.get(d["effect"])
+        if known is None and d.get("contract") in BY_CONTRACT and d.get("services"):
+            continue
         if known is None:
-            unknown.append(f"effect {d['effect']!r} (step {d['step']} of {d['event_type']}): the checker has no "
-                           "exactly-once check for it; add one to harness/chaos/orders.py and name it in "
+            unknown.append(f"effect {d['effect']!r} (step {d['step']} of {d['event_type']}, contract "
+                           f"{d.get('contract')!r}): the checker has no exactly-once check for it; deploy it with a "
+                           f"provider of a contract it holds any effect to ({', '.join(sorted(BY_CONTRACT))}) and a "
+                           "fake that files its effects, or add a check to harness/chaos/orders.py and name it in "
                            "harness/chaos/rules.py CHECKED_EFFECTS")
         elif known != (d["step"], d["event_type"]):
             unknown.append(f"effect {d['effect']!r} at step {d['step']} of {d['event_type']}: the checker checks it "
@@ -111,6 +124,35 @@ def unchecked_effects(declared: Iterable[dict]) -> list[str]:
                            f"(it has {', '.join(sorted(CHECKED_CONTRACTS[d['effect']]))}); add one to "
                            "harness/chaos/orders.py and name it in harness/chaos/rules.py CHECKED_CONTRACTS")
     return unknown
+
+
+def by_contract(declared: Iterable[dict] | None) -> list[dict]:
+    """The declared effect steps held to their contract alone (the others have checks of their own)."""
+    return [d for d in declared or () if d["effect"] not in CHECKED_EFFECTS and d.get("contract") in BY_CONTRACT]
+
+
+def effect_steps(declared: Iterable[dict] | None) -> dict[str, list[str]]:
+    """Each event type's effect steps, in order: the manifest's (``effect_steps``), else the ones this
+    checker knows."""
+    if declared is None:
+        return {type_: [step] for type_, step in EFFECT_STEP.items()}
+    found: dict[str, list[str]] = {}
+    for d in declared:
+        found.setdefault(d["event_type"], []).append(d["step"])
+    return found
+
+
+def known_services(declared: Iterable[dict] | None) -> frozenset[str]:
+    """What the fakes' ledger may record calls to: the shipped providers' services, and those the
+    manifest names for the run's providers."""
+    return SERVICES | {service for d in declared or () for service in d.get("services") or ()}
+
+
+def call_services(declared: Iterable[dict] | None, effect: str) -> tuple[str, ...]:
+    """The services whose calls carry a step of ``effect``'s token as ``key``: each of its run's providers'
+    call (the first of its services), and for the waybill every shipped provider's."""
+    named = tuple(d["services"][0] for d in declared or () if d["effect"] == effect and d.get("services"))
+    return tuple(dict.fromkeys((*named, *(WAYBILL_SERVICES if effect == "waybill" else ()))))
 
 
 def keys_kept_for(declared: Iterable[dict] | None, effect: str) -> float | None:

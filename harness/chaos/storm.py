@@ -1,13 +1,14 @@
 """The storm: everything that goes wrong while the records are produced.
 
     all along      a random worker SIGKILLed every few seconds, started again a second later;
-                   the APIs fail at random: 5xx before doing the work, the reply lost after
-                   doing it (reset), a hang past the client's timeout, and latency
+                   the APIs fail at random (every fake the registry lists): 5xx before doing
+                   the work, the reply lost after doing it (reset), a hang past the client's
+                   timeout, and latency
     once each      a worker added, a worker removed (SIGTERM): rebalances
                    MariaDB SIGKILLed and started again on the same data and port
                    the Kafka broker SIGKILLed and started again on the same data and port
                    the database's network cut (the proxy blackholes: connections hang)
-                   both APIs answer 503 (the SMS gateway's lookup too)
+                   every fake API answers 503 (and its lookup)
 
 On the three-node cluster (``--cluster``) the single broker's restart gives way to:
 
@@ -51,6 +52,7 @@ import time
 from dataclasses import dataclass, field
 
 from app.adapters.kafka import ops as kafka_ops
+from demo.fakes import registry as fake_registry
 from harness.chaos.failover import rewind_group
 from harness.chaos.fleet import Fleet
 from harness.chaos.producer import SteadyProducer
@@ -112,13 +114,17 @@ class Profile:
     # database at its schema; the big faults name the upgrade's steps.
     upgrade: bool = False
     api_rates: dict = field(default_factory=lambda: {"fail_rate": 0.02, "reset_rate": 0.02, "timeout_rate": 0.01})
-    faulty: tuple[str, ...] = ("waybill", "express", "sms")     # the services the rates apply to
+    # The fakes the rates apply to, by name; None: every fake the registry lists (``demo.fakes.registry``),
+    # a test's throwaway one too.
+    faulty: tuple[str, ...] | None = None
     # The workers' settings: the run's own, chosen to move in seconds (``driver.WORKER_SETTINGS``),
     # or every one at its default, as a user runs them.
     default_settings: bool = False
     hang_ms: float = 2500                # a "timeout" of the fake APIs: past the client's timeout
     latency_ms: float = 5
-    pace: dict = field(default_factory=dict)     # per fake API, its pace from the start (``app.demo.fakes``)
+    # Every fake's pace from the start, and a fake's own on top, by name (``demo/fakes/faults.py``).
+    pace_every: dict = field(default_factory=dict)
+    pace: dict = field(default_factory=dict)
 
 
 PROFILES = {
@@ -144,7 +150,7 @@ TAIL = {"latency_median_ms": 100, "latency_sigma": 0.8}
 # only its order, so this is the run where records of one partition finish out of order.
 PROFILES["pace"] = Profile("pace", min_events=30_000, min_orders=6_000, rate=150, kill_every=(6, 12), cut_seconds=20,
                            api_503_seconds=30, drain_timeout=900, duplicate_within=2000, hang_ms=5_000, latency_ms=0,
-                           pace={"waybill": {**TAIL, "calls_per_second": 150}, "sms": TAIL, "express": TAIL},
+                           pace_every=TAIL, pace={"waybill": {"calls_per_second": 150}},
                            api_rates={"fail_rate": 0.02, "reset_rate": 0.02, "timeout_rate": 0.01})
 # A rolling upgrade under load and its rollback (``harness.chaos.upgrade``): the previous release's
 # workers, the current code's migrations online, each worker replaced by the current code one at a
@@ -233,8 +239,10 @@ class Storm:
             [(f * seconds, fault) for f, fault in zip(slots, big)], gates)))
         if self.sabotage == "crash":
             plan.append((0.5 * seconds, self.crash_a_worker))
-        self.log("api_faults_on", detail=", ".join(f"{k} {v}" for k, v in self.profile.api_rates.items()))
-        await self._configure({service: self.profile.api_rates for service in self.profile.faulty})
+        faulty = self.fault_targets()
+        self.log("api_faults_on", detail=", ".join(f"{k} {v}" for k, v in self.profile.api_rates.items())
+                 + f" on {', '.join(faulty)}")
+        await self._configure({name: self.profile.api_rates for name in faulty})
         self.broker_up.set()
         producing = asyncio.create_task(self.producer.run())
         started = time.monotonic()
@@ -251,9 +259,13 @@ class Storm:
             for task in (producing, *faults, kills, watching):
                 task.cancel()
             await asyncio.gather(producing, *faults, kills, watching, return_exceptions=True)
-        await self._configure({service: {rate: 0 for rate in self.profile.api_rates} for service in self.profile.faulty})
+        await self._configure({name: {rate: 0 for rate in self.profile.api_rates} for name in faulty})
         self.log("api_faults_off")
         return produced
+
+    def fault_targets(self) -> tuple[str, ...]:
+        """The fakes the random faults strike: the profile's, else every fake the registry lists."""
+        return self.profile.faulty or fake_registry.names()
 
     async def _at(self, when: float, fault) -> None:
         await asyncio.sleep(max(0.0, when - time.monotonic()))
@@ -551,13 +563,14 @@ class Storm:
                                           f"before the rewind: {behind}")
 
     async def apis_503(self) -> None:
-        down = {"fail_next": FOREVER, "fail_status": 503}
-        await self._configure({"waybill": down, "express": {**down, "lookup_fail_next": FOREVER},
-                               "sms": {**down, "lookup_fail_next": FOREVER}})
-        self.log("api_503_on", detail=f"{self.profile.api_503_seconds:g}s, both APIs and the SMS lookup")
+        """Every fake the registry lists answers 503, its lookup too if it has one."""
+        names = fake_registry.names()
+        await self._configure({name: {"fail_next": FOREVER, "fail_status": 503, "lookup_fail_next": FOREVER}
+                               for name in names})
+        self.log("api_503_on", detail=f"{self.profile.api_503_seconds:g}s, every fake API and its lookup: "
+                                      f"{', '.join(names)}")
         await asyncio.sleep(self.profile.api_503_seconds)
-        await self._configure({"waybill": {"fail_next": 0}, "express": {"fail_next": 0, "lookup_fail_next": 0},
-                               "sms": {"fail_next": 0, "lookup_fail_next": 0}})
+        await self._configure({name: {"fail_next": 0, "lookup_fail_next": 0} for name in names})
         self.log("api_503_off")
 
     async def crash_a_worker(self) -> None:

@@ -32,6 +32,28 @@ def test_compose_file_is_valid_and_complete():
     assert "python -m app.admin migrate" in " ".join(services["migrate"]["command"])
 
 
+def stages() -> dict[str, list[str]]:
+    """The Dockerfile's stages, by name: each stage's lines (the last is what ``build: .`` builds)."""
+    found: dict[str, list[str]] = {}
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if match := re.match(r"FROM \S+ AS (\S+)", line):
+            found[match[1]] = lines = [line]
+        elif found and line.strip() and not line.startswith("#"):
+            lines.append(line)
+    return found
+
+
+def test_the_fakes_run_from_an_image_that_holds_them_and_the_workers_from_one_that_does_not():
+    services, built = rendered()["services"], stages()
+    fakes = services["fakes"]
+    assert fakes["command"][:3] == ["python", "-m", "demo.fakes"]
+    assert fakes["build"]["target"] == "fakes" and "COPY demo ./demo" in built["fakes"]
+    assert list(built)[-1] == "worker"              # what build: . builds
+    for name in ("worker", "migrate"):
+        assert "target" not in services[name]["build"]
+    assert not [line for stage in ("base", "worker") for line in built[stage] if "demo" in line]
+
+
 def mounts_of(service: dict) -> dict[str, tuple[Path, list[str]]]:
     mounts = {}
     for volume in service["volumes"]:

@@ -15,11 +15,11 @@ import pytest
 from app.adapters.effects import http_session
 from app.adapters.effects.sms import SmsClient
 from app.bootstrap import Runtime
-from app.demo.fakes import worker_urls
 from app.pipeline.errors import EffectNotDelivered, EffectOutcomeUnknown
 from app.pipeline.model import EffectJob
 from app.pipeline.states import OrderStatus
 from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
+from demo.fakes.registry import worker_settings
 from harness.events import order_no
 from harness.fakes import fakes_in_process
 
@@ -82,7 +82,7 @@ async def test_the_order_agent_never_waits_for_a_connection_the_compensator_hold
     on a pool of its own."""
     async with fakes_in_process({"sms": {"latency_ms": 4_000}}) as (fakes, url):
         s = settings.model_copy(update={
-            **{name.lower(): value for name, value in worker_urls(url).items()}, "effect_concurrency": 1,
+            **{name.lower(): value for name, value in worker_settings(url).items()}, "effect_concurrency": 1,
             "effect_timeout_seconds": 3.0, "batch_size": 1, "compensation_drain_batch_size": 1,
             "compensator_batch_size": 1, "bulk_chunk_size": 1})
         runtime = await Runtime(s).start(kafka=False)

@@ -8,10 +8,11 @@ import aiohttp
 import pytest
 from pydantic import SecretStr
 
-from app.adapters.effects.express import FAKE_KEY_ID, FAKE_SECRET, HEADERS, ExpressClient
+from app.adapters.effects.express import HEADERS, ExpressClient
 from app.adapters.effects.signing import CredentialsRefused, HmacSigner
 from app.pipeline.errors import EffectRejected, EffectUnavailable
 from app.pipeline.states import OrderStatus
+from demo.fakes.express import KEY_ID, SECRET
 from harness.pipeline import ev, paid_orders
 
 EXPRESS = {"effects__waybill__provider": "express"}
@@ -80,10 +81,10 @@ async def test_a_business_refusal_in_the_envelope_fails_the_record_for_a_person(
 async def test_a_wrong_secret_is_refused_at_start_up_and_never_retried(harness):
     async with aiohttp.ClientSession() as session:
         good = ExpressClient(session, base_url=harness.base_url, timeout_seconds=2.0,
-                             signer=HmacSigner(FAKE_KEY_ID, SecretStr(FAKE_SECRET), **_headers()))
+                             signer=HmacSigner(KEY_ID, SecretStr(SECRET), **_headers()))
         await good.check_credentials()                       # accepted: raises nothing
         wrong = ExpressClient(session, base_url=harness.base_url, timeout_seconds=2.0,
-                              signer=HmacSigner(FAKE_KEY_ID, SecretStr("not-the-secret"), **_headers()))
+                              signer=HmacSigner(KEY_ID, SecretStr("not-the-secret"), **_headers()))
         with pytest.raises(CredentialsRefused, match="refused this deployment's signature.*EFFECTS__WAYBILL__SECRET"):
             await wrong.check_credentials()
     assert harness.fakes.ledger.refused_signatures == 1
@@ -98,7 +99,7 @@ async def test_a_wrong_secret_is_refused_at_start_up_and_never_retried(harness):
 
 async def test_a_replayed_signature_is_refused_by_the_fake(harness):
     """The fake's own check can fail: the same nonce twice is refused (what a replayed request meets)."""
-    signer = HmacSigner(FAKE_KEY_ID, SecretStr(FAKE_SECRET), **_headers())
+    signer = HmacSigner(KEY_ID, SecretStr(SECRET), **_headers())
     headers = signer.headers("GET", "/express/v1/orders/x", b"")
     async with aiohttp.ClientSession() as session:
         statuses = []

@@ -15,12 +15,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from app.adapters.effects import express, http_session, sms
 from app.adapters.effects.registry import token_paths
-from app.demo.fakes import worker_urls
 from app.observability.tracing import client_trace_configs
 from app.pipeline.model import EffectJob
 from app.pipeline.states import OrderStatus
 from app.pipeline.steps import ISSUE_WAYBILL, SEND_SMS
 from app.pipeline.tokens import StepTokens
+from demo.fakes.registry import worker_settings
 from harness.events import order_no
 from harness.fakes import fakes_in_process
 
@@ -40,7 +40,7 @@ async def test_a_client_span_shows_the_tokens_name_never_the_token(settings):
     sent, couriered = order_no(prefix="TRSMS"), order_no(prefix="TREXP")
     sms_token, express_token = tokens(f"{sent}:ORDER_CANCEL:send_cancel_sms"), tokens(f"{couriered}:ORDER_CONFIRM:x")
     async with fakes_in_process() as (fakes, url):
-        s = settings.model_copy(update={**{k.lower(): v for k, v in worker_urls(url).items()}, "sms_lookup": True})
+        s = settings.model_copy(update={**{k.lower(): v for k, v in worker_settings(url).items()}, "sms_lookup": True})
         async with http_session(2, client_trace_configs(token_paths(), tracer_provider=provider)) as session:
             gateway = sms.build(session, s.effects.effect("sms"))
             courier = express.build(session, s.effects.effect("waybill"))

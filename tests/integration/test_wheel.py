@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,13 @@ def test_the_wheel_holds_what_a_worker_needs_and_no_demo_or_test_machinery(wheel
                           text=True)
     assert done.returncode == 0, done.stderr
     assert wheel.name == f"order_event_processor-{VERSION}-py3-none-any.whl"
+    # The demo and its fakes stay in the repository, and the check would say so if they did not.
+    with zipfile.ZipFile(wheel) as built:
+        assert not [name for name in built.namelist() if name.startswith(("demo/", "app/demo/"))]
+    refused = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'ops'); import check_wheel; "
+                              "print(check_wheel.problems(['demo/fakes/server.py']))"], cwd=ROOT, capture_output=True,
+                             text=True)
+    assert "must not ship: demo/fakes/server.py" in refused.stdout, refused.stderr
 
 
 def test_an_installed_wheel_migrates_its_database_and_runs_a_worker_from_an_empty_folder(installed, settings, topics,
@@ -84,9 +92,9 @@ def test_an_installed_wheel_migrates_its_database_and_runs_a_worker_from_an_empt
             return subprocess.run([str(installed / "python"), "-m", "app.admin", *args], cwd=empty, env=env,
                                   capture_output=True, text=True, timeout=300)
 
-        demo = subprocess.run([str(installed / "python"), "-c", "import app.demo"], cwd=empty, env=env,
+        demo = subprocess.run([str(installed / "python"), "-c", "import demo.fakes"], cwd=empty, env=env,
                               capture_output=True, text=True)
-        assert demo.returncode != 0 and "No module named 'app.demo'" in demo.stderr
+        assert demo.returncode != 0 and "No module named 'demo'" in demo.stderr
         assert admin("version").stdout.startswith(f"order-event-processor {VERSION}\n")
         migrated = admin("migrate")
         assert migrated.returncode == 0, migrated.stderr

@@ -3,6 +3,7 @@ the two are written apart on purpose, so this is where they must agree."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from itertools import product
 
@@ -13,8 +14,10 @@ from app.pipeline.states import LedgerStatus, OrderStatus
 from app.pipeline.states import judge_move as pipeline_judge
 from app.pipeline.steps import PIPELINES, Effect, EffectStep
 from harness.chaos import checker, rules
-from harness.chaos.accounting import Findings
+from harness.chaos.accounting import Accountant, Findings
 from harness.chaos.driver import declared_effect_steps
+from harness.chaos.evidence import Tables, TopicRead
+from harness.chaos.orders import OrderCheck
 
 ORDER_STATES = [None, *OrderStatus]
 
@@ -129,3 +132,55 @@ def test_the_sms_latency_percentiles_are_nearest_rank_and_count_the_tail():
     d = distribution(waits)
     assert (d["p50"], d["p99"], d["p99.9"], d["max"]) == (1.0, 1.0, 61.0, 200.0)
     assert (d["over_60s"], d["over_180s"], d["within_60s_percent"]) == (2, 1, 99.8)
+
+
+# -- an effect held to its contract alone (rules.BY_CONTRACT) ---------------------------------
+
+POINTS = {"event_type": "ORDER_PAID", "step": "credit_points", "effect": "points", "provider": "loyalty",
+          "contract": "replays", "keys_kept_for_seconds": 3600, "services": ["loyalty"]}
+ORDER = "ORD-20261201-PTS1"
+
+
+def _judged(step: dict | None, done: list[dict], *, local_outcome: str = "applied", calls=()) -> Counter:
+    """What the checker finds of the points effect of one order whose PAID ran, given its step's row and
+    what the provider did."""
+    idem = {f"{ORDER}:ORDER_PAID:mark_paid": {"status": rules.DONE, "outcome": local_outcome}}
+    if step is not None:
+        idem[f"{ORDER}:ORDER_PAID:credit_points"] = step
+    manifest = {"produced": [], "events_topic": "order-event", "effect_steps": [POINTS], "orders": {}}
+    fakes = {"effects": {"points": {ORDER: done}}, "calls": list(calls)}
+    books = Accountant(manifest, TopicRead(), TopicRead(), Tables(idem, {}, {}, [], 0), fakes, Findings())
+    OrderCheck(books).by_contract(ORDER, POINTS)
+    return books.f.counts
+
+
+def _done(token: str) -> dict:
+    return {"status": rules.DONE, "outcome": "points_credited", "idem_token": token}
+
+
+def test_an_effect_held_by_its_contract_is_declared_checked_and_its_calls_known():
+    assert rules.unchecked_effects([POINTS]) == [] and "loyalty" in rules.known_services([POINTS])
+    assert rules.unchecked_effects([{**POINTS, "contract": "lookup"}])           # no rule for that one
+    assert rules.unchecked_effects([{**POINTS, "services": []}])                  # no fake filing its effects
+    assert rules.effect_steps([POINTS]) == {"ORDER_PAID": ["credit_points"]}
+
+
+def test_an_effect_held_by_its_contract_passes_when_it_happened_once_under_its_token():
+    calls = [{"service": "loyalty", "key": "T1", "body": {"order_no": ORDER}}] * 2
+    assert _judged(_done("T1"), [{"reference": "PT1", "key": "T1"}], calls=calls) == Counter()
+    assert _judged({"status": rules.FAILED, "outcome": "stale", "idem_token": None}, []) == Counter()   # voided
+    assert _judged(None, [], local_outcome="stale") == Counter()                  # its event stale: never called
+
+
+@pytest.mark.parametrize("step, done, calls, kind", [
+    (_done("T1"), [{"reference": "PT1", "key": "T1"}, {"reference": "PT2", "key": "T1"}], (), "duplicate_effects"),
+    (_done("T1"), [{"reference": "PT1", "key": "T9"}], (), "missing_effects"),      # not under its token
+    (_done("T1"), [], (), "missing_effects"),                                        # done, nothing happened
+    (None, [], (), "missing_effects"),                                               # applied, never called
+    ({"status": rules.FAILED, "outcome": "stale", "idem_token": None}, [{"reference": "PT1", "key": "T1"}], (),
+     "missing_effects"),                                                             # voided, yet it happened
+    (_done("T1"), [{"reference": "PT1", "key": "T1"}],
+     [{"service": "loyalty", "key": "T2", "body": {"order_no": ORDER}}], "misaccounted"),   # another token sent
+])
+def test_an_effect_held_by_its_contract_fails_the_run_when_it_did_not_happen_exactly_once(step, done, calls, kind):
+    assert _judged(step, done, calls=calls)[kind] == 1

@@ -12,10 +12,11 @@ from pydantic import ValidationError
 from app.adapters.effects import EffectClients, LookupOutsideContract, MissingEffectClient, registry
 from app.adapters.effects.provider import Provider
 from app.bootstrap import EFFECT_CLIENTS
-from app.demo.fakes import worker_urls
 from app.pipeline.events import EventType
 from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, Contract, Effect, EffectStep
 from app.settings import Settings
+from demo.fakes import registry as fakes
+from demo.fakes.fake import Fake
 from harness.chaos import rules
 from harness.chaos.driver import declared_effect_steps
 
@@ -98,8 +99,9 @@ class LockerClient:
 
 
 LOCKER = Provider("locker", PARCEL, Contract.REFUSES_DUPLICATES, lambda session, s: LockerClient(s),
-                  services=("locker", "locker_lookup"), fake_settings={"KEY_ID": "demo"},
                   keys_kept_for=timedelta(hours=36))
+LOCKER_FAKE = Fake("locker", "parcel_locker", lambda fakes: [], services=("locker", "locker_lookup"),
+                   settings={"KEY_ID": "demo"})
 
 
 def test_a_new_effect_is_seen_by_every_place_that_reads_the_registry():
@@ -119,23 +121,32 @@ def test_a_new_effect_is_seen_by_every_place_that_reads_the_registry():
     port = EffectClients({n: f(None, settings.effects) for n, f in factories.items()}, required=effects_used)
     assert port.contracts["parcel_locker"] is Contract.REFUSES_DUPLICATES
     assert port.horizons["parcel_locker"] == 36 * 3600
-    # the demo fakes: the settings that send a worker's calls of it there
-    assert registry.fake_settings("http://fakes", effects_used, providers)["EFFECTS__PARCEL_LOCKER__URL"] == "http://fakes"
-    assert registry.fake_settings("http://fakes", effects_used, providers)["EFFECTS__PARCEL_LOCKER__KEY_ID"] == "demo"
+    # the demo fakes (its fake declared beside the others): the settings that send a worker's calls of it there
+    sent = fakes.worker_settings("http://fakes", effects_used, (*fakes.FAKES, LOCKER_FAKE))
+    assert (sent["EFFECTS__PARCEL_LOCKER__URL"], sent["EFFECTS__PARCEL_LOCKER__KEY_ID"]) == ("http://fakes", "demo")
     # the lease check: its lookup counts like any other
     assert "parcel_locker" in Settings(effects__parcel_locker__lookup=True).effects.lookups()
     # the chaos checker: told its provider and contract, and refusing it until it has a check
-    steps = declared_effect_steps(pipelines, providers=providers)
+    steps = declared_effect_steps(pipelines, providers=providers, fakes=(*fakes.FAKES, LOCKER_FAKE))
     [locker] = [d for d in steps if d["effect"] == "parcel_locker"]
-    assert (locker["provider"], locker["contract"], locker["keys_kept_for_seconds"]) == (
-        "locker", "refuses_duplicates", 36 * 3600)
-    assert any("'parcel_locker'" in why for why in rules.unchecked_effects(steps))
+    assert (locker["provider"], locker["contract"], locker["keys_kept_for_seconds"], locker["services"]) == (
+        "locker", "refuses_duplicates", 36 * 3600, ["locker", "locker_lookup"])
+    assert rules.unchecked_effects(steps) == []     # an idempotent contract: held to it by the checker's own rule
 
 
 def test_the_fakes_serve_every_shipped_effect():
-    urls = worker_urls("http://fakes")
+    urls = fakes.worker_settings("http://fakes")
     for name in {step.effect.name for pipe in PIPELINES.values() for step in pipe.effects}:
         assert urls[f"EFFECTS__{name.upper()}__URL"] == "http://fakes"
+
+
+def test_every_provider_has_its_fake_and_every_fake_plays_a_provider_of_its_effect():
+    """The demo and the tests can deploy every provider; a fake names its provider (it does not import
+    it: it keeps the contract as the provider's documentation has it), so the names are held here."""
+    providers = {p.name: p.effect.name for p in registry.PROVIDERS}
+    assert {f.provider: f.effect for f in fakes.FAKES} == providers
+    assert all(f.services and len(set(f.services)) == len(f.services) for f in fakes.FAKES)
+    assert len({s for f in fakes.FAKES for s in f.services}) == sum(len(f.services) for f in fakes.FAKES)
 
 
 def test_each_provider_says_how_long_it_keeps_keys_and_a_deployment_may_say_its_own():
@@ -153,3 +164,17 @@ def test_each_provider_says_how_long_it_keeps_keys_and_a_deployment_may_say_its_
     for nonsense in ("0", "-5", "a day"):
         with pytest.raises(ValidationError, match="keys_kept_for_seconds"):
             Settings(effects__waybill__keys_kept_for_seconds=nonsense)
+
+
+def test_make_run_sends_a_worker_to_the_fakes_but_keeps_what_the_environment_sets(monkeypatch):
+    from demo.fakes.__main__ import unset_settings
+
+    for name in fakes.worker_settings("http://fakes"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("SMS_URL", raising=False)
+    assert unset_settings("http://fakes:8901") == fakes.worker_settings("http://fakes:8901")
+    monkeypatch.setenv("LOGISTICS_URL", "http://mine:1")          # the waybill's URL under its older name
+    monkeypatch.setenv("EFFECTS__SMS__URL", "http://mine:2")
+    found = unset_settings("http://fakes:8901")
+    assert "EFFECTS__WAYBILL__URL" not in found and "EFFECTS__SMS__URL" not in found
+    assert found["EFFECTS__WAYBILL__KEY_ID"] == "demo-merchant"     # what the express fake needs, for its provider

@@ -128,8 +128,6 @@ FLOORS: dict[str, tuple[tuple[str, ...], str]] = {
                                  "what people and the watchers read, on the store"),
     "app.adapters": (("app.pipeline", "app.settings", "app.observability", "app.render"),
                      "the adapters that span several (alerts, the watermark, web tokens) stand on them"),
-    "app.demo": (("app.adapters.effects", "app.adapters.kafka", "app.settings"),
-                 "the demo sends orders and fakes the providers; nothing of the product stands on it"),
     "app.injection": ((), "entry points handed the collaborators they name"),
     "app.background": ((), "background work a stopping runtime waits for"),
     "app.bootstrap": (("app.adapters", "app.pipeline", "app.compensation", "app.reconcile", "app.observability",

@@ -1,4 +1,4 @@
-"""The fakes' provider pace (``app.demo.fakes.Faults``): the benchmark's provider with a
+"""The fakes' provider pace (``demo.fakes.faults.Faults``): the benchmark's provider with a
 lognormal tail, a rate limit answering 429 and an outage must be the provider it says it is."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from app.demo.fakes import Faults
+from demo.fakes.faults import Faults
 
 
 def test_latency_is_lognormal_around_its_median():
@@ -27,7 +27,7 @@ def test_without_a_median_the_latency_is_the_fixed_one():
 
 def test_calls_above_the_rate_are_told_when_to_come_back(monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr("app.demo.fakes.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("demo.fakes.faults.time.monotonic", lambda: now[0])
     faults = Faults()
     faults.update({"calls_per_second": 10})
     assert [faults.retry_after() for _ in range(10)] == [None] * 10      # one second's calls at once
@@ -40,7 +40,7 @@ def test_calls_above_the_rate_are_told_when_to_come_back(monkeypatch):
 
 def test_an_outage_lasts_as_long_as_it_was_set_for(monkeypatch):
     now = [50.0]
-    monkeypatch.setattr("app.demo.fakes.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("demo.fakes.faults.time.monotonic", lambda: now[0])
     faults = Faults()
     assert not faults.in_outage()
     faults.update({"outage_seconds": 60})
@@ -58,7 +58,7 @@ def test_a_negative_pace_is_refused(name):
 
 def test_a_provider_that_forgets_keys_forgets_them_after_its_time(monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr("app.demo.fakes.time.time", lambda: now[0])
+    monkeypatch.setattr("demo.fakes.faults.time.time", lambda: now[0])
     faults = Faults()
     assert not faults.forgotten(900.0)                       # 0: it never forgets
     faults.update({"forget_keys_after_seconds": 60})

@@ -185,12 +185,6 @@ def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> ExpressCl
                          lookup_settle_seconds=settings.lookup_settle_seconds)
 
 
-# The fake's account (app/demo/fakes.py): what make run and the tests sign with.
-FAKE_KEY_ID = "demo-merchant"
-FAKE_SECRET = "demo-express-secret-not-for-production"
-
 # It refuses a repeated reference for 72 hours; its lookup by reference reads its orders, which it keeps.
 PROVIDER = Provider("express", ISSUE_WAYBILL, Contract.REFUSES_DUPLICATES, build,
-                    services=("express", "express_lookup"), token_paths=(f"{ORDERS}/{{out_order_no}}",),
-                    fake_settings={"KEY_ID": FAKE_KEY_ID, "SECRET": FAKE_SECRET},
-                    keys_kept_for=timedelta(hours=72))
+                    token_paths=(f"{ORDERS}/{{out_order_no}}",), keys_kept_for=timedelta(hours=72))

@@ -1,6 +1,7 @@
-"""What a provider module declares: the effect it serves, its contract, how its client is built,
-and what its fake needs. Every provider module has one :class:`Provider` (``PROVIDER``), listed
-once in :mod:`app.adapters.effects.registry`.
+"""What a provider module declares: the effect it serves, its contract, how its client is built.
+Every provider module has one :class:`Provider` (``PROVIDER``), listed once in
+:mod:`app.adapters.effects.registry`. Its fake, for the demo and the tests, is declared beside the
+other fakes, outside the product (``demo/fakes/``).
 
 Every provider says how long it keeps an idempotency key (``keys_kept_for``): its promise that a
 repeated key (a replayed call, a refused duplicate, a lookup by the key) is answered as the first
@@ -18,7 +19,7 @@ the SMS gateway) declares none, and the reconcile reports it as not listable.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -84,13 +85,9 @@ class Provider:
     effect: Effect               # the pipeline's effect it serves (app/pipeline/steps.py)
     contract: Contract           # what it does with a call made twice
     build: Callable[[aiohttp.ClientSession, ResolvedEffect], object] = field(repr=False)
-    # What the fakes' ledger (app/demo/fakes.py) records its calls as: the call, then the lookup if any.
-    services: tuple[str, ...] = ()
     # The URL paths its client puts a token in (``/v1/sms/{client_ref}``): a trace shows the braces, never
     # the token (``app.observability.tracing``). Matched at the end of a request's path.
     token_paths: tuple[str, ...] = ()
-    # Settings (the part after EFFECTS__<EFFECT>__) a worker needs to use the provider's fake, beside its URL.
-    fake_settings: Mapping[str, str] = field(default_factory=dict)
     # Whether a deployment may switch its lookup off (``EFFECTS__<EFFECT>__LOOKUP=false``): its contract is then none.
     lookup_optional: bool = False
     # What lists the provider's records by time range and cancels one (see the module's docstring); None: it cannot.

@@ -1,15 +1,17 @@
-"""Every provider module, listed once: what bootstrap, the lease check, the demo fakes, the chaos
-run and the stale-effect advice read to know the effects and their providers.
+"""Every provider module, listed once: what bootstrap, the lease check, the chaos run and the
+stale-effect advice read to know the effects and their providers.
 
 An effect is served by one provider per deployment: ``EFFECTS__<EFFECT>__PROVIDER`` names it,
 else the first provider listed for the effect here. A new provider is its module
 (``app/adapters/effects/<name>.py`` with a ``PROVIDER``) and one line in :data:`PROVIDERS`
-(the docs' Architecture page).
+(the docs' Architecture page); its fake, for the demo and the tests, is declared outside the
+product (``demo/fakes/registry.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import aiohttp
 
@@ -75,26 +77,20 @@ def deployed(settings: EffectsSettings, effects: Iterable[Effect] | None = None,
     return found
 
 
-def fake_settings(url: str, effects: Iterable[Effect] | None = None,
-                  providers: Iterable[Provider] | None = None) -> dict[str, str]:
-    """The settings that send every effect to the fakes at ``url`` (``app/demo/fakes.py``), whichever
-    of its providers a deployment picks: each effect's URL, and the fake accounts of the providers
-    that sign."""
-    listed = tuple(PROVIDERS if providers is None else providers)
-    found: dict[str, str] = {}
-    for effect in (effects_used().values() if effects is None else effects):
-        prefix = f"EFFECTS__{effect.name.upper()}__"
-        found[f"{prefix}URL"] = url
-        for provider in providers_of(effect.name, listed):
-            found.update({f"{prefix}{key}": value for key, value in provider.fake_settings.items()})
-    return found
-
-
-def services(providers: Iterable[Provider] | None = None) -> Mapping[str, tuple[str, ...]]:
-    """What the fakes' ledger records each provider's calls as, by provider name."""
-    return {p.name: p.services for p in (PROVIDERS if providers is None else providers)}
-
-
 def token_paths(providers: Iterable[Provider] | None = None) -> tuple[str, ...]:
     """Every URL path a provider's client puts a token in (``Provider.token_paths``), for the traces."""
     return tuple(path for p in (PROVIDERS if providers is None else providers) for path in p.token_paths)
+
+
+@contextmanager
+def added(*providers: Provider) -> Iterator[None]:
+    """``providers`` listed too while the block runs: a provider declared outside this package (a test's
+    throwaway one; a process of a test's enters it for its whole life: ``harness.preload``). Every
+    function here reads :data:`PROVIDERS` when it is called."""
+    global PROVIDERS
+    before = PROVIDERS
+    PROVIDERS = (*PROVIDERS, *providers)
+    try:
+        yield
+    finally:
+        PROVIDERS = before

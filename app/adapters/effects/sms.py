@@ -123,5 +123,5 @@ def build(session: aiohttp.ClientSession, settings: ResolvedEffect) -> SmsClient
 
 
 # Its lookup answers for a client_ref for 7 days; past that, a "not found" proves nothing.
-PROVIDER = Provider("sms", SEND_SMS, Contract.LOOKUP, build, services=("sms", "sms_lookup"),
+PROVIDER = Provider("sms", SEND_SMS, Contract.LOOKUP, build,
                     lookup_optional=True, token_paths=("/v1/sms/{client_ref}",), keys_kept_for=timedelta(days=7))

@@ -197,5 +197,5 @@ def listing(session: aiohttp.ClientSession, settings: ResolvedEffect) -> Waybill
 # It answers a repeated Idempotency-Key with the first waybill for 24 hours (as Stripe does its keys);
 # past that, a call in doubt goes to a person: it has no lookup by key (its listing, by time range, is
 # reconciliation's: paging the account's whole traffic since the first call is no answer within a call).
-PROVIDER = Provider("waybill", ISSUE_WAYBILL, Contract.REPLAYS, build, services=("waybill",), listing=listing,
+PROVIDER = Provider("waybill", ISSUE_WAYBILL, Contract.REPLAYS, build, listing=listing,
                     keys_kept_for=timedelta(hours=24))

@@ -1,4 +1,4 @@
-"""Demo producer: ``python -m app.demo --orders 100`` sends order lifecycles to ``order-event``.
+"""Demo producer: ``python -m demo --orders 100`` sends order lifecycles to ``order-event``.
 
 Most orders go CREATED -> PAID -> CONFIRM; every tenth is cancelled after
 payment; a few records are duplicates, and two break the contract so the
@@ -50,7 +50,7 @@ async def produce(orders: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m app.demo")
+    parser = argparse.ArgumentParser(prog="python -m demo")
     parser.add_argument("--orders", type=int, default=100)
     args = parser.parse_args()
     sent = asyncio.run(produce(args.orders))

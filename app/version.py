@@ -5,4 +5,4 @@ the worker logs it at start-up and exports it (``order_build_info``), ``python -
 prints it. ``make release`` checks it against the changelog and tags the commit ``v<VERSION>``.
 """
 
-VERSION = "1.1.0"
+VERSION = "1.2.0.dev0"

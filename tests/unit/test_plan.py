@@ -19,7 +19,8 @@ from app.pipeline.errors import (
 )
 from app.pipeline.events import EventType, decode
 from app.pipeline.model import NOT_DELIVERED, STALE, IdemRow
-from app.pipeline.plan import EffectCase, effect_case, plan_batch, step_keys
+from app.pipeline.effect_cases import EffectCase, effect_case
+from app.pipeline.plan import plan_batch, step_keys
 from app.pipeline.states import IdemStatus, MoveVerdict, Order, OrderStatus, judge_move
 from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, Contract, EffectStep
 from harness.events import event, record

@@ -19,16 +19,11 @@ import itertools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-
-from opentelemetry.context import Context
-from opentelemetry.trace import Span
+from collections.abc import Callable, Sequence
 
 from app.compensation.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
 from app.compensation.headers import origin_group, source_of
 from app.compensation.rules import PERSON_ONLY, STEP_OUTCOMES, Backoff, judge_redrive
-from app.pipeline import tracing
 from app.pipeline.breaker import Refusal
 from app.pipeline.envelopes import Reading
 from app.pipeline.errors import Fatal, InternalError, MalformedEvent, PipelineError, ProviderUnavailable
@@ -214,7 +209,7 @@ class Compensator:
         return verdict.status
 
     async def _redrive(self, rows: Sequence[LedgerRow], guard, owner: str, *, by_person: bool = False,
-                       note: str | None = None, chunk: Span | None = None) -> list[Settlement]:
+                       note: str | None = None, chunk: object | None = None) -> list[Settlement]:
         """Run the rows' events through the pipeline at once (in ledger order: an order's letters
         in the order they were written); a row whose event cannot run is decided without.
 
@@ -260,23 +255,22 @@ class Compensator:
             runs[step_keys(event)[0], event.payload_hash].append((row, event))
         if runs:
             leads = [copies[0][1] for copies in runs.values()]
-            spans = _row_spans([copies[0][0] for copies in runs.values()], leads, by_person, chunk) \
-                if tracing.on() else None
-            traces = [tracing.context_of(span) for span in spans] if spans is not None else None
+            observer = self.processor.observer
+            traces = observer.redrives_began([copies[0][0] for copies in runs.values()], leads, by_person=by_person,
+                                             chunk=chunk)
             try:
                 results = await self._run(leads, guard, owner, by_person, traces)
             except BaseException:
-                for span in spans or ():
-                    span.end()
+                for trace in traces or ():
+                    observer.redrive_ended(trace, None, None)
                 raise
             for at, (copies, result) in enumerate(zip(runs.values(), results)):
                 for row, event in copies:
                     verdict = judge_redrive(row, result, self.backoff)
                     release = () if verdict.status in LEDGER_SETTLED else tuple(step_keys(event)[1:])
                     decided[row.id] = Settlement(row.id, verdict, release)
-                if spans is not None:
-                    tracing.ended(spans[at], verdict.status.name.lower(), result.error)
-                    spans[at].end()
+                if traces is not None:
+                    observer.redrive_ended(traces[at], verdict.status.name.lower(), result.error)
         return [Settlement(s.row_id, s.verdict, s.release, note) for s in (decided[row.id] for row in rows)]
 
     def _provider_down(self, event: OrderEvent) -> Refusal | None:
@@ -286,7 +280,7 @@ class Compensator:
                      if (refusal := limits.refusal(step.effect.name)) is not None), None)
 
     async def _run(self, events: list[OrderEvent], guard, owner: str, by_person: bool,
-                   traces: Sequence[Context | None] | None = None) -> list[Result]:
+                   traces: Sequence[object | None] | None = None) -> list[Result]:
         try:
             return await self.processor.run(events, guard, by_person=by_person, owner=owner, traces=traces)
         except Fatal:
@@ -356,11 +350,16 @@ class Compensator:
         job's id; what became of each row (busy: try it again later). Once ``held()`` is false
         (the job is no longer this runner's) no other row is begun: those get no outcome and
         stay the job's to work."""
-        with _chunk_span(job_id, action, len(row_ids)) as chunk:
+        observer = self.processor.observer
+        chunk = observer.chunk_began(job_id, action, len(row_ids))
+        try:
             if action == "retry":
                 return await self._retry_many(row_ids, guard, actor=actor, note=note, job_id=job_id, held=held,
                                               chunk=chunk)
             return await self._act_many(action, row_ids, guard, actor=actor, note=note, job_id=job_id, held=held)
+        finally:
+            if chunk is not None:
+                observer.chunk_ended(chunk)
 
     async def _act_many(self, action: str, row_ids: Sequence[int], guard, *, actor: str, note: str | None,
                         job_id: int, held: Callable[[], bool]) -> list[ItemOutcome]:
@@ -378,7 +377,7 @@ class Compensator:
         return outcomes
 
     async def _retry_many(self, row_ids: Sequence[int], guard, *, actor: str, note: str | None,
-                          job_id: int, held: Callable[[], bool], chunk: Span | None = None) -> list[ItemOutcome]:
+                          job_id: int, held: Callable[[], bool], chunk: object | None = None) -> list[ItemOutcome]:
         """A person's retry of many rows at once: one claim, one pipeline batch, one settle (the
         due-row drain's path, with a person's claim: manual rows too)."""
         rows = {row.id: row for row in await guard(lambda: self.ledger.get_many(row_ids, self.group))}
@@ -405,9 +404,7 @@ class Compensator:
             outcomes[row_id] = busy(row_id, "claimed by another worker right now")
         if claimed:
             if chunk is not None:
-                for row in claimed:
-                    for link in tracing.link_to(tracing.extract(row.headers, row.value), **{"dead_letter.row_id": row.id}):
-                        chunk.add_link(link.context, link.attributes)
+                self.processor.observer.chunk_claimed(chunk, claimed)
             settlements = await self._redrive(claimed, guard, owner, by_person=True, note=note, chunk=chunk)
             settled = await guard(lambda: self.ledger.settle(settlements, owner=owner, actor=actor, action="retry",
                                                              job_id=job_id))
@@ -431,38 +428,6 @@ class Compensator:
                                           timestamp_ms=row.timestamp_ms, reading=self.reading))[1:])
         except MalformedEvent:
             return ()
-
-
-def _row_spans(rows: Sequence[LedgerRow], events: Sequence[OrderEvent], by_person: bool,
-               chunk: Span | None) -> list[Span]:
-    """One span per row run again, linked to the context its dead letter kept (its producer's)."""
-    name = "retry dead letter" if by_person else "redrive dead letter"
-    spans = []
-    for row, event in zip(rows, events):
-        attrs = {"dead_letter.row_id": row.id, "error.type": row.reason, "dlq.redrives": row.redrives,
-                 "idem.key": step_keys(event)[0], "order.no": event.order_no, "event.type": event.type.value}
-        links = tracing.link_to(tracing.extract(row.headers, row.value))
-        if chunk is not None:
-            span = tracing.child_span(name, tracing.context_of(chunk), **attrs)
-            for link in links:
-                span.add_link(link.context, link.attributes)
-        else:
-            span = tracing.root_span(name, links, **attrs)
-        spans.append(span)
-    return spans
-
-
-@contextmanager
-def _chunk_span(job_id: int, action: str, rows: int) -> Iterator[Span | None]:
-    if not tracing.on():
-        yield None
-        return
-    span = tracing.root_span("bulk job chunk", [], **{"bulk.job_id": job_id, "bulk.action": action,
-                                                      "bulk.rows": rows})
-    try:
-        yield span
-    finally:
-        span.end()
 
 
 def _person_only(row: LedgerRow) -> str:

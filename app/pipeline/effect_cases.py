@@ -10,6 +10,7 @@ the orders blocked behind a retriable error.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import Enum
 
 from app.pipeline import horizon
@@ -109,6 +110,20 @@ def effect_case(effect: Effect, row: IdemRow | None, *, contract: Contract, owne
     if recovering is not None and recovering < delay:   # windowed (delay is set here)
         return EffectCase.RECOVERY_WAIT
     return EffectCase.UNKNOWN_WAIT if unknown and row.since_call < delay else EffectCase.RECLAIM_LOOKED_UP
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimContext:
+    """What the claims of one T1 are made with (``plan_batch``'s keywords)."""
+
+    owner: str
+    tokens: Callable[[str], str]        # a new claim's token, from its key
+    verifiable: Mapping[str, float]     # effects whose service can be asked about a call: after how long
+    contracts: Mapping[str, Contract]   # the deployed providers' contracts, by effect
+    attempt_cap: int | None             # claims of a key before a person must decide (None: no cap)
+    recovering: float | None            # seconds since a recovery window opened (None: none is open)
+    horizons: Mapping[str, float]       # how long each effect's provider keeps keys
+    askable: Mapping[str, float]        # effects whose client can look a call up: its settle seconds
+
 
 class EffectSteps:
     """One batch's T1 decision in the making, as its effect steps see it (``app.pipeline.plan``'s

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, replace
 from operator import attrgetter
 
-from app.pipeline.effect_cases import CASE_ACTIONS, EffectSteps, effect_case
+from app.pipeline.effect_cases import CASE_ACTIONS, ClaimContext, EffectSteps, effect_case
 from app.pipeline.errors import (
     PayloadMismatch,
     PreconditionNotMet,
@@ -117,9 +117,9 @@ def plan_batch(events: Sequence[OrderEvent], rows: dict[str, IdemRow], orders: d
     ``horizons``: how long each effect's provider keeps keys (seconds; absent: for ever), ``askable``
     the effects whose client can look a call up (its settle seconds): a step whose first call is past
     its provider's horizon is asked about, or left to a person, never repeated blindly."""
-    planner = _Planner(len(events), rows, orders, owner=owner, tokens=tokens, verifiable=verifiable or {},
-                       contracts=contracts or {}, attempt_cap=attempt_cap, recovering=recovering,
-                       horizons=horizons or {}, askable=askable or {})
+    planner = _Planner(len(events), rows, orders, ClaimContext(
+        owner=owner, tokens=tokens, verifiable=verifiable or {}, contracts=contracts or {}, attempt_cap=attempt_cap,
+        recovering=recovering, horizons=horizons or {}, askable=askable or {}))
     plan_event = planner.event
     for index, event in enumerate(events):
         plan_event(index, event, keys_of[index] if keys_of is not None else step_keys(event))
@@ -140,18 +140,17 @@ class _Planner(EffectSteps):
 
     __slots__ = ()
 
-    def __init__(self, size: int, rows: dict[str, IdemRow], orders: dict[str, Order], *, owner: str,
-                 tokens: Callable[[str], str], verifiable: Mapping[str, float],
-                 contracts: Mapping[str, Contract], attempt_cap: int | None, recovering: float | None,
-                 horizons: Mapping[str, float], askable: Mapping[str, float]) -> None:
+    def __init__(self, size: int, rows: dict[str, IdemRow], orders: dict[str, Order], claim: ClaimContext) -> None:
         self.plan = BatchPlan(events=[EventPlan() for _ in range(size)])
         self.rows = rows
         self.current = dict(orders)
         self.blocked = set()
         self.first_hash = {}
-        self.owner, self.tokens, self.verifiable, self.contracts = owner, tokens, verifiable, contracts
-        self.attempt_cap, self.recovering = attempt_cap, recovering
-        self.horizons, self.askable = horizons, askable
+        # The claim's context, one attribute each: the planner reads them for every effect step.
+        self.owner, self.tokens, self.attempt_cap, self.recovering = (
+            claim.owner, claim.tokens, claim.attempt_cap, claim.recovering)
+        self.verifiable, self.contracts, self.horizons, self.askable = (
+            claim.verifiable, claim.contracts, claim.horizons, claim.askable)
 
     def event(self, index: int, event: OrderEvent, keys: list[str]) -> None:
         """One event, in offset order: its order's turn, its payload, its local step, its effects."""

@@ -49,7 +49,7 @@ from app.adapters.mysql.recovery_windows import RecoveryWindows
 from app.adapters.mysql.skipped_types import SkippedTypes
 from app.adapters.watermark import WATERMARK_RETRY_TICKS, StoreWatermark
 from app.background import BackgroundWork
-from app.chaos import cut_hook
+from app.chaos import cut_points
 from app.compensation.bulk import BulkRunner
 from app.compensation.compensator import Compensator
 from app.compensation.rules import Backoff
@@ -63,14 +63,16 @@ from app.observability.metrics import (
     SKIPPED_TYPES,
     PipelineMetrics,
 )
-from app.pipeline.batch import BatchHandler
+from app.observability.pipeline_spans import PipelineSpans
+from app.pipeline.batch import BatchHandler, BatchPolicy, Identity
 from app.pipeline.capacity import Budget, Inputs, budget
 from app.pipeline.envelopes import Reading, reading_of
 from app.pipeline.limits import EffectLimit, ProviderLimits
 from app.pipeline.liveness_fence import SelfFence
+from app.pipeline.observer import Observers
 from app.pipeline.outage import OutageGuard
 from app.pipeline.plan import keys_per_event
-from app.pipeline.processor import Processor
+from app.pipeline.processor import Processor, ProcessorPolicy, Safeguards
 from app.pipeline.retention import Retention
 from app.pipeline.tokens import StepTokens
 from app.reconcile.casework import Casework
@@ -235,6 +237,8 @@ class Runtime:
             # the wait would end as "maybe sent" although nothing was).
             # Traced (OTEL_* settings), each effect call is a span and carries traceparent to its provider.
             tracing.configure(s.tracing, worker_id=s.worker_id)
+            # What the pipeline reports: counted, traced (while tracing is on), and killed at a chaos run's cut.
+            self.observer = Observers(PipelineMetrics(), PipelineSpans(), *cut_points(s.operations.chaos_kill_at))
             self.http = http_session(s.effects.concurrency, tracing.client_trace_configs(token_paths()))
             self.redrive_http = http_session(s.effects.concurrency, tracing.client_trace_configs(token_paths()))
             self.alert_http = http_session(ALERT_CONNECTIONS)
@@ -268,11 +272,12 @@ class Runtime:
                     retry_seconds=WATERMARK_RETRY_TICKS * s.database.store_watermark_seconds)
                 await self.watermark.start()
             self.batches = BatchHandler(
-                self.processor, self.store, self.dead_letters, group=s.app_id, worker_id=s.worker_id,
-                backoff=s.batches.retry_backoff, max_event_bytes=s.batches.max_event_bytes,
-                infra_budget=s.database.infra_retry_budget_seconds, max_lease_wait=2 * s.effects.lease_seconds,
-                deadline=s.batches.deadline_seconds, dlq_retry_after=s.batches.dlq_retry_after_seconds,
-                concurrency=s.effects.concurrency, hold_records=s.effects.breaker_hold_records,
+                self.processor, self.store, self.dead_letters, identity=Identity(s.app_id, s.worker_id),
+                policy=BatchPolicy(
+                    backoff=s.batches.retry_backoff, max_event_bytes=s.batches.max_event_bytes,
+                    infra_budget=s.database.infra_retry_budget_seconds, max_lease_wait=2 * s.effects.lease_seconds,
+                    deadline=s.batches.deadline_seconds, dlq_retry_after=s.batches.dlq_retry_after_seconds,
+                    concurrency=s.effects.concurrency, hold_records=s.effects.breaker_hold_records),
                 reading=self.reading)
             self._started = True
         return self
@@ -334,13 +339,13 @@ class Runtime:
 
     def _processor(self, owner: str, effects: EffectClients | None = None) -> Processor:
         s = self.settings
-        return Processor(self.store, effects or self.effects, owner=owner, tokens=self.tokens,
-                         lease_seconds=s.effects.lease_seconds,
-                         effect_concurrency=s.effects.concurrency, effect_timeout=s.effects.timeout_seconds,
-                         lease_margin=s.effects.lease_margin_seconds, on_cut=cut_hook(s.operations.chaos_kill_at),
-                         attempt_cap=s.operations.idem_max_attempts, retention=self.retention,
-                         observer=PipelineMetrics(), fence=self.fence, limits=self.limits,
-                         settle_group=s.batches.settle_group, settle_after=s.batches.settle_after_ms / 1000)
+        policy = ProcessorPolicy(
+            lease_seconds=s.effects.lease_seconds, effect_concurrency=s.effects.concurrency,
+            effect_timeout=s.effects.timeout_seconds, lease_margin=s.effects.lease_margin_seconds,
+            attempt_cap=s.operations.idem_max_attempts, settle_group=s.batches.settle_group,
+            settle_after=s.batches.settle_after_ms / 1000)
+        return Processor(self.store, effects or self.effects, owner=owner, tokens=self.tokens, policy=policy,
+                         safeguards=Safeguards(self.limits, self.fence, self.retention), observer=self.observer)
 
     def _members(self, members: int) -> None:
         self.limits.set_members(members)

@@ -10,10 +10,10 @@ from app.adapters.effects import EffectClients
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.engine import create_engine
 from app.bootstrap import EFFECT_CLIENTS
-from app.pipeline.batch import BatchHandler
+from app.pipeline.batch import BatchHandler, BatchPolicy, Identity
 from app.pipeline.events import decode
 from app.pipeline.ports import SourceRecord
-from app.pipeline.processor import Processor
+from app.pipeline.processor import Processor, ProcessorPolicy, Safeguards
 from app.pipeline.tokens import StepTokens
 from demo.fakes.registry import worker_settings
 from harness.events import event, order_no, record
@@ -70,16 +70,17 @@ class Harness:
                                                     "effect_timeout_seconds": timeout, "effects__sms__lookup": sms_lookup,
                                                     "effects__sms__lookup_settle_seconds": settle, **(providers or {})})
         effects = EffectClients({name: make(session, settings.effects) for name, make in EFFECT_CLIENTS.items()})
+        policy = ProcessorPolicy(lease_seconds=lease, effect_concurrency=concurrency,
+                                 effect_timeout=timeout if lease_check else 0.0, lease_margin=margin)
         return Processor(store or self.store(), effects, owner=owner or f"test-{next(_owners)}/main/x",
-                         tokens=StepTokens(TEST_TOKEN_SECRET.encode()),
-                         lease_seconds=lease, effect_concurrency=concurrency,
-                         effect_timeout=timeout if lease_check else 0.0, lease_margin=margin, limits=limits)
+                         tokens=StepTokens(TEST_TOKEN_SECRET.encode()), policy=policy,
+                         safeguards=Safeguards(limits) if limits is not None else None)
 
-    def batches(self, processor: Processor, sink=None, **options) -> BatchHandler:
-        settings = dict(group="test-group", worker_id="test-worker", backoff=(0.05, 0.1, 0.2),
-                        max_event_bytes=1 << 20, infra_budget=10, max_lease_wait=5, deadline=15)
-        settings.update(options)
-        return BatchHandler(processor, processor.store, sink or MemorySink(), **settings)
+    def batches(self, processor: Processor, sink=None, *, group: str = "test-group", **policy) -> BatchHandler:
+        """``policy``: the fields of :class:`BatchPolicy` to set otherwise."""
+        rules = dict(backoff=(0.05, 0.1, 0.2), max_event_bytes=1 << 20, infra_budget=10, max_lease_wait=5, deadline=15)
+        return BatchHandler(processor, processor.store, sink or MemorySink(), identity=Identity(group, "test-worker"),
+                            policy=BatchPolicy(**{**rules, **policy}))
 
     async def close(self):
         for close in reversed(self._closers):

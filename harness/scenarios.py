@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 
+from app.pipeline.clock import Clock
 from app.pipeline.errors import (
     AttemptsExhausted,
     BeyondDedupRetention,
@@ -36,7 +37,7 @@ from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.model import EffectJob
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import DeadLetter, Finished, Receipt, SourceRecord
-from app.pipeline.processor import Processor
+from app.pipeline.processor import Processor, ProcessorPolicy, Safeguards
 from app.pipeline.retention import Retention
 from app.pipeline.states import IdemStatus, OrderStatus
 from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, Contract, EffectStep, LocalStep, Pipeline
@@ -186,11 +187,12 @@ class Harness:
                   dead_after: float | None = None) -> Processor:
         """``dead_after``: the processor beats (``beat``), and claims of owners that stopped beating
         are taken over (``app.pipeline.liveness_fence``)."""
+        policy = ProcessorPolicy(lease_seconds=lease, effect_concurrency=64, effect_timeout=1.0 if lease_check else 0.0,
+                                 attempt_cap=attempt_cap)
         return Processor(store or self.store, self.effects, owner=owner or f"scenario-{next(_owners)}/main/x",
-                         tokens=StepTokens(b"scenarios"),
-                         lease_seconds=lease, effect_concurrency=64, effect_timeout=1.0 if lease_check else 0.0,
-                         clock=self.clock(), attempt_cap=attempt_cap, retention=retention,
-                         fence=None if dead_after is None else SelfFence(dead_after))
+                         tokens=StepTokens(b"scenarios"), policy=policy, clock=Clock(self.clock()),
+                         safeguards=Safeguards(fence=None if dead_after is None else SelfFence(dead_after),
+                                               retention=retention))
 
     def beat(self, p: Processor) -> None:
         """``p``'s process writes its heartbeat now, and it got through."""
@@ -202,12 +204,12 @@ class Harness:
         harness = self
 
         class Late(Processor):
-            async def _t2(self, jobs, claimed_at, not_after=None, traces=None):
+            async def _t2(self, run, jobs):
                 await harness.pass_time(late)
-                return await super()._t2(jobs, claimed_at, not_after, traces)
+                return await super()._t2(run, jobs)
 
-        return Late(p.store, self.effects, owner=owner, tokens=p.tokens, lease_seconds=lease, effect_concurrency=1,
-                    effect_timeout=1.0, clock=self.clock())
+        return Late(p.store, self.effects, owner=owner, tokens=p.tokens, clock=Clock(self.clock()),
+                    policy=ProcessorPolicy(lease_seconds=lease, effect_concurrency=1, effect_timeout=1.0))
 
     async def paid(self, p: Processor, n: int = 1) -> list[str]:
         orders = [order_no(prefix="SCN") for _ in range(n)]
@@ -692,13 +694,14 @@ async def a_worker_taken_for_dead_never_calls_under_the_claims_it_held(h: Harnes
     harness = h
 
     class HeldUp(Processor):
-        async def _t2(self, jobs, claimed_at, not_after=None, traces=None):
+        async def _t2(self, run, jobs):
             await resumed.wait()                 # B has taken the claim over and sent
             harness.beat(self)                   # A's heartbeats get through again
-            return await super()._t2(jobs, claimed_at, not_after, traces)
+            return await super()._t2(run, jobs)
 
-    a = HeldUp(h.store, h.effects, owner="a/main/8", tokens=StepTokens(b"scenarios"), lease_seconds=30,
-               effect_concurrency=1, effect_timeout=1.0, clock=h.clock(), fence=SelfFence(3.0))
+    a = HeldUp(h.store, h.effects, owner="a/main/8", tokens=StepTokens(b"scenarios"), clock=Clock(h.clock()),
+               policy=ProcessorPolicy(lease_seconds=30, effect_concurrency=1, effect_timeout=1.0),
+               safeguards=Safeguards(fence=SelfFence(3.0)))
     h.beat(a)
     h.beat(b)
     [order] = await h.paid(b)

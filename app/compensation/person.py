@@ -7,15 +7,11 @@ audited; doing one again changes nothing the second time and says so.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-
-from opentelemetry.trace import Span
+from collections.abc import Callable, Sequence
 
 from app.compensation.bulk import CHANGED, FAILED, UNCHANGED, ItemOutcome, busy
 from app.compensation.redrive import Redriver
 from app.compensation.rules import PERSON_ONLY, STEP_OUTCOMES
-from app.pipeline import tracing
 from app.pipeline.model import ActionResult, LedgerRow
 from app.pipeline.states import LEDGER_SETTLED, PERSON_ACTIONS, PERSON_CLAIMS, LedgerStatus
 
@@ -73,11 +69,16 @@ class PersonActions:
         job's id; what became of each row (busy: try it again later). Once ``held()`` is false
         (the job is no longer this runner's) no other row is begun: those get no outcome and
         stay the job's to work."""
-        with _chunk_span(job_id, action, len(row_ids)) as chunk:
+        observer = self.redriver.processor.observer
+        chunk = observer.chunk_began(job_id, action, len(row_ids))
+        try:
             if action == "retry":
                 return await self._retry_many(row_ids, guard, actor=actor, note=note, job_id=job_id, held=held,
                                               chunk=chunk)
             return await self._act_many(action, row_ids, guard, actor=actor, note=note, job_id=job_id, held=held)
+        finally:
+            if chunk is not None:
+                observer.chunk_ended(chunk)
 
     async def _act_many(self, action: str, row_ids: Sequence[int], guard, *, actor: str, note: str | None,
                         job_id: int, held: Callable[[], bool]) -> list[ItemOutcome]:
@@ -95,7 +96,7 @@ class PersonActions:
         return outcomes
 
     async def _retry_many(self, row_ids: Sequence[int], guard, *, actor: str, note: str | None,
-                          job_id: int, held: Callable[[], bool], chunk: Span | None = None) -> list[ItemOutcome]:
+                          job_id: int, held: Callable[[], bool], chunk: object | None = None) -> list[ItemOutcome]:
         """A person's retry of many rows at once: one claim, one pipeline batch, one settle (the
         due-row drain's path, with a person's claim: manual rows too)."""
         rows = {row.id: row for row in await guard(lambda: self.ledger.get_many(row_ids, self.group))}
@@ -122,9 +123,7 @@ class PersonActions:
             outcomes[row_id] = busy(row_id, "claimed by another worker right now")
         if claimed:
             if chunk is not None:
-                for row in claimed:
-                    for link in tracing.link_to(tracing.extract(row.headers, row.value), **{"dead_letter.row_id": row.id}):
-                        chunk.add_link(link.context, link.attributes)
+                self.redriver.processor.observer.chunk_claimed(chunk, claimed)
             settlements = await self.redriver.redrive(claimed, guard, owner, by_person=True, note=note, chunk=chunk)
             settled = await guard(lambda: self.ledger.settle(settlements, owner=owner, actor=actor, action="retry",
                                                              job_id=job_id))
@@ -140,19 +139,6 @@ class PersonActions:
                 else:
                     outcomes[row.id] = ItemOutcome(row.id, FAILED, v.detail)
         return [outcomes[row_id] for row_id in row_ids if row_id in outcomes]
-
-
-@contextmanager
-def _chunk_span(job_id: int, action: str, rows: int) -> Iterator[Span | None]:
-    if not tracing.on():
-        yield None
-        return
-    span = tracing.root_span("bulk job chunk", [], **{"bulk.job_id": job_id, "bulk.action": action,
-                                                      "bulk.rows": rows})
-    try:
-        yield span
-    finally:
-        span.end()
 
 
 def _person_only(row: LedgerRow) -> str:

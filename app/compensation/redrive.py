@@ -17,11 +17,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 
-from opentelemetry.context import Context
-from opentelemetry.trace import Span
-
 from app.compensation.rules import Backoff, judge_redrive
-from app.pipeline import tracing
 from app.pipeline.breaker import Refusal
 from app.pipeline.envelopes import Reading
 from app.pipeline.errors import Fatal, InternalError, MalformedEvent, PipelineError, ProviderUnavailable
@@ -80,7 +76,7 @@ class Redriver:
         return verdict.status
 
     async def redrive(self, rows: Sequence[LedgerRow], guard, owner: str, *, by_person: bool = False,
-                       note: str | None = None, chunk: Span | None = None) -> list[Settlement]:
+                       note: str | None = None, chunk: object | None = None) -> list[Settlement]:
         """Run the rows' events through the pipeline at once (in ledger order: an order's letters
         in the order they were written); a row whose event cannot run is decided without.
 
@@ -126,23 +122,22 @@ class Redriver:
             runs[step_keys(event)[0], event.payload_hash].append((row, event))
         if runs:
             leads = [copies[0][1] for copies in runs.values()]
-            spans = _row_spans([copies[0][0] for copies in runs.values()], leads, by_person, chunk) \
-                if tracing.on() else None
-            traces = [tracing.context_of(span) for span in spans] if spans is not None else None
+            observer = self.processor.observer
+            traces = observer.redrives_began([copies[0][0] for copies in runs.values()], leads, by_person=by_person,
+                                             chunk=chunk)
             try:
                 results = await self._run(leads, guard, owner, by_person, traces)
             except BaseException:
-                for span in spans or ():
-                    span.end()
+                for trace in traces or ():
+                    observer.redrive_ended(trace, None, None)
                 raise
             for at, (copies, result) in enumerate(zip(runs.values(), results)):
                 for row, event in copies:
                     verdict = judge_redrive(row, result, self.backoff)
                     release = () if verdict.status in LEDGER_SETTLED else tuple(step_keys(event)[1:])
                     decided[row.id] = Settlement(row.id, verdict, release)
-                if spans is not None:
-                    tracing.ended(spans[at], verdict.status.name.lower(), result.error)
-                    spans[at].end()
+                if traces is not None:
+                    observer.redrive_ended(traces[at], verdict.status.name.lower(), result.error)
         return [Settlement(s.row_id, s.verdict, s.release, note) for s in (decided[row.id] for row in rows)]
 
     def _provider_down(self, event: OrderEvent) -> Refusal | None:
@@ -152,7 +147,7 @@ class Redriver:
                      if (refusal := limits.refusal(step.effect.name)) is not None), None)
 
     async def _run(self, events: list[OrderEvent], guard, owner: str, by_person: bool,
-                   traces: Sequence[Context | None] | None = None) -> list[Result]:
+                   traces: Sequence[object | None] | None = None) -> list[Result]:
         try:
             return await self.processor.run(events, guard, by_person=by_person, owner=owner, traces=traces)
         except Fatal:
@@ -183,22 +178,3 @@ class Redriver:
                                           timestamp_ms=row.timestamp_ms, reading=self.reading))[1:])
         except MalformedEvent:
             return ()
-
-
-def _row_spans(rows: Sequence[LedgerRow], events: Sequence[OrderEvent], by_person: bool,
-               chunk: Span | None) -> list[Span]:
-    """One span per row run again, linked to the context its dead letter kept (its producer's)."""
-    name = "retry dead letter" if by_person else "redrive dead letter"
-    spans = []
-    for row, event in zip(rows, events):
-        attrs = {"dead_letter.row_id": row.id, "error.type": row.reason, "dlq.redrives": row.redrives,
-                 "idem.key": step_keys(event)[0], "order.no": event.order_no, "event.type": event.type.value}
-        links = tracing.link_to(tracing.extract(row.headers, row.value))
-        if chunk is not None:
-            span = tracing.child_span(name, tracing.context_of(chunk), **attrs)
-            for link in links:
-                span.add_link(link.context, link.attributes)
-        else:
-            span = tracing.root_span(name, links, **attrs)
-        spans.append(span)
-    return spans

@@ -11,6 +11,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from app.pipeline.breaker import PROBE_SECONDS, Change
 from app.pipeline.model import CLAIM_RESULTS, CONFLICTS, BatchPlan
+from app.pipeline.observer import NoObserver
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,9 @@ BREAKER_OPENED = Gauge("order_provider_breaker_opened_timestamp_seconds",
 LIVE_MEMBERS = Gauge("order_provider_limit_members", "Live workers (heartbeats) a provider's rate is shared among.")
 
 
-class PipelineMetrics:
-    """The pipeline's observer (``app.pipeline.ports.Observer``): counts each committed T1's claims."""
+class PipelineMetrics(NoObserver):
+    """The pipeline's observer that counts (``app.pipeline.observer``): each committed T1's claims, the
+    providers' pace and breakers."""
 
     def planned(self, plan: BatchPlan) -> None:
         total = conflicts = 0

@@ -2,7 +2,8 @@
 (``app.settings.tracing``) when an exporter is configured, and nothing at all otherwise.
 
 On: a tracer provider with the configured sampler and a batch span processor exporting over OTLP
-(http/protobuf or grpc) or to the console; the pipeline's spans turned on (``app.pipeline.tracing``);
+(http/protobuf or grpc) or to the console; the pipeline's spans turned on (``app.observability.spans``,
+made by the pipeline's observer ``app.observability.pipeline_spans``);
 the effect clients' HTTP sessions get the aiohttp client instrumentation's trace config (each call a
 client span, and ``traceparent``/``tracestate`` on every request to a provider). Spans are exported in
 the background; :func:`shutdown` flushes them when the worker stops.
@@ -26,7 +27,7 @@ import aiohttp
 if TYPE_CHECKING:
     import yarl
 
-from app.pipeline import tracing as pipeline_tracing
+from app.observability import spans
 from app.settings.tracing import TracingSettings
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def configure(settings: TracingSettings, *, worker_id: str) -> bool:
     provider.add_span_processor(BatchSpanProcessor(exporter(settings)))
     trace.set_tracer_provider(provider)
     _provider = provider
-    pipeline_tracing.enable()
+    spans.enable()
     log.info("tracing on: %s spans (%s) to %s, sampler %s%s", settings.exporter or "otlp", settings.protocol,
              "standard output" if settings.exporter == "console" else _where(settings), settings.sampler,
              f" ({settings.sampler_arg})" if settings.sampler_arg else "")
@@ -137,7 +138,7 @@ def client_trace_configs(token_paths: Iterable[str] = (), *, tracer_provider=Non
 
 
 def _unsampled_carrier() -> aiohttp.TraceConfig:
-    """A call of an unsampled trace skips the instrumentation (``app.pipeline.tracing.effect_span``):
+    """A call of an unsampled trace skips the instrumentation (``app.observability.spans.effect_span``):
     this puts its ``traceparent`` (flags 00) on the request all the same, so that the provider does not
     start a trace of its own."""
     from opentelemetry import propagate
@@ -162,4 +163,4 @@ def shutdown() -> None:
     except Exception:                      # a collector gone away must not stop the worker's stop
         log.warning("tracing: the last spans could not be exported", exc_info=True)
     _provider = None
-    pipeline_tracing.disable()
+    spans.disable()

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Protocol, TypeVar
 
-from app.pipeline.breaker import Change
 from app.pipeline.errors import PipelineError
 from app.pipeline.frozen import quick_init
 from app.pipeline.model import BatchPlan, EffectJob, IdemRow, LedgerRow, Settlement, SourceKey
@@ -88,8 +87,8 @@ class DeadLetter:
     # How soon a retry may help, when its error knows (``PipelineError.wait_seconds``): the letter
     # is due then, if sooner than DLQ_RETRY_AFTER_SECONDS.
     retry_in: float | None = None
-    # The W3C traceparent of the span that dead-lettered the record (``app.pipeline.tracing``), when
-    # traced: the letter's ``dlq.traceparent`` header. The record's own trace headers stay as they were.
+    # The W3C traceparent of the span that dead-lettered the record (``app.observability.pipeline_spans``),
+    # when traced: the letter's ``dlq.traceparent`` header. The record's own trace headers stay as they were.
     trace: str | None = None
 
 
@@ -137,34 +136,6 @@ class EffectClient(Protocol):
         """Ask the service whether it ever accepted ``job``'s token: its receipt if so, None if it
         surely did not; a :class:`PipelineError` if it cannot say now."""
         ...
-
-
-class Observer(Protocol):
-    """Where the pipeline reports what it saw (``app.observability.metrics`` plugs in Prometheus)."""
-
-    def planned(self, plan: BatchPlan) -> None:
-        """A T1 committed ``plan``: its claims by result (``plan.claims``) and replayed events."""
-        ...
-
-    def paced(self, effect: str, waited: float, *, rate_limited: float | None = None) -> None:
-        """A call of ``effect`` waited ``waited`` seconds for its provider limits (``app.pipeline.limits``);
-        ``rate_limited``: the provider then answered "not yet" for that many seconds (429)."""
-        ...
-
-    def breaker(self, effect: str, change: Change) -> None:
-        """The breaker of ``effect``'s provider opened or closed (``app.pipeline.breaker``)."""
-        ...
-
-
-class NoObserver:
-    def planned(self, plan: BatchPlan) -> None:
-        pass
-
-    def paced(self, effect: str, waited: float, *, rate_limited: float | None = None) -> None:
-        pass
-
-    def breaker(self, effect: str, change: Change) -> None:
-        pass
 
 
 class DeadLetterSink(Protocol):

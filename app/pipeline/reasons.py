@@ -19,7 +19,7 @@ from app.pipeline.events import DATA_FIELDS
 DETAILED = frozenset({"unsupported_version"})
 OTHER = "other"
 # Reasons written as literals: the decoder's and the record-batch guard's (app.adapters.kafka.records),
-# a t_idem row's outcome rebuilt as an error (plan._terminal_error), a batch's deferral.
+# a t_idem row's outcome rebuilt as an error (effect_cases._terminal_error), a batch's deferral.
 LITERALS = frozenset({"not_utf8", "not_json", "not_object", "empty_value", "oversized", "unreadable_record",
                       "header_not_utf8", "bad_order_no", "missing_key", "key_mismatch", "failed", "stale",
                       "deferred"})

@@ -41,7 +41,7 @@ from app.pipeline.errors import EffectNotDelivered, EffectRejected, EffectUnavai
 from app.pipeline.model import EffectJob
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import Finished, Receipt
-from app.pipeline.processor import Processor
+from app.pipeline.processor import Processor, ProcessorPolicy
 from app.pipeline.states import IdemStatus, OrderStatus
 from app.pipeline.steps import Contract
 from app.pipeline.tokens import StepTokens
@@ -321,8 +321,8 @@ class IdemMachine(RuleBasedStateMachine):
         return self.loop.run_until_complete(coro)
 
     def processor(self, owner: str) -> Processor:
-        return Processor(self.store, NoCalls(), owner=owner, tokens=StepTokens(b"properties"), lease_seconds=LEASE,
-                         effect_concurrency=1)
+        return Processor(self.store, NoCalls(), owner=owner, tokens=StepTokens(b"properties"),
+                         policy=ProcessorPolicy(lease_seconds=LEASE, effect_concurrency=1))
 
     def expire(self, orders, owner: str | None = None) -> None:
         """Move the leases of ``orders``' pending rows (``owner``'s only, if given) into the past."""

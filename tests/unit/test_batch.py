@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.pipeline.batch import BatchHandler, Fatal
+from app.pipeline.batch import BatchHandler, BatchPolicy, Fatal, Identity
+from app.pipeline.clock import Clock
 from app.pipeline.envelopes import Reading
 from app.pipeline.errors import (
     EffectRejected,
@@ -17,6 +18,7 @@ from app.pipeline.errors import (
     UnknownOutcomeNonIdempotent,
 )
 from app.pipeline.limits import ProviderLimits
+from app.pipeline.observer import NoObserver
 from app.pipeline.outcomes import Outcome
 from app.pipeline.ports import SourceRecord, UnreadableRun
 from app.pipeline.processor import Result
@@ -31,6 +33,7 @@ class ScriptedProcessor:
 
     owner = "scripted/main/1"
     retention = None            # as Processor has it without IDEM_RETENTION_DAYS: no order refused for its date
+    observer = NoObserver()
 
     def __init__(self, script=None, batch_error=None):
         self.script = {k: list(v) for k, v in (script or {}).items()}
@@ -102,12 +105,13 @@ class Sleeps(list):
         return self.now
 
 
-def handler(processor, store=None, sink=None, **kw):
-    sleeps = Sleeps()
-    options = dict(group="g", worker_id="w", backoff=(0.2, 0.8, 3.2), max_event_bytes=1 << 20, infra_budget=5,
-                   max_lease_wait=10, sleep=sleeps, clock=sleeps.clock)
-    options.update(kw)
-    h = BatchHandler(processor, store or Store(), sink or Sink(), **options)
+def handler(processor, store=None, sink=None, reading=None, sleeps=None, **policy):
+    """A handler on virtual time (its sleeps recorded); ``policy``: BatchPolicy's fields to set otherwise."""
+    sleeps = Sleeps() if sleeps is None else sleeps
+    rules = dict(backoff=(0.2, 0.8, 3.2), max_event_bytes=1 << 20, infra_budget=5, max_lease_wait=10)
+    options = dict(reading=reading) if reading is not None else {}
+    h = BatchHandler(processor, store or Store(), sink or Sink(), identity=Identity("g", "w"),
+                     policy=BatchPolicy(**{**rules, **policy}), clock=Clock(sleeps.clock, sleeps), **options)
     return h, sleeps
 
 
@@ -243,6 +247,7 @@ class OrderStates:
 
     owner = "states/main/1"
     retention = None
+    observer = NoObserver()
     NEEDS = {"ORDER_CREATED": None, "ORDER_PAID": "ORDER_CREATED", "ORDER_CONFIRM": "ORDER_PAID"}
 
     def __init__(self):
@@ -297,7 +302,7 @@ async def test_letter_is_flagged_when_later_events_of_its_order_ran():
 
 
 async def test_a_decoder_bug_dead_letters_the_record_and_the_batch_goes_on(monkeypatch):
-    import app.pipeline.batch as batch
+    import app.pipeline.batch.reading as batch
 
     real = batch.decode
 
@@ -442,8 +447,9 @@ async def test_a_short_outage_met_by_many_records_at_once_is_waited_out():
                 return [Result(error=PreconditionNotMet("x")) if len(events) > 1 else OK for _ in events]
             return await guard(once)
 
-    h = BatchHandler(Flaky(), Store(), Sink(), group="g", worker_id="w", backoff=(0.0, 0.0, 0.0),
-                     max_event_bytes=1 << 20, infra_budget=1.0, max_lease_wait=1, deadline=10, concurrency=64)
+    h = BatchHandler(Flaky(), Store(), Sink(), identity=Identity("g", "w"), policy=BatchPolicy(
+        backoff=(0.0, 0.0, 0.0), max_event_bytes=1 << 20, infra_budget=1.0, max_lease_wait=1, deadline=10,
+        concurrency=64))
     report = await h.handle(records(*[event(order_no(), "ORDER_PAID") for _ in range(64)]))
     assert report.outcomes == {"applied": 64} and not report.dead_letters
     assert 0.2 < report.infra_wait_seconds < 1.0
@@ -595,8 +601,7 @@ class BreakerProcessor(ScriptedProcessor):
 def breaker_handler(script=None, **kw):
     sleeps = Sleeps()
     processor = BreakerProcessor(sleeps, script)
-    h, _ = handler(processor, sleep=sleeps, clock=sleeps.clock, **kw)
-    h._sleep, h._clock = sleeps, sleeps.clock
+    h, _ = handler(processor, sleeps=sleeps, **kw)
     return h, processor, sleeps
 
 

@@ -1,7 +1,8 @@
 """The folders are the architecture, and these tests keep them so.
 
 * ``app.pipeline`` stands alone: importing it pulls in neither Faust nor aiohttp
-  nor a database driver, and it imports nothing of the adapters or the wiring.
+  nor a database driver, nor OpenTelemetry or prometheus-client (it reports to its observer
+  port, which ``app.observability`` implements), and it imports nothing of the adapters or the wiring.
 * ``app.compensation`` (the dead-letter lifecycle) is pure the same way; it stands on the
   pipeline, and the pipeline imports nothing of it.
 * Every package of ``app`` (and every module at its top) has its floor in ``FLOORS``: the packages of
@@ -55,7 +56,7 @@ MODULES = {module_name(p): p for folder in ("app", "agents") for p in (ROOT / fo
 LIBRARIES = ("faust", "mode", "aiohttp", "aiokafka", "sqlalchemy", "aiomysql")
 # (modules whose name starts with, may not import anything starting with, why)
 PURE_CORE_MAY_NOT = ("app.adapters", "app.main", "app.bootstrap", "app.web", "agents", "app.settings",
-                     "app.observability.metrics", *LIBRARIES)
+                     "app.observability", *LIBRARIES, "opentelemetry", "prometheus_client")
 
 RULES = [
     ("app.pipeline", (*PURE_CORE_MAY_NOT, "app.compensation"),
@@ -106,9 +107,11 @@ ENTRY_POINTS = ("app.adapters", "app.background", "app.compensation", "app.exits
                 "app.observability", "app.personal", "app.pipeline", "app.reconcile", "app.render", "app.settings")
 FLOORS: dict[str, tuple[tuple[str, ...], str]] = {
     "app.pipeline": ((), "the pipeline stands on nothing: ports in, results out"),
+    "app.pipeline.batch": (("app.pipeline",), "a batch's phases stand on the pipeline's rules and ports"),
+    "app.pipeline.processor": (("app.pipeline",), "T1, T2, T3 stand on the pipeline's rules and ports"),
     "app.version": ((), "a release's version, written once"),
     "app.render": ((), "how stored values are shown to people"),
-    "app.chaos": ((), "the chaos run's cut points"),
+    "app.chaos": (("app.pipeline",), "the chaos run's cut points: an observer of the pipeline's"),
     "app.exits": ((), "the ways a process stops on purpose"),
     "app.settings": (("app.exits",), "the settings build nothing; a refused setting stops the process"),
     "app.personal": (("app.render",), "personal data found and masked in what is shown"),
@@ -235,15 +238,33 @@ def test_only_the_composition_root_imports_agents_views_timers_commands_and_the_
     assert not bad, f"only app.main wires agents, views, timers, commands and the runtime: {bad}"
 
 
-@pytest.mark.parametrize("core", ["app.pipeline", "app.compensation", "app.reconcile"])
-def test_pure_core_imports_nothing_from_faust_or_aiohttp(core):
+def imported_by(core: str, roots: tuple[str, ...]) -> list[str]:
+    """The modules of ``roots`` that importing ``core`` and every module under it (packages included)
+    pulls in, in a fresh interpreter."""
     code = (f"import sys, pkgutil, importlib, {core} as p\n"
-            f"for m in pkgutil.iter_modules(p.__path__): importlib.import_module(f'{core}.{{m.name}}')\n"
-            "bad = sorted(n for n in sys.modules if n.split('.')[0] in "
-            "('faust', 'aiohttp', 'mode', 'aiokafka', 'sqlalchemy', 'aiomysql'))\n"
+            f"for m in pkgutil.walk_packages(p.__path__, '{core}.'): importlib.import_module(m.name)\n"
+            f"bad = sorted(n for n in sys.modules if n.split('.')[0] in {roots!r})\n"
             "print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.strip() == "", f"{core} imports {out.stdout.strip()}"
+    return [name for name in out.stdout.strip().split(",") if name]
+
+
+@pytest.mark.parametrize("core", ["app.pipeline", "app.compensation", "app.reconcile"])
+def test_pure_core_imports_nothing_from_faust_or_aiohttp(core):
+    bad = imported_by(core, ("faust", "aiohttp", "mode", "aiokafka", "sqlalchemy", "aiomysql"))
+    assert not bad, f"{core} imports {bad}"
+
+
+@pytest.mark.parametrize("core", ["app.pipeline", "app.compensation"])
+def test_pure_core_imports_no_opentelemetry_nor_prometheus(core):
+    """Spans and metrics are the observer port's implementations (``app.observability``): the core only
+    reports what happened, and carries a record's trace as an object it does not look into."""
+    bad = imported_by(core, ("opentelemetry", "prometheus_client"))
+    assert not bad, f"{core} imports {bad}"
+
+
+def test_the_import_check_can_fail():
+    assert "opentelemetry.trace" in imported_by("app.observability", ("opentelemetry",))
 
 
 def test_the_checks_can_fail(tmp_path):

@@ -21,9 +21,10 @@ from hypothesis import example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from app.pipeline.batch import BatchHandler
+from app.pipeline.batch import BatchHandler, BatchPolicy, Identity
+from app.pipeline.clock import Clock
 from app.pipeline.events import EventType
-from app.pipeline.processor import Processor
+from app.pipeline.processor import Processor, ProcessorPolicy
 from app.pipeline.states import ORDER_DATA, OrderStatus
 from app.pipeline.tokens import StepTokens
 from harness.events import event, order_no
@@ -73,10 +74,11 @@ class Delivery:
         store = MemoryStore()
         effects = MemoryEffects(asyncio.sleep)
         processor = Processor(store, effects, owner="prop/main/1", tokens=StepTokens(b"properties"),
-                              lease_seconds=30, effect_concurrency=4)
+                              policy=ProcessorPolicy(lease_seconds=30, effect_concurrency=4))
         sink = MemorySink()
-        handler = BatchHandler(processor, store, sink, group="prop", worker_id="prop", backoff=(0, 0, 0),
-                               max_event_bytes=1 << 20, infra_budget=5, max_lease_wait=1, sleep=_no_wait)
+        handler = BatchHandler(processor, store, sink, identity=Identity("prop", "prop"), clock=Clock(sleep=_no_wait),
+                               policy=BatchPolicy(backoff=(0, 0, 0), max_event_bytes=1 << 20, infra_budget=5,
+                                                  max_lease_wait=1))
         records = [source(self.doc(kind, republished)) for kind, republished in sequence]
         for batch in _cut(records, sizes):
             await handler.handle(batch)

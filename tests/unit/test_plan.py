@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from app.pipeline.effect_cases import EffectCase, effect_case
 from app.pipeline.errors import (
     AttemptsExhausted,
     KeyHorizonPassed,
@@ -19,7 +20,7 @@ from app.pipeline.errors import (
 )
 from app.pipeline.events import EventType, decode
 from app.pipeline.model import NOT_DELIVERED, STALE, IdemRow
-from app.pipeline.plan import EffectCase, effect_case, plan_batch, step_keys
+from app.pipeline.plan import plan_batch, step_keys
 from app.pipeline.states import IdemStatus, MoveVerdict, Order, OrderStatus, judge_move
 from app.pipeline.steps import ISSUE_WAYBILL, PIPELINES, SEND_SMS, Contract, EffectStep
 from harness.events import event, record

@@ -16,11 +16,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from app.observability import spans as tracing
+from app.observability.pipeline_spans import PipelineSpans
 from app.observability.tracing import sampler
-from app.pipeline import tracing
-from app.pipeline.batch import BatchHandler
+from app.pipeline.batch import BatchHandler, BatchPolicy, Identity
+from app.pipeline.clock import Clock
 from app.pipeline.errors import EffectUnavailable
-from app.pipeline.processor import Processor
+from app.pipeline.processor import Processor, ProcessorPolicy
 from app.pipeline.tokens import StepTokens
 from app.settings.tracing import TracingSettings
 from harness.events import event, order_no
@@ -104,11 +106,12 @@ def test_a_structured_body_that_is_not_json_is_no_context():
 
 def handle(records, effects: MemoryEffects) -> MemorySink:
     store = MemoryStore()
-    processor = Processor(store, effects, owner="trace/main/1", tokens=StepTokens(b"tracing"), lease_seconds=30,
-                          effect_concurrency=4)
+    processor = Processor(store, effects, owner="trace/main/1", tokens=StepTokens(b"tracing"),
+                          policy=ProcessorPolicy(lease_seconds=30, effect_concurrency=4), observer=PipelineSpans())
     sink = MemorySink()
-    handler = BatchHandler(processor, store, sink, group="trace-group", worker_id="trace", backoff=(0,),
-                           max_event_bytes=1 << 20, infra_budget=5, max_lease_wait=1, sleep=_no_wait)
+    handler = BatchHandler(processor, store, sink, identity=Identity("trace-group", "trace"),
+                           policy=BatchPolicy(backoff=(0,), max_event_bytes=1 << 20, infra_budget=5, max_lease_wait=1),
+                           clock=Clock(sleep=_no_wait))
     asyncio.run(handler.handle(records))
     return sink
 

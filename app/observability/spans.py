@@ -1,5 +1,6 @@
-"""The pipeline's spans, with the OpenTelemetry API only: no-ops until ``app.observability.tracing``
-installs an SDK and calls :func:`enable` (tracing off costs one boolean test per batch and per call).
+"""Spans, with the OpenTelemetry API only: no-ops until ``app.observability.tracing`` installs an SDK
+and calls :func:`enable` (tracing off costs one boolean test per batch and per call). The pipeline's
+observer that makes them is ``app.observability.pipeline_spans``.
 
 What a record's trace holds (the producer's, continued from its ``traceparent``/``tracestate``
 headers, or the CloudEvents ``traceparent`` extension)::

@@ -12,8 +12,12 @@ PY := $(BIN)/python
 run: setup ## set up everything, then run one worker, the fake services and a demo producer
 	ops/run-demo.sh
 
-test: venv services topics test-tools lint docs ## set up everything, then run the whole test suite (the tests migrate scratch databases of their own, never the demo's)
-	$(BIN)/pytest $(PYTEST_ARGS)
+# The suite runs in TEST_PROCESSES processes at once (pytest-xdist), a test module's tests in one of them:
+# every test has its own database, topics, consumer group and ports, and most of a test's time is spent
+# waiting for workers, Kafka and MariaDB. TEST_PROCESSES=1 runs it in one process, as before.
+TEST_PROCESSES ?= 3
+test: venv services topics test-tools lint docs ## set up everything, then run the whole test suite (the tests migrate scratch databases of their own, never the demo's; TEST_PROCESSES=n: n processes at once, 3 by default)
+	$(BIN)/pytest $(if $(filter-out 1,$(TEST_PROCESSES)),-n $(TEST_PROCESSES) --dist loadfile) $(PYTEST_ARGS)
 
 lint: venv checks ## ruff (the rules in pyproject.toml) and mypy on the pure core ([tool.mypy] there)
 

@@ -52,13 +52,29 @@ def _ephemeral_range() -> tuple[int, int]:
         return _EPHEMERAL
 
 
+def _share(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """This test process's share of ``ranges`` when the suite runs in several (pytest-xdist's
+    ``PYTEST_XDIST_WORKER=gw<n>`` of ``PYTEST_XDIST_WORKER_COUNT``): a slice of each range of its own,
+    so two processes never hand out the same port between a test's pick and its server's bind."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count <= 1:
+        return ranges
+    n = int(worker[2:])
+    shared = []
+    for lo, hi in ranges:
+        step = (hi - lo + 1) // count
+        shared.append((lo + n * step, lo + (n + 1) * step - 1))
+    return shared
+
+
 def free_port() -> int:
     """A port of 127.0.0.1 nobody listens on, for a server a test starts, outside the kernel's
     ephemeral range: a port the kernel picked (``bind(0)``) is one it may hand to an outgoing
     connection (a worker's to Kafka or MariaDB) before the server binds it, which failed the
-    chaos run's worker with "address already in use". Never the same port twice in a process."""
+    chaos run's worker with "address already in use". Never the same port twice in a process, nor
+    in two test processes of one run (:func:`_share`)."""
     low, high = _ephemeral_range()
-    ranges = [(lo, hi) for lo, hi in ((_LOWEST, low - 1), (high + 1, 65535)) if hi - lo > 1000]
+    ranges = _share([(lo, hi) for lo, hi in ((_LOWEST, low - 1), (high + 1, 65535)) if hi - lo > 1000])
     for _ in range(1000):
         lo, hi = _ports.choice(ranges) if ranges else (_LOWEST, 65535)
         port = _ports.randint(lo, hi)

@@ -1,8 +1,8 @@
-"""``python -m bench.online_migration``: the migrations since the last release applied while workers write.
+"""``python -m bench.online_migration``: the migrations since the first release applied while workers write.
 
-A scratch database at the last release's revision, ``t_idem`` pre-filled with ``--rows`` done rows
+A scratch database at the first release's revision, ``t_idem`` pre-filled with ``--rows`` done rows
 (10 million) over the 365 days before today, spread over its monthly partitions as real months
-(``bench.growth.prefill``); ``--workers`` workers of the last release (``harness.releases``: what
+(``bench.growth.prefill``); ``--workers`` workers of the first release (``harness.releases``: what
 runs while the new release's migration is applied) consume a steady ``--rate`` events a second
 (the waybill and SMS mix, fakes at 5 ms) from 8 partitions, each logging every batch it finishes
 (``bench.batch_log``). Then, one after the other, each with a window before and after:
@@ -51,7 +51,7 @@ from bench.growth.prefill import prefill, sequence_engine
 from bench.workload import build
 from harness.fakes import FakesProcess, every_fake
 from harness.migration_rules import since_release
-from harness.releases import Release, previous_release
+from harness.releases import Release, release, releases
 from harness.services import ROOT, ScratchDatabase, Worker, connect, wait_for, worker_env
 
 RESULTS = Path(__file__).with_name("results")
@@ -262,7 +262,7 @@ class Run:
 def run(settings: Settings, rows: int, rate: int, workers: int, window: float, hold: float, inplace: bool,
         cycles: int) -> dict:
     base, revisions = since_release()
-    release = previous_release()
+    first = release(*releases()[0])     # the first release's workers, on the schema its migrations left
     db = ScratchDatabase(settings.database.url, label=f"bench_mig_{uuid.uuid4().hex[:6]}").create(migrated=False)
     suffix = uuid.uuid4().hex[:8]
     topic, dlq, group = f"bench-mig-{suffix}", f"bench-mig-dlq-{suffix}", f"bench-mig-{suffix}"
@@ -278,7 +278,7 @@ def run(settings: Settings, rows: int, rate: int, workers: int, window: float, h
         env = dict(MYSQL_URL=db.url, ORDER_EVENT_TOPIC=topic, DLQ_TOPIC=dlq, APP_ID=group,
                    ORDER_EVENT_PARTITIONS=str(PARTITIONS), SLOW_BATCH_SECONDS="0.0001", IDEM_RETENTION_DAYS="3650",
                    RECONCILE_EVERY_SECONDS="0", **fakes.env())
-        procs = [ReleaseWorker(worker_env(WORKER_ID=f"mig-{suffix}-{i}", **env), f"bench-mig-{i}", release).start()
+        procs = [ReleaseWorker(worker_env(WORKER_ID=f"mig-{suffix}-{i}", **env), f"bench-mig-{i}", first).start()
                  for i in range(workers)]
         records = build("mixed", rate * int(14 * window + 4 * hold + 4 * cycles + 900), topic=topic, tag=suffix[:4]).records
         producer = Producer(settings.kafka.bootstrap, topic, records, rate)
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.online_migration", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000, help="t_idem rows pre-filled (10,000,000)")
     parser.add_argument("--rate", type=int, default=300, help="events a second produced (300)")
-    parser.add_argument("--workers", type=int, default=2, help="workers of the last release (2)")
+    parser.add_argument("--workers", type=int, default=2, help="workers of the first release (2)")
     parser.add_argument("--window", type=float, default=30.0, help="seconds before and after each change (30)")
     parser.add_argument("--hold", type=float, default=20.0, help="seconds the long transaction stays open (20)")
     parser.add_argument("--cycles", type=int, default=20, help="times up to head and back, to sample stalls (20)")

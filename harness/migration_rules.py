@@ -47,6 +47,11 @@ def script() -> ScriptDirectory:
     return ScriptDirectory.from_config(Config(str(ROOT / "alembic.ini")))
 
 
+def first_release_commit() -> str:
+    """The commit of the first release (``ops/releases.toml``): every migration since holds the online rule."""
+    return releases()[0][1]
+
+
 def previous_release_commit() -> str:
     """The commit of the newest release older than the current code (``ops/releases.toml``)."""
     now = Version(current_version())
@@ -58,8 +63,9 @@ def previous_release_commit() -> str:
 
 def since_release(commit: str | None = None) -> tuple[str, list[str]]:
     """``(base, revisions)``: the revision the release's schema is at, and every revision since,
-    oldest first (those whose files the release's commit does not hold)."""
-    commit = commit or previous_release_commit()
+    oldest first (those whose files the release's commit does not hold); the release is the first one
+    unless ``commit`` names another: the online rule holds from there on."""
+    commit = commit or first_release_commit()
     try:
         listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", commit, "migrations/versions/"],
                                 check=True, capture_output=True, text=True).stdout.split()

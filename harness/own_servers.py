@@ -73,6 +73,7 @@ class Server:
         started = time.monotonic()
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(self.command(), cwd=self.home, stdout=log, stderr=subprocess.STDOUT)
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)     # a fresh clone has no .cache/chaos yet
         self.pid_file.write_text(str(self.proc.pid))
         deadline = started + timeout
         while not self.answers():

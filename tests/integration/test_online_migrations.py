@@ -1,6 +1,6 @@
-"""Every migration since the last release runs while the workers write, also behind a long transaction.
+"""Every migration since the first release runs while the workers write, also behind a long transaction.
 
-Each migration since the release is run on a partitioned ``t_idem`` with rows in many months and a
+Each migration since the first release is run on a partitioned ``t_idem`` with rows in many months and a
 ledger with rows, while a writer does what T1 and T3 do (an upsert that claims a key, an update that
 finishes it) and writes dead letters, and while a long transaction holds ``t_idem`` and the ledger
 open. What holds:
@@ -152,7 +152,7 @@ class LongTransaction:
 
 @pytest.fixture
 def migrated_to_release(settings):
-    """A scratch database at the last release's revision, filled; and the revisions since."""
+    """A scratch database at the first release's revision, filled; and the revisions since."""
     base, revisions = since_release()
     db = ScratchDatabase(settings.database.url, label=f"online_{uuid.uuid4().hex[:8]}").create(migrated=False)
     try:
@@ -165,7 +165,7 @@ def migrated_to_release(settings):
 
 def test_each_migration_since_the_release_runs_online_behind_a_long_transaction(migrated_to_release):
     db, _, revisions = migrated_to_release
-    assert revisions, "no migration since the last release: nothing to hold to the rule"
+    assert revisions, "no migration since the first release: nothing to hold to the rule"
     writer = Writer(db)
     writer.start()
     try:
@@ -215,7 +215,7 @@ def test_a_migration_that_never_gets_its_lock_stops_and_changes_nothing(migrated
         held.end()
     migration.join(60)
     if migration.error is None and not {changed_table(s) for s in migration.statements} & set(HELD):
-        pytest.skip("no migration since the last release changes t_idem or the ledger")
+        pytest.skip("no migration since the first release changes t_idem or the ledger")
     assert stopped_while_held, "the migration waited for its lock as long as the long transaction lasted"
     assert isinstance(migration.error, CommandError)
     assert "did not come in 2 tries of 1s" in str(migration.error)
@@ -254,7 +254,7 @@ def test_the_run_that_stops_names_the_transaction_that_held_the_table(tmp_path):
         finally:
             held.end()
         if migration.error is None and not {changed_table(s) for s in migration.statements} & set(HELD):
-            pytest.skip("no migration since the last release changes t_idem or the ledger")
+            pytest.skip("no migration since the first release changes t_idem or the ledger")
         assert isinstance(migration.error, CommandError)
         assert f"Transactions open longest: connection {holder} (app@" in str(migration.error)
     finally:

@@ -21,7 +21,7 @@ import pytest
 
 from harness.console import call, served_worker
 from harness.events import event, order_no, record
-from harness.services import ROOT, Worker, wait_for
+from harness.services import ROOT, ScratchDatabase, Worker, wait_for
 
 TOKEN = "operator-token-for-routes"
 READ_TOKEN = "viewer-token-for-routes"
@@ -72,7 +72,17 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(settings, scratch_db):
+def routes_db(settings):
+    """A database of the module's own: the reconcile reads every receipt of its window, whichever test
+    wrote it, and the cases the site waits for must not be crowded out by other tests' findings."""
+    db = ScratchDatabase(settings.database.url).create()
+    yield db
+    db.drop()
+
+
+@pytest.fixture(scope="module")
+def site(settings, routes_db):
+    scratch_db = routes_db
     duplicated, refused, cancelled = order_no(prefix="RTDUP"), order_no(prefix="RTREF"), order_no(prefix="RTSMS")
     docs = [event(o, t) for o in (duplicated, refused) for t in ("ORDER_CREATED", "ORDER_PAID", "ORDER_CONFIRM")]
     docs += [event(cancelled, "ORDER_CREATED"), event(cancelled, "ORDER_CANCEL")]

@@ -49,6 +49,7 @@ from app.faust_app import freeze_startup_objects
 from app.injection import Wire
 from app.observability import metrics
 from app.pipeline.batch import BatchHandler, BatchReport
+from app.pipeline.controls import Controls
 from app.pipeline.reasons import label_of
 from app.settings import Settings
 
@@ -56,12 +57,16 @@ log = logging.getLogger(__name__)
 
 
 async def process_order_events(stream, *, settings: Settings, feed: kafka_batches.Feed | None,
-                               batches: BatchHandler, store: MySqlStore, owner: str) -> None:
+                               batches: BatchHandler, store: MySqlStore, owner: str, controls: Controls) -> None:
     metrics.HELD_RECORDS.set_function(lambda: batches.held)
     if feed is not None:
         # Records held while their provider is down do not count against the records in flight.
         feed.exempt = lambda: batches.held
         batches.on_hold = feed.nudge
+        # A partition a person paused hands out no record; resumed, it is read again from the first
+        # record held back (app.pipeline.controls).
+        feed.paused = lambda tp: controls.is_paused(tp.topic, tp.partition)
+        controls.on_change.append(lambda _: asyncio.ensure_future(feed.resume()))
     freeze_startup_objects()
     in_flight = settings.batches.in_flight if feed else 1
     log.info("consuming %s as %s (event loop: %s; %s)", settings.kafka.topic, owner,

@@ -32,6 +32,7 @@ from app.adapters.kafka.topics import DLQ_RETENTION_MS
 from app.adapters.kafka.watermark import WatermarkTopic
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.clock import DatabaseClock
+from app.adapters.mysql.controls import MySqlControls
 from app.adapters.mysql.engine import create_engine
 from app.adapters.mysql.heartbeat import Heartbeat, beats_in_flight
 from app.adapters.mysql.leases import MySqlLeases
@@ -66,6 +67,7 @@ from app.observability.metrics import (
 from app.observability.pipeline_spans import PipelineSpans
 from app.pipeline.batch import BatchHandler, BatchPolicy, Identity
 from app.pipeline.capacity import Budget, Inputs, budget
+from app.pipeline.controls import Controls
 from app.pipeline.envelopes import Reading, reading_of
 from app.pipeline.limits import EffectLimit, ProviderLimits
 from app.pipeline.liveness_fence import SelfFence
@@ -146,6 +148,7 @@ class StoreAdapters:
     recovery_windows: RecoveryWindows
     idem_partitions: Partitions             # t_idem's months
     leases: MySqlLeases
+    operator_controls: MySqlControls        # effects held and partitions paused by people, and their audit
 
     @classmethod
     def on(cls, store: MySqlStore, settings: Settings, tokens: StepTokens) -> StoreAdapters:
@@ -158,7 +161,7 @@ class StoreAdapters:
                    reconcile_reads=ReconcileReads(store, group=group), watch=Watch(store),
                    recovery_windows=RecoveryWindows(store),
                    idem_partitions=Partitions(store, hold_seconds=settings.operations.partition_lock_wait_seconds),
-                   leases=MySqlLeases(store))
+                   leases=MySqlLeases(store), operator_controls=MySqlControls(store, group=group))
 
 
 # The runtime's own parts that entry points may name (beside StoreAdapters' fields), made when it opens.
@@ -185,6 +188,9 @@ class Runtime:
         self.background = BackgroundWork()          # what stop() waits for (app.background)
         self.reading = event_reading(settings.events)
         SKIPPED_TYPES.declare(self.reading.foreign)
+        # What people hold and pause (app.pipeline.controls): read when the runtime opens, before the first
+        # batch, then every CONTROLS_REFRESH_SECONDS (app.timers.controls).
+        self.controls = Controls()
 
     async def start(self, *, kafka: bool = True) -> Runtime:
         """Open everything (``kafka=False``: all but the dead-letter producer, for commands)."""
@@ -253,6 +259,7 @@ class Runtime:
                 reading=self.reading, backoff=Backoff(s.compensation.backoff_seconds, s.compensation.backoff_max_seconds,
                                 s.compensation.max_attempts))
             self.adapters = StoreAdapters.on(self.store, s, self.tokens)
+            await self._read_controls()
             self.bulk = BulkRunner(
                 self.adapters.bulk_jobs, self._bulk_chunk, group=s.app_id, owner=self.owner.replace(f"/{self.role}/", "/bulk/"),
                 lease_seconds=s.bulk.lease_seconds, chunk_size=min(s.bulk.chunk_size, s.batches.size),
@@ -329,7 +336,16 @@ class Runtime:
                 # A fresh budget for waiting out an unreachable database, at each call.
                 "guard": functools.partial(OutageGuard, s.database.infra_retry_budget_seconds),
                 "capacity": functools.partial(capacity, s), "budget_rows": functools.partial(budget_rows, s),
-                "reconciler": self.reconciler, **opened, **adapters}
+                "reconciler": self.reconciler, "controls": self.controls, **opened, **adapters}
+
+    async def _read_controls(self) -> None:
+        """The operator controls in force, before the first batch: a hold or a pause made while no worker
+        ran is kept from its first record on (a database not there yet: the timer reads them later)."""
+        try:
+            self.controls.update(*await asyncio.wait_for(self.adapters.operator_controls.in_force(), 5))
+        except Exception as exc:
+            log.warning("the operator controls could not be read yet (%r): read again every "
+                        "CONTROLS_REFRESH_SECONDS", exc)
 
     def _part(self, path: str) -> object:
         return attrgetter(path)(self.started())

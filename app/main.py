@@ -19,6 +19,7 @@ from app import exits
 from app.adapters.kafka.connection import KafkaConfigError
 from app.bootstrap import Runtime
 from app.commands import budget as budget_command
+from app.commands import controls as controls_command
 from app.commands import dlq as dlq_command
 from app.commands import reconcile as reconcile_command
 from app.commands import recovery as recovery_command
@@ -29,6 +30,7 @@ from app.injection import Collaborators
 from app.settings import SettingsError, get_settings_or_exit
 from app.timers import bulk as bulk_timer
 from app.timers import compensation as compensation_timer
+from app.timers import controls as controls_timer
 from app.timers import gauges as gauges_timer
 from app.timers import partitions as partitions_timer
 from app.timers import reconcile as reconcile_timer
@@ -79,6 +81,7 @@ stuck_sweep = stuck_timer.register(app, settings, wire)
 run_bulk_jobs = bulk_timer.register(app, settings, wire)
 maintain_partitions = partitions_timer.register(app, settings, wire)
 refresh_gauges = gauges_timer.register(app, settings, wire)
+read_controls = controls_timer.register(app, settings, wire)
 advance_store_watermark = watermark_timer.register(app, settings, wire)
 reconcile_window = reconcile_timer.register(app, settings, wire)
 watchdog = watchdog_timer.register(app, settings, wire)
@@ -89,6 +92,7 @@ budget_command.register(app, wire)
 recovery_command.register(app, wire)
 reconcile_command.register(app, wire)
 web_token_command.register(app, wire)
+controls_command.register(app, wire)
 
 
 @app.on_before_shutdown.connect

@@ -424,5 +424,59 @@ t_schema_release = Table(
     **TABLE_ARGS,
 )
 
+# Operator controls: an effect held across the whole group, a partition paused (app.pipeline.controls),
+# and who did what to them.
+t_effect_hold = Table(
+    "t_effect_hold",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("consumer_group", String(255), nullable=False),
+    Column("effect", String(32), nullable=False),
+    Column("starts_at", DATETIME(fsp=3), nullable=False, comment="held from (UTC)"),
+    Column("ends_at", DATETIME(fsp=3), nullable=False,
+           comment="its planned end (UTC): the hold ends then by itself if auto_release, else a person ends it"),
+    Column("auto_release", Boolean, nullable=False, comment="1: ends at ends_at by itself"),
+    Column("reason", String(1024), nullable=False),
+    Column("held_by", String(128), nullable=False),
+    Column("created_at", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("released_at", DATETIME(fsp=3), nullable=True),
+    Column("released_by", String(128), nullable=True),
+    Column("release_note", String(1024), nullable=True),
+    Index("idx_group_released", "consumer_group", "released_at", "effect"),
+    **TABLE_ARGS,
+)
+
+t_partition_pause = Table(
+    "t_partition_pause",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("consumer_group", String(255), nullable=False),
+    Column("topic", String(249), nullable=False),
+    Column("partition_no", Integer, nullable=False),
+    Column("reason", String(1024), nullable=False),
+    Column("paused_by", String(128), nullable=False),
+    Column("paused_at", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("resumed_at", DATETIME(fsp=3), nullable=True),
+    Column("resumed_by", String(128), nullable=True),
+    Column("resume_note", String(1024), nullable=True),
+    Index("idx_group_resumed", "consumer_group", "resumed_at", "topic", "partition_no"),
+    **TABLE_ARGS,
+)
+
+t_control_audit = Table(
+    "t_control_audit",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("consumer_group", String(255), nullable=False),
+    Column("at", DATETIME(fsp=3), nullable=False, server_default=NOW3),
+    Column("actor", String(128), nullable=False, comment="web:<who>, cli:<who>"),
+    Column("action", String(16), nullable=False, comment="hold, release, pause, resume"),
+    Column("target", String(300), nullable=False, comment="the effect, or topic:partition"),
+    Column("control_id", BigInteger, nullable=False, comment="t_effect_hold.id or t_partition_pause.id"),
+    Column("note", String(1024), nullable=True),
+    Index("idx_group_at", "consumer_group", "at"),
+    **TABLE_ARGS,
+)
+
 # Our waybill receipts over a time range (the providers' reconciliation reads them by gmt_create).
 Index("idx_gmt_create", t_waybill_receipt.c.gmt_create)

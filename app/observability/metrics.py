@@ -176,6 +176,23 @@ def build_info(*, code_revision: str, schema_revision: str | None) -> None:
     BUILD_INFO.labels(VERSION, code_revision, schema_revision or "unknown").set(1)
 
 
+# -- operator controls (app.pipeline.controls): every worker exports what it last read --------------
+EFFECT_HELD = Gauge("order_effect_held", "1 while a person holds the effect across the whole group (operator "
+                    "controls): its records wait, nothing is dead-lettered for it.", ["effect"])
+EFFECT_HOLD_PLANNED_END = Gauge(
+    "order_effect_hold_planned_end_timestamp_seconds",
+    "The planned end of the effect's hold in force (0: none); a hold a person must end alerts past it.", ["effect"])
+EFFECT_HOLD_OVERDUE = Gauge("order_effect_hold_overdue_seconds",
+                            "How long the effect's hold in force is past its planned end (0: not).", ["effect"])
+PARTITION_PAUSED = Gauge("order_partition_paused", "1 while a person pauses the input's partition: its lag is "
+                         "paused, not stuck.", ["topic", "partition"])
+HELD_BY_EFFECT = Gauge("order_records_held_by_effect",
+                       "Records this worker holds, before their claim, for the effect (its breaker open, or held by "
+                       "a person).", ["effect"])
+CONTROLS_READ = Gauge("order_controls_read_timestamp_seconds",
+                      "When this worker last read the operator controls (every CONTROLS_REFRESH_SECONDS).")
+
+
 # -- recovery windows ---------------------------------------------------------------------
 STORE_SERVER_CHANGES = Counter(
     "order_store_server_changes_total",

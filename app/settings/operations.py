@@ -45,6 +45,11 @@ class OperationsSettings(Group):
     alert_webhook_timeout_seconds: float = setting("ALERT_WEBHOOK_TIMEOUT_SECONDS", 5.0, gt=0,
         description='Timeout of one such POST.')
 
+    controls_refresh_seconds: float = setting("CONTROLS_REFRESH_SECONDS", 2.0, gt=0, le=60,
+        description="How often every worker reads the operator controls (effects held, partitions paused: "
+                    "[Operator controls](operations.md#operator-controls)): a hold or a pause reaches every worker "
+                    "within this long, and a hold ends this long after its planned end at most.")
+
     metrics_refresh_seconds: float = setting("METRICS_REFRESH_SECONDS", 30.0, gt=0,
         description="How often every worker reads the gauges that live in the database and the group's lag from the "
                     'broker.')

@@ -22,6 +22,7 @@ from app.web import (
     bulk,
     compensation,
     console,
+    controls,
     groups,
     health,
     http,
@@ -33,7 +34,7 @@ from app.web import (
 )
 
 # In the order their routes are added: a path with a fixed part before one with a variable part there.
-MODULES = (health, compensation, orders, roles, console, groups, bulk, skipped, reconcile, reconcile_cases)
+MODULES = (health, compensation, orders, roles, console, groups, bulk, skipped, reconcile, reconcile_cases, controls)
 
 
 def middlewares(settings: Settings) -> list:

@@ -119,6 +119,11 @@ class Feed:
         self._taking = False
         self.exempt = _none                    # records handed out, not acked, and not to count (held)
         self.dropped = 0                     # records dropped by a clear or a generation change
+        # Partitions a person paused (app.pipeline.controls): none of their records is handed out. A
+        # record of one that arrives is dropped (never tracked, so never acked: the commit stays before
+        # it), its partition's fetching paused, and the first such offset kept for the seek at the resume.
+        self.paused = _never
+        self.unread: dict = {}                 # TP -> the first offset dropped for its pause
         feeds[topic] = self
         # Cleared like the streams' queues when Faust clears or resumes its flow.
         app.flow_control.manage_queue(self)
@@ -137,14 +142,21 @@ class Feed:
         """Add a fetch's records (the caller checked flow control and room)."""
         parts = self._parts
         tp, queue = None, None
+        kept = 0
         for message in messages:
             if message.tp != tp:
                 tp = message.tp
+                if self.paused(tp):
+                    self._hold_back(tp, message.offset)
+                    queue = None
+                    continue
                 queue = parts.get(tp)
                 if queue is None:
                     queue = parts[tp] = deque()
-            queue.append(message)
-        self._count += len(messages)
+            if queue is not None:
+                queue.append(message)
+                kept += 1
+        self._count += kept
         self._arrived.set()
         if self._count >= self.capacity:
             self._room.clear()
@@ -222,6 +234,33 @@ class Feed:
             notify(getattr(self.app.consumer, "_waiting_for_ack", None))   # wait_empty looks again at once
         return given
 
+    def _hold_back(self, tp, offset: int) -> None:
+        """A record of ``tp`` (paused) at ``offset`` is not handed out: its fetching stops, and the
+        resume seeks back to the first offset held back."""
+        if tp not in self.unread or offset < self.unread[tp]:
+            self.unread[tp] = offset
+        self.app.consumer.pause_partitions([tp])
+
+    async def resume(self) -> list:
+        """Partitions held back for a pause that has ended fetch again, from their first record held
+        back; the partitions resumed."""
+        ended = [tp for tp in self.unread if not self.paused(tp)]
+        consumer = self.app.consumer
+        for tp in ended:
+            offset = self.unread.pop(tp)
+            consumer.resume_partitions([tp])
+            if tp in consumer.assignment():
+                await consumer.seek(tp, offset)
+        if ended:
+            self._arrived.set()
+        return ended
+
+    def forget(self, tps) -> None:
+        """Partitions revoked: whoever gets them reads from their committed offset (never past what was
+        held back), so what was held back here is forgotten."""
+        for tp in tps:
+            self.unread.pop(tp, None)
+
     def nudge(self) -> None:
         """What counts as in flight may have changed (more records held): look again."""
         self._arrived.set()
@@ -273,6 +312,11 @@ class Feed:
             if len(taken) >= n:
                 break
             queue = parts[tp]
+            if self.paused(tp):                  # paused after its records came: held back too
+                self._hold_back(tp, queue[0].offset)
+                self._count -= len(queue)
+                del parts[tp]
+                continue
             while queue and len(taken) < n:
                 message = queue.popleft()
                 self._count -= 1
@@ -292,6 +336,10 @@ class Feed:
 
 def _none() -> int:
     return 0
+
+
+def _never(tp) -> bool:
+    return False
 
 
 __all__ = ["Feed", "feeds_of"]

@@ -321,6 +321,8 @@ def _forgetting_holes(revoked):
         # Faust forgets the revoked partitions' committed offsets; records of theirs still in flight
         # are acked later (wait_empty) and committed from what was committed last, or not at all.
         # (Nothing committed yet in this process: where its records began, as for a first commit.)
+        for feed in feeds_of(self.app).values():        # what a pause held back: read again from the commit
+            feed.forget(tps)
         last = {tp: self._committed_offset.get(tp) for tp in tps}
         last = {tp: offset if offset is not None else HOLES.first(tp) for tp, offset in last.items()}
         HOLES.forget(tps)

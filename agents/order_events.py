@@ -57,11 +57,17 @@ log = logging.getLogger(__name__)
 
 
 async def process_order_events(stream, *, settings: Settings, feed: kafka_batches.Feed | None,
-                               batches: BatchHandler, store: MySqlStore, owner: str, controls: Controls) -> None:
+                               batches: BatchHandler, store: MySqlStore, owner: str, controls: Controls,
+                               effect_names: tuple[str, ...]) -> None:
     metrics.HELD_RECORDS.set_function(lambda: batches.held)
+    for effect in effect_names:
+        metrics.HELD_BY_EFFECT.labels(effect).set_function(lambda effect=effect: batches.holds.by_effect[effect])
     if feed is not None:
-        # Records held while their provider is down do not count against the records in flight.
-        feed.exempt = lambda: batches.held
+        # Records held while their provider is down, or while a person holds their effect, do not count
+        # against the records in flight, up to the hold's bound: past it, a person's hold holds them all
+        # the same and the worker takes no new batch (its partitions wait in the broker).
+        bound = settings.effects.breaker_hold_records
+        feed.exempt = lambda: min(batches.held, bound)
         batches.on_hold = feed.nudge
         # A partition a person paused hands out no record; resumed, it is read again from the first
         # record held back (app.pipeline.controls).
@@ -82,7 +88,7 @@ async def process_order_events(stream, *, settings: Settings, feed: kafka_batche
             # Each order's records are acked as soon as they are finished (their outcomes
             # committed, or their dead letters written); the batch is acked whole at the end.
             report = await batches.handle([source_record(message) for message in batch.messages],
-                                          finished=batch.ack_some)
+                                          finished=batch.ack_some, still_ours=batch.still_ours)
             batch.ack()
             seconds = time.perf_counter() - started
             metrics.IN_FLIGHT_BATCH.dec()
@@ -135,6 +141,9 @@ class _StreamBatch:
 
     def ack_some(self, indices) -> None:
         pass
+
+    def still_ours(self, index: int) -> bool:
+        return True
 
     def ack(self) -> None:
         pass

@@ -222,6 +222,7 @@ class Runtime:
             # Each provider's limits, shared by every caller of this process; a group-wide rate is
             # shared among the live workers, counted at each heartbeat (app.pipeline.limits).
             self.limits = provider_limits(s.effects, self.client_factories)
+            self.limits.controls = self.controls          # a person's hold refuses calls as a breaker does
             for name in self.client_factories:      # every effect's breaker has its series from the start
                 BREAKER_OPEN.labels(name).set(0)
                 BREAKER_OPENED.labels(name).set(0)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from app.compensation.rules import Backoff, judge_redrive
 from app.pipeline.breaker import Refusal
 from app.pipeline.envelopes import Reading
-from app.pipeline.errors import Fatal, InternalError, MalformedEvent, PipelineError, ProviderUnavailable
+from app.pipeline.errors import EffectHeld, Fatal, InternalError, MalformedEvent, PipelineError, ProviderUnavailable
 from app.pipeline.events import NATIVE, OrderEvent, decode
 from app.pipeline.model import UNKNOWN, LedgerRow, RedriveVerdict, Settlement
 from app.pipeline.plan import step_keys
@@ -99,13 +99,14 @@ class Redriver:
                 decided[row.id] = Settlement(row.id, RedriveVerdict(LedgerStatus.MANUAL, row.redrives, None,
                                                              f"not an event: {exc.reason}: {exc}"))
                 continue
-            if not by_person and (down := self._provider_down(event)) is not None:
-                # Its provider is down: redriving it now would only claim its step again (each claim
-                # counts towards IDEM_MAX_ATTEMPTS) to be refused. Again after the breaker's next probe,
-                # no redrive counted; a redrive due then may be the probe.
+            if (down := self._provider_down(event)) is not None and (down.by_person or not by_person):
+                # Its provider is down, or a person holds its effect (a bulk job and a person's retry
+                # hold it too): redriving it now would only claim its step again (each claim counts
+                # towards IDEM_MAX_ATTEMPTS) to be refused. Again after the breaker's next probe (a
+                # redrive due then may be the probe), or a while into the hold; no redrive counted.
+                reason = EffectHeld.reason if down.by_person else ProviderUnavailable.reason
                 decided[row.id] = Settlement(row.id, RedriveVerdict(
-                    LedgerStatus.OPEN, row.redrives, max(down.wait, 1.0),
-                    f"{ProviderUnavailable.reason}: not redriven, {down.why}"))
+                    LedgerStatus.OPEN, row.redrives, max(down.wait, 1.0), f"{reason}: not redriven, {down.why}"))
                 continue
             if row.reason == UNKNOWN:
                 # The call's outcome is unknown and its service could not be asked then.

@@ -46,6 +46,7 @@ class Refusal:
     since: float            # when it opened (the breaker's clock)
     wait: float             # seconds until a retry may find it closed (the next probe, and its call)
     why: str
+    by_person: bool = False     # a person holds the effect (app.pipeline.controls): no probe, no deadline
 
 
 class Breaker:

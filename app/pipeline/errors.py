@@ -152,6 +152,14 @@ class ProviderUnavailable(EffectNotDelivered):
     retry_in_batch = False
 
 
+class EffectHeld(ProviderUnavailable):
+    """Not called: a person holds the effect across the group (``app.pipeline.controls``). The record
+    waits in its order until the hold ends, whatever its batch's deadline, and is never dead-lettered
+    for it; the compensator leaves its letters for after the hold, no redrive counted."""
+
+    reason = "effect_held"
+
+
 class EffectBadReceipt(PipelineError):
     """The service answered success with a receipt that breaks its contract (a waybill number that
     is missing, not a string, or too long); retrying returns the same answer, so reconcile by hand."""

@@ -28,8 +28,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from app.pipeline.breaker import PROBE_SECONDS, Admit, Breaker, Change, Refusal
+from app.pipeline.controls import Controls
 
 BURST_SECONDS = 0.05        # calls allowed back to back after an idle spell: 50 ms of the rate
+HELD_LOOK_SECONDS = 30.0    # a letter of a held effect is looked at again this long after (no redrive counted)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,9 @@ class ProviderLimits:
         self._paces: dict[str, _Pace] = {}
         self._members = 1
         self._clock, self._sleep = clock, sleep
+        # What people hold (app.pipeline.controls): a held effect is refused as an open breaker is,
+        # without a probe. None: nobody holds anything (the tests of the limits alone).
+        self.controls: Controls | None = None
 
     @property
     def members(self) -> int:
@@ -109,8 +114,20 @@ class ProviderLimits:
         pace = self._pace(effect)
         pace.not_before = max(pace.not_before, self._clock() + max(seconds, 0.0))
 
+    def held(self, effect: str) -> Refusal | None:
+        """The refusal of a call of ``effect`` a person holds (None: not held)."""
+        controls = self.controls
+        if controls is None or not controls.is_held(effect):
+            return None
+        hold = controls.hold_of(effect)
+        why = f"{effect} is held by {hold.held_by}: {hold.reason}" if hold else f"{effect} is held by a person"
+        return Refusal(self._clock(), HELD_LOOK_SECONDS, why, by_person=True)
+
     def admit(self, effect: str) -> tuple[Admit, Refusal | None]:
-        """Whether a call of ``effect`` may go to its provider (``app.pipeline.breaker``)."""
+        """Whether a call of ``effect`` may go to its provider (``app.pipeline.breaker``), or a person
+        holds it."""
+        if (held := self.held(effect)) is not None:
+            return Admit.CALL, held
         breaker = self._pace(effect).breaker
         return (Admit.CALL, None) if breaker.opened_at is None else breaker.admit(self._clock())
 
@@ -159,8 +176,9 @@ class ProviderLimits:
                 timer.cancel()
 
     def refusal(self, effect: str) -> Refusal | None:
-        """Whether a call of ``effect`` would be refused now by its breaker (the probe is not taken)."""
-        return self._pace(effect).breaker.refusal(self._clock())
+        """Whether a call of ``effect`` would be refused now by a person's hold or its breaker (the probe
+        is not taken)."""
+        return self.held(effect) or self._pace(effect).breaker.refusal(self._clock())
 
     def open_breakers(self) -> list[str]:
         return sorted(name for name, pace in self._paces.items() if pace.breaker.open)

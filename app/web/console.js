@@ -125,8 +125,8 @@ new MutationObserver((changes) => {
 
 // The console's pages: #/overview (first), #/queue (with ?status=...&fingerprint=... to filter it),
 // #/queue/<id> (a dead letter's detail), #/groups, #/bulk, #/orders (with /<order> to look one up),
-// #/reconcile. Each page is a section; only the current one shows.
-const PAGES = ["overview", "queue", "groups", "bulk", "orders", "reconcile"];
+// #/reconcile, #/controls. Each page is a section; only the current one shows.
+const PAGES = ["overview", "queue", "groups", "bulk", "orders", "reconcile", "controls"];
 const pageLoaders = {};     // page -> what to load when it is shown (the other scripts add theirs)
 
 function parseRoute() {

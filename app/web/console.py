@@ -22,6 +22,7 @@ GROUPS_SCRIPT = (HERE / "console-groups.js").read_bytes()
 BULK_SCRIPT = (HERE / "console-bulk.js").read_bytes()
 RECONCILE_SCRIPT = (HERE / "console-reconcile.js").read_bytes()
 OVERVIEW_SCRIPT = (HERE / "console-overview.js").read_bytes()
+CONTROLS_SCRIPT = (HERE / "console-controls.js").read_bytes()
 
 
 def _script(body: bytes) -> web.Response:
@@ -52,6 +53,10 @@ async def console_overview_script(request: web.Request) -> web.Response:
     return _script(OVERVIEW_SCRIPT)
 
 
+async def console_controls_script(request: web.Request) -> web.Response:
+    return _script(CONTROLS_SCRIPT)
+
+
 ROUTES: Routes = {
     "/console/": {"get": console},
     "/console/console.js": {"get": console_script},
@@ -59,4 +64,5 @@ ROUTES: Routes = {
     "/console/console-bulk.js": {"get": console_bulk_script},
     "/console/console-reconcile.js": {"get": console_reconcile_script},
     "/console/console-overview.js": {"get": console_overview_script},
+    "/console/console-controls.js": {"get": console_controls_script},
 }

@@ -60,7 +60,8 @@ class Refused(Exception):
 OPEN_PATHS = frozenset({"/health", "/healthz", "/readyz", "/metrics"})     # probes and scrapers, any Host
 PAGES = frozenset({"/console/", "/console/console.js",                     # no data: the token is asked for there
                    "/console/console-groups.js", "/console/console-bulk.js",
-                   "/console/console-reconcile.js", "/console/console-overview.js"})
+                   "/console/console-reconcile.js", "/console/console-overview.js",
+                   "/console/console-controls.js"})
 READS = frozenset({"GET", "HEAD"})
 VIEWER, OPERATOR = "viewer", "operator"
 NOTE_CHARS = 1024

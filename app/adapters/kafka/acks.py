@@ -77,6 +77,10 @@ class Batch:
         if self._feed is not None:
             self._feed.batch_acked(self)
 
+    def still_ours(self, index: int) -> bool:
+        """Whether record ``index`` is still this worker's to work: not given up by a rebalance."""
+        return not self._given_up or index not in self._given_up
+
     def give_up(self, tps) -> int:
         """The records of partitions ``tps`` not acked yet will never be acked by this batch: their
         partitions were revoked. They leave what Faust's ``wait_empty`` waits for at once, and count

@@ -49,14 +49,18 @@ class BatchHandler:
         """Told when more records are held (the feed does not count them against records in flight)."""
         self.holds.on_more = nudge
 
-    async def handle(self, records: Sequence[SourceRecord], finished: Tell | None = None) -> BatchReport:
+    async def handle(self, records: Sequence[SourceRecord], finished: Tell | None = None,
+                     still_ours: Callable[[int], bool] | None = None) -> BatchReport:
         """Process ``records`` (offset order per partition) until every one of them is finished.
 
         ``finished`` is told the indices of records (into ``records``) as soon as they are: their
         steps' outcomes are committed, or their dead letters are in the ledger and on the topic. An
         order's records finish together; other orders do not wait for them. The batch's report is
-        returned once all are."""
+        returned once all are. ``still_ours``: whether a record is still this worker's (a rebalance gives
+        up the records of revoked partitions; one held by a person's hold then leaves it unworked)."""
         batch = self._begin(records, finished or _nobody)
+        if still_ours is not None:
+            batch.still_ours = still_ours
         contents = read(batch, records, self.reading)
         finishing.skipped(batch, contents.skipped)
         batch.lap("decode")

@@ -77,8 +77,11 @@ async def _order_work(batch: Batch, items: list[Item], earlier: asyncio.Event | 
         sent = await finish_part(batch, now, items, results, last=not held)
     if not held:
         return sent
-    await holds.hold(batch, held)
+    kept = await holds.hold(batch, held)
     holds.release(batch, len(held))
+    if not kept:            # given up by a rebalance while a person's hold lasted: its new owner works them
+        batch.tell([item.index for item in held])
+        return sent
     starter.fresh(order)
     results = starter.results_of(order)
     starter.later(held)

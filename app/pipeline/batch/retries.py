@@ -23,6 +23,7 @@ import app.pipeline.batch.holds as holds
 from app.pipeline import letters
 from app.pipeline.batch.state import Batch, Item
 from app.pipeline.errors import (
+    EffectHeld,
     Fatal,
     InternalError,
     LeaseHeld,
@@ -64,6 +65,8 @@ async def retry_order(batch: Batch, retry: Retry, dead: list[DeadLetter], waitin
             gave_way += 1
             continue
         retried = await _retry(batch, lead, error, waiting, give_way=may_give_way)
+        if isinstance(retried, GivenUp):
+            continue            # given up by a rebalance while held: its new owner works it (and its copies)
         if isinstance(retried, _NotReady):
             pieces.append((lead, retried.error, same))
             waited_at[id(lead)] = ended_well
@@ -82,7 +85,7 @@ async def retry_order(batch: Batch, retry: Retry, dead: list[DeadLetter], waitin
 
 
 async def _retry(batch: Batch, item: Item, error: PipelineError | None, waiting: int = 1, *,
-                 give_way: bool = False) -> Result | PipelineError | _NotReady:
+                 give_way: bool = False) -> Result | PipelineError | _NotReady | GivenUp:
     """Retry one record until it succeeds (the result) or must be dead-lettered (the error);
     ``give_way``: a first try that finds its order not ready for it returns at once."""
     policy, now, report = batch.crew.policy, batch.crew.clock.now, batch.report
@@ -93,10 +96,13 @@ async def _retry(batch: Batch, item: Item, error: PipelineError | None, waiting:
         if error is None:
             pass                                       # deferred in the first try: not tried yet
         elif isinstance(error, ProviderUnavailable):
-            # Claimed before the breaker opened: held too, until it closes or lets this one probe.
-            if not holds.waits(batch, error) or now() >= holds.until(batch):
+            # Claimed before the breaker opened (or the person's hold was seen): held too, until it
+            # closes or lets this one probe (a person's hold: until it ends, whatever the deadline).
+            by_person = isinstance(error, EffectHeld)
+            if not holds.waits(batch, error) or (not by_person and now() >= holds.until(batch)):
                 return error
-            await holds.hold(batch, [item], waiting)   # the order's records of this part wait with it
+            if not await holds.hold(batch, [item], waiting):     # the order's records of this part wait with it
+                return GivenUp()
             not_yet = True
         elif isinstance(error, LeaseHeld) and lease_waited < policy.max_lease_wait:
             wait, lease_wait = min(error.wait_seconds + 0.05, policy.max_lease_wait - lease_waited), True
@@ -141,6 +147,11 @@ async def _run_one(batch: Batch, item: Item) -> Result:
     except Exception as exc:
         log.exception("internal error on %s[%s]@%s", item.record.topic, item.record.partition, item.record.offset)
         return Result(error=InternalError(f"{exc.__class__.__name__}: {exc}"))
+
+
+@dataclass(frozen=True, slots=True)
+class GivenUp:
+    """A record held by a person's hold was given up by a rebalance meanwhile: not worked here."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,7 @@ class Holds:
     def __init__(self) -> None:
         self.records = 0
         self.orders: Counter[str] = Counter()      # orders with records held now
+        self.by_effect: Counter[str] = Counter()   # records held now for each effect held (by a person or its breaker)
         self.on_more: Callable[[], None] | None = None
 
     def add(self, n: int) -> None:
@@ -99,6 +100,7 @@ class Batch:
     crew: Crew
     finished: Tell                      # told the indices of records as soon as they are finished
     story: BatchStory | None            # how an observer follows its records (None: none does)
+    still_ours: Callable[[int], bool] = field(default=lambda index: True)   # not given up by a rebalance
     report: BatchReport = field(init=False, default_factory=BatchReport)
     started: float = field(init=False)
     deadline: float = field(init=False)  # on the crew's clock: a record still waiting to retry then is dead-lettered
@@ -140,6 +142,10 @@ class Batch:
     def traces(self, items: Sequence[Item]) -> list[object | None] | None:
         """The records' traces for a run of their events (None: not followed)."""
         return [item.trace for item in items] if self.story is not None else None
+
+    def ours(self, items: Sequence[Item]) -> bool:
+        """Whether every one of ``items`` is still this worker's to work (none given up by a rebalance)."""
+        return all(self.still_ours(item.index) for item in items)
 
     def count_held(self, n: int) -> None:
         if n:

@@ -27,6 +27,7 @@ from app.pipeline.breaker import Admit
 from app.pipeline.clock import Clock
 from app.pipeline.errors import (
     ClaimExpiring,
+    EffectHeld,
     EffectNotDelivered,
     KeyHorizonPassed,
     PipelineError,
@@ -97,8 +98,9 @@ class Calls:
         while True:
             admit, refusal = self.limits.admit(effect)
             if refusal is not None:
-                return Finished(job, error=ProviderUnavailable(f"{job.biz_key}: not called, {refusal.why}",
-                                                               wait_seconds=refusal.wait))
+                refused = EffectHeld if refusal.by_person else ProviderUnavailable
+                return Finished(job, error=refused(f"{job.biz_key}: not called, {refusal.why}",
+                                                   wait_seconds=refusal.wait))
             probe = admit is Admit.PROBE
             outcome: Finished | None = None
             waited = 0.0

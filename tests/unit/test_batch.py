@@ -659,3 +659,110 @@ async def test_no_record_is_held_past_the_cap_or_with_holding_off():
         await h.handle(records(event(a, "ORDER_CONFIRM"), event(b, "ORDER_PAID"), event(b, "ORDER_CONFIRM")))
         # the cap 1 takes A's CONFIRM; B's two records are more than is left
         assert processor.runs == ([[a, b, b]] if cap == 0 else [[b, b], [a]])
+
+
+# -- a person's hold (app.pipeline.controls) ----------------------------------------------------
+
+def person_hold(effect: str = "waybill", active: bool = True):
+    from datetime import datetime
+
+    from app.pipeline.controls import Hold
+
+    now = datetime(2026, 12, 8, 2, 0)
+    return Hold(1, effect, now, now, False, "maintenance", "web:alice", active)
+
+
+def held_handler(script=None, **kw):
+    from app.pipeline.controls import Controls
+
+    h, processor, sleeps = breaker_handler(script, **kw)
+    controls = Controls()
+    controls.update([person_hold()], [])
+    processor.limits.controls = controls
+    return h, processor, sleeps, controls
+
+
+async def release_after(controls, tries: int = 20, *, moved=None, sleeps=None):
+    """End the hold once the handler has waited a little (real time: the hold's wait is not virtual)."""
+    import asyncio
+
+    for _ in range(tries):
+        await asyncio.sleep(0)
+    if sleeps is not None:
+        sleeps.now += moved          # the hold outlasted the batch's deadline by far
+    controls.update([], [])
+
+
+async def test_a_person_held_effect_holds_its_records_past_the_deadline_and_dead_letters_none():
+    import asyncio
+
+    a, b = order_no(), order_no()
+    h, processor, sleeps, controls = held_handler(hold_records=100, deadline=3)
+    told = []
+    handling = asyncio.create_task(h.handle(records(event(a, "ORDER_CREATED"), event(a, "ORDER_CONFIRM"),
+                                                    event(b, "ORDER_PAID")),
+                                            finished=lambda indices: told.append(sorted(indices))))
+    await asyncio.sleep(0.05)
+    # A's CREATED and B went on at once; A's CONFIRM waits, unclaimed, whatever the deadline says.
+    assert processor.runs == [[a, b]] and not handling.done() and h.held == 1
+    assert h.holds.by_effect["waybill"] == 1
+    await release_after(controls, moved=100.0, sleeps=sleeps)
+    report = await handling
+    assert processor.runs == [[a, b], [a]]
+    assert report.outcomes[Outcome.DEAD_LETTER] == 0 and h.sink.sent == [] and h.held == 0
+    assert sorted(map(tuple, told)) == [(0,), (1,), (2,)] or sorted(map(tuple, told)) == [(0, 1), (2,)]
+
+
+async def test_a_record_refused_by_a_hold_seen_after_its_claim_waits_for_its_end_with_a_fresh_deadline():
+    import asyncio
+
+    from app.pipeline.errors import EffectHeld
+
+    a = order_no()
+    refused = EffectHeld("not called, waybill is held by web:alice: maintenance", wait_seconds=30)
+    h, processor, sleeps, controls = held_handler({a: [Result(error=refused), OK]}, hold_records=100, deadline=3)
+    controls.update([], [])                    # not held at its claim; held when its call came
+    first = processor.run
+
+    async def run(events, guard=None, not_after=None, settled=None, traces=None):
+        if not processor.runs:
+            controls.update([person_hold()], [])
+        return await first(events, guard, not_after, settled)
+
+    processor.run = run
+    handling = asyncio.create_task(h.handle(records(event(a, "ORDER_CONFIRM"))))
+    await asyncio.sleep(0.05)
+    assert not handling.done()
+    await release_after(controls, moved=100.0, sleeps=sleeps)
+    report = await handling
+    assert processor.runs == [[a], [a]]
+    assert report.outcomes[Outcome.DEAD_LETTER] == 0 and report.retries == {}
+
+
+async def test_a_held_record_given_up_by_a_rebalance_leaves_the_hold_unworked():
+    import asyncio
+
+    a = order_no()
+    h, processor, _, controls = held_handler(hold_records=100, deadline=3)
+    ours = {"yes": True}
+    told = []
+    handling = asyncio.create_task(h.handle(records(event(a, "ORDER_CONFIRM")), finished=told.append,
+                                            still_ours=lambda index: ours["yes"]))
+    await asyncio.sleep(0.05)
+    ours["yes"] = False                        # its partition was revoked: the next owner holds it
+    report = await asyncio.wait_for(handling, 5)
+    assert processor.runs == [] and told == [[0]] and report.outcomes[Outcome.DEAD_LETTER] == 0
+    assert h.held == 0 and controls.is_held("waybill")
+
+
+async def test_records_held_by_a_person_are_held_past_the_cap_and_never_meet_the_breaker():
+    import asyncio
+
+    a, b = order_no(), order_no()
+    h, processor, sleeps, controls = held_handler(hold_records=1, deadline=15)
+    handling = asyncio.create_task(h.handle(records(event(a, "ORDER_CONFIRM"), event(b, "ORDER_CONFIRM"))))
+    await asyncio.sleep(0.05)
+    assert processor.runs == [] and h.held == 2         # both held, the cap notwithstanding
+    await release_after(controls)
+    report = await handling
+    assert sorted(map(sorted, processor.runs)) == [sorted([a, b])] and report.outcomes[Outcome.DEAD_LETTER] == 0

@@ -119,6 +119,8 @@ def test_a_paused_partition_is_not_worked_through_a_rebalance_and_is_read_again_
         settings, topics, spawn_worker, scratch_db, fakes):
     pair = topics(partitions=2)
     a = spawn_worker(pair, name="a", **fakes.env(), **ENV)
+    wait_for(lambda: worker_metric(a, "order_controls_read_timestamp_seconds"), timeout=60,
+             what="the worker reading its controls", workers=[a])
     paused = post(a, "/controls/pauses/", {"partition": 1, "reason": "a poisoned stretch upstream"})
     assert paused["new"] and paused["paused"]["partition"] == 1
     wait_for(lambda: worker_metric(a, "order_partition_paused", f'{{partition="1",topic="{pair.events}"}}') == 1,

@@ -71,6 +71,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator
 
+from faust.types import TP
 from mode.utils.futures import notify
 
 from app.adapters.kafka.acks import Batch
@@ -239,7 +240,7 @@ class Feed:
         resume seeks back to the first offset held back."""
         if tp not in self.unread or offset < self.unread[tp]:
             self.unread[tp] = offset
-        self.app.consumer.pause_partitions([tp])
+        self.app.consumer.pause_partitions([TP(tp.topic, tp.partition)])
 
     async def resume(self) -> list:
         """Partitions held back for a pause that has ended fetch again, from their first record held
@@ -248,7 +249,9 @@ class Feed:
         consumer = self.app.consumer
         for tp in ended:
             offset = self.unread.pop(tp)
-            consumer.resume_partitions([tp])
+            # Faust's own TP: its resume_partitions adds what it is given to its active partitions as it
+            # is, and its next fetch asserts they are all TPs (an aiokafka TopicPartition is not).
+            consumer.resume_partitions([TP(tp.topic, tp.partition)])
             if tp in consumer.assignment():
                 await consumer.seek(tp, offset)
         if ended:

@@ -6,8 +6,11 @@
 "use strict";
 
 (() => {
+  // Every action says who acts (the console's name field; a person's own token names them whatever it says).
   function post(path, body) {
-    return api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    const actor = $("actor").value.trim();
+    const sent = actor ? { ...body, actor } : body;
+    return api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(sent) });
   }
 
   function message(text, isError) {

@@ -28,7 +28,6 @@ from app.adapters.kafka.connection import KafkaConnection
 from app.adapters.kafka.dlq import KafkaDeadLetterSink
 from app.adapters.kafka.ops import GroupLag
 from app.adapters.kafka.ranges import TopicRange
-from app.adapters.kafka.topics import DLQ_RETENTION_MS
 from app.adapters.kafka.watermark import WatermarkTopic
 from app.adapters.mysql import MySqlStore
 from app.adapters.mysql.clock import DatabaseClock
@@ -66,14 +65,12 @@ from app.observability.metrics import (
 )
 from app.observability.pipeline_spans import PipelineSpans
 from app.pipeline.batch import BatchHandler, BatchPolicy, Identity
-from app.pipeline.capacity import Budget, Inputs, budget
 from app.pipeline.controls import Controls
 from app.pipeline.envelopes import Reading, reading_of
 from app.pipeline.limits import EffectLimit, ProviderLimits
 from app.pipeline.liveness_fence import SelfFence
 from app.pipeline.observer import Observers
 from app.pipeline.outage import OutageGuard
-from app.pipeline.plan import keys_per_event
 from app.pipeline.processor import Processor, ProcessorPolicy, Safeguards
 from app.pipeline.retention import Retention
 from app.pipeline.tokens import StepTokens
@@ -83,12 +80,9 @@ from app.reconcile.run import Judging, Reconciler
 from app.settings import Settings
 from app.settings.effects import EffectsSettings
 from app.settings.events import EventsSettings, type_names
+from app.sizing import budget_rows, capacity
 
 log = logging.getLogger(__name__)
-
-# The most events one worker processes per second, near the benchmark's ceiling for Faust alone
-# (row f of ``make bench``; the docs' Benchmarks page): what a worker working off a backlog may reach.
-WORKER_MAX_RATE = 20_000.0
 
 # Each effect's client, built from the effects' settings by the provider the deployment picks
 # (app/adapters/effects/registry.py).
@@ -107,26 +101,6 @@ def provider_limits(effects: EffectsSettings, names: Iterable[str]) -> ProviderL
     """The limits of every effect with a client, from ``EFFECTS__<EFFECT>__{CALLS_PER_SECOND,CONCURRENCY}``."""
     resolved = {name: effects.effect(name) for name in names}
     return ProviderLimits({name: EffectLimit(r.calls_per_second, r.concurrency) for name, r in resolved.items()})
-
-
-def capacity(settings: Settings, **overrides) -> Budget:
-    """The capacity model of the settings (``app.pipeline.capacity``); ``overrides`` replace inputs."""
-    s = settings
-    values = dict(
-        rate=s.operations.capacity_events_per_second, peak_rate=s.operations.capacity_peak_events_per_second,
-        worker_max_rate=WORKER_MAX_RATE, partitions=s.kafka.partitions, workers=1,
-        retention_days=s.operations.idem_retention_days, commit_interval=s.kafka.commit_interval_seconds,
-        commit_every=s.kafka.commit_every, max_poll_records=s.kafka.max_poll_records,
-        batch_size=s.batches.size, batch_within=s.batches.within_seconds, keys_per_event=keys_per_event(),
-        row_bytes=s.operations.capacity_row_bytes, offsets_retention_days=s.operations.kafka_offsets_retention_days,
-        outage_sla_days=s.operations.capacity_outage_sla_days, dead_letter_days=DLQ_RETENTION_MS / 86_400_000)
-    values.update({name: value for name, value in overrides.items() if value is not None})
-    return budget(Inputs(**values))
-
-
-def budget_rows(settings: Settings) -> int:
-    """What the watermark divides by: IDEM_CAPACITY_BUDGET_ROWS, or the model's rows."""
-    return settings.operations.idem_capacity_budget_rows or capacity(settings).rows
 
 
 class RuntimeNotOpen(RuntimeError):

@@ -11,7 +11,7 @@
     faust -A app pause list
 
 A hold with ``--until-released`` lasts until a person ends it, its end being when they expect to
-(``HoldOverdue`` alerts past it); without, it ends by itself at its end.
+(``EffectHoldOverdue`` alerts past it); without, it ends by itself at its end.
 """
 
 from __future__ import annotations

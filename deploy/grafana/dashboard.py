@@ -102,6 +102,23 @@ def build() -> dash.Dashboard:
             query("max(order_compensation_oldest_manual_age_seconds)", "oldest manual"),
             query("max(order_compensation_sla_seconds)", "SLA"), width=24))
 
+        .with_row(dash.Row("Operator controls"))
+        .with_panel(graph(
+            "Effects held by a person", "order_effect_held: 1 while a person holds the effect group-wide (GET "
+            "/controls/); order_effect_hold_overdue_seconds: how long a hold is past its planned end "
+            "(EffectHoldOverdue). Every worker exports what it read, so max.", "short",
+            query("max by (effect) (order_effect_held)", "{{effect}} held"),
+            query("max by (effect) (order_effect_hold_overdue_seconds)", "{{effect}} overdue (s)")))
+        .with_panel(graph(
+            "Records held, by effect", "order_records_held_by_effect: records the workers keep in memory for a "
+            "held effect (a person's hold or an open breaker), before their claim; summed over the workers. "
+            "Past BREAKER_HOLD_RECORDS a worker stops reading the partitions it fills.", "short",
+            query("sum by (effect) (order_records_held_by_effect)", "{{effect}}")))
+        .with_panel(graph(
+            "Partitions paused by a person", "order_partition_paused: 1 while a person pauses the partition of "
+            "the input (its lag is paused, not stuck). Every worker exports what it read, so max.", "short",
+            query("max by (topic, partition) (order_partition_paused)", "{{topic}} {{partition}}"), width=24))
+
         .with_row(dash.Row("Dedup store (t_idem)"))
         .with_panel(graph(
             "Stuck pending rows by step", "order_idem_stuck_rows: pending rows older than STUCK_PENDING_SECONDS, "

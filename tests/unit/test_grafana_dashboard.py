@@ -14,7 +14,8 @@ COMMITTED = ROOT / "deploy" / "grafana" / "dashboards" / "order-event-processor.
 # The gauges read from the database or the broker (app/timers/gauges.py): the same value on every worker.
 SHARED_GAUGES = ("order_kafka_consumer_lag", "order_compensation_", "order_idem_stuck_rows",
                  "order_idem_over_attempt_cap_rows", "order_idem_capacity_watermark", "order_idem_partitions_ahead",
-                 "order_idem_rows_estimated", "order_recovery_window_open")
+                 "order_idem_rows_estimated", "order_recovery_window_open", "order_effect_held",
+                 "order_effect_hold_overdue_seconds", "order_partition_paused")
 
 
 def generator():
@@ -62,5 +63,6 @@ def test_the_dashboard_shows_every_metric_it_promises():
                    "order_effect_call_seconds_bucket", "order_effect_calls_total", "order_dead_letters_total",
                    "order_compensation_rows", "order_compensation_oldest_open_age_seconds",
                    "order_compensation_oldest_manual_age_seconds", "order_idem_stuck_rows",
-                   "order_idem_capacity_watermark"):
+                   "order_idem_capacity_watermark", "order_effect_held", "order_records_held_by_effect",
+                   "order_partition_paused"):
         assert metric in exprs, metric

@@ -129,11 +129,15 @@ def test_the_autoscaler_paces_itself_by_a_rebalance(config, worker_settings):
     assert int(lag) == per_worker * 3 * math.ceil(s.kafka.revoke_grace_seconds)
 
 
-def test_the_memory_limit_holds_one_hostile_batch():
-    for size in ("67108864", "134217728"):
-        resources = worker(rendered_with({"MAX_BATCH_BYTES": size}))["template"]["spec"]["containers"][0]["resources"]
-        request, limit = (int(resources[k]["memory"].removesuffix("Mi")) for k in ("requests", "limits"))
-        assert limit - request == int(size) // 2**20
+@pytest.mark.parametrize("config", [{}, {"MAX_BATCH_BYTES": "134217728"}, {"BREAKER_HOLD_RECORDS": "50000"},
+                                    {"BREAKER_HOLD_RECORDS": "0", "MAX_BATCH_BYTES": "16777216"}])
+def test_the_memory_limit_holds_one_hostile_batch_and_the_records_a_hold_keeps(config, worker_settings):
+    s = worker_settings(config)
+    per_record_kib = yaml.safe_load((CHART / "values.yaml").read_text())["resources"]["heldRecordKiB"]
+    resources = worker(rendered_with(config))["template"]["spec"]["containers"][0]["resources"]
+    request, limit = (int(resources[k]["memory"].removesuffix("Mi")) for k in ("requests", "limits"))
+    held_mib = math.ceil(s.effects.breaker_hold_records * per_record_kib / 1024)
+    assert limit - request == math.ceil(s.batches.max_batch_bytes / 2**20) + held_mib
 
 
 def secret_settings() -> list[str]:

@@ -6,11 +6,14 @@ letters that no Kafka record can be. Real MariaDB, the fake services over real H
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from app.compensation.compensator import Compensator
 from app.compensation.rules import Backoff
+from app.pipeline.controls import Controls, Hold
+from app.pipeline.limits import EffectLimit, ProviderLimits
 from app.pipeline.ports import SourceRecord
 from app.pipeline.states import PERSON_CLAIMS
 from app.pipeline.states import LedgerStatus as Status
@@ -50,6 +53,42 @@ async def test_a_case_for_a_person_is_not_closed_by_a_retry_and_a_new_reason_rep
     assert not retry.changed and retry.status is Status.MANUAL and "look for it with the provider the message names" in retry.refused
     resolved = await d.compensator.perform(row["id"], "resolve", d.guard, actor="web:alice", note="no waybill")
     assert resolved.changed and resolved.status is Status.RESOLVED
+
+
+async def test_a_held_effects_dead_letter_waits_for_the_hold_even_at_a_persons_retry_and_no_redrive_is_counted(
+        harness):
+    """An SMS dead-lettered while the gateway answered 503 (not sent), then a person holds the SMS effect: the
+    drain leaves its letter open for after the hold and so does a person's retry (a bulk job's chunk
+    is a person's redrive too): no call, no redrive counted, not for a person. Once the hold ends, a
+    retry sends the SMS, once."""
+    limits = ProviderLimits({"waybill": EffectLimit(), "sms": EffectLimit()})
+    limits.controls = Controls()
+    d = await desk(harness, limits=limits)
+    [order] = await paid_orders(d.main, 1, "CMPHELD")
+    harness.fakes.configure({"sms": {"fail_orders": [order], "fail_status": 503}})
+    [letter] = await d.dead_letters([event(order, "ORDER_CANCEL")])
+    row = d.row(letter)
+    assert row["status"] == Status.OPEN and order not in harness.fakes.ledger.sms      # 503: may have been sent
+    harness.fakes.configure({"sms": {"fail_orders": []}})
+    now = datetime.now(UTC).replace(tzinfo=None)
+    limits.controls.update([Hold(1, "sms", now - timedelta(minutes=1), now + timedelta(hours=1), False,
+                                 "the gateway's maintenance", "web:alice", True)], [])
+    sms_calls = len(calls(harness, "sms", order))
+    attempts_sql = "SELECT attempt FROM t_idem WHERE biz_key LIKE %s"
+    attempts = harness.db.query(attempts_sql, f"{order}:%send_cancel_sms")
+    await asyncio.sleep(0.6)                                                   # the letter is due
+    assert await d.compensator.run_due(10, d.guard) == 1
+    row = d.row(letter)
+    assert (row["status"], row["redrives"]) == (Status.OPEN, 0) and "effect_held" in row["message"]
+    retried = await d.compensator.perform(row["id"], "retry", d.guard, actor="web:bob", note=None)
+    assert retried.status is Status.OPEN and "effect_held" in d.row(letter)["message"]
+    assert d.row(letter)["redrives"] == 0 and len(calls(harness, "sms", order)) == sms_calls
+    assert harness.db.query(attempts_sql, f"{order}:%send_cancel_sms") == attempts       # not even claimed
+    assert order not in harness.fakes.ledger.sms
+
+    limits.controls.update([], [])                                             # the hold ends
+    released = await d.compensator.perform(row["id"], "retry", d.guard, actor="web:bob", note=None)
+    assert released.status is Status.COMPENSATED and len(harness.fakes.ledger.sms[order]) == 1
 
 
 async def test_a_retry_that_fails_retriably_leaves_its_row_due(harness):

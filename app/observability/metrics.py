@@ -185,7 +185,7 @@ EFFECT_HOLD_PLANNED_END = Gauge(
 EFFECT_HOLD_OVERDUE = Gauge("order_effect_hold_overdue_seconds",
                             "How long the effect's hold in force is past its planned end (0: not).", ["effect"])
 PARTITION_PAUSED = Gauge("order_partition_paused", "1 while a person pauses the input's partition: its lag is "
-                         "paused, not stuck.", ["topic", "partition"])
+                         "paused, not stuck; 0 for the input's other partitions.", ["topic", "partition"])
 HELD_BY_EFFECT = Gauge("order_records_held_by_effect",
                        "Records this worker holds, before their claim, for the effect (its breaker open, or held by "
                        "a person).", ["effect"])

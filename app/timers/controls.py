@@ -27,7 +27,7 @@ class _Reading:
 
 
 async def read_controls(*, controls: Controls, operator_controls: MySqlControls, background: BackgroundWork,
-                        effect_names: tuple[str, ...]) -> None:
+                        effect_names: tuple[str, ...], settings: Settings) -> None:
     try:
         async with background.working():
             holds, pauses = await operator_controls.in_force()
@@ -45,7 +45,7 @@ async def read_controls(*, controls: Controls, operator_controls: MySqlControls,
     before_held, before_paused = controls.held(), controls.paused()
     if controls.update(holds, pauses):
         said(controls, before_held, before_paused)
-    export(controls, effect_names)
+    export(controls, effect_names, settings.kafka.topic, settings.kafka.partitions)
 
 
 def said(controls: Controls, before_held: frozenset[str], before_paused: frozenset[tuple[str, int]]) -> None:
@@ -64,15 +64,17 @@ def said(controls: Controls, before_held: frozenset[str], before_paused: frozens
         log.warning("%s[%d] is resumed", topic, partition)
 
 
-def export(controls: Controls, effect_names: tuple[str, ...]) -> None:
+def export(controls: Controls, effect_names: tuple[str, ...], topic: str, partitions: int) -> None:
     for effect in effect_names:
         hold = controls.hold_of(effect)
         metrics.EFFECT_HELD.labels(effect).set(1 if hold else 0)
         metrics.EFFECT_HOLD_PLANNED_END.labels(effect).set(hold.ends_at.replace(tzinfo=UTC).timestamp() if hold else 0)
         metrics.EFFECT_HOLD_OVERDUE.labels(effect).set(hold.overdue_seconds if hold else 0)
     metrics.PARTITION_PAUSED.clear()
-    for topic, partition in controls.paused():
-        metrics.PARTITION_PAUSED.labels(topic, str(partition)).set(1)
+    for partition in range(partitions):               # every partition of the input has its series, 0 or 1
+        metrics.PARTITION_PAUSED.labels(topic, str(partition)).set(0)
+    for paused_topic, partition in controls.paused():
+        metrics.PARTITION_PAUSED.labels(paused_topic, str(partition)).set(1)
     metrics.CONTROLS_READ.set(time.time())
 
 

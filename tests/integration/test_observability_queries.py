@@ -167,21 +167,40 @@ def panel_queries() -> list[tuple[str, str]]:
 COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)(?!\s*bool\b)")
 
 
+UNLESS = re.compile(r"\bunless(\s+on\([^)]*\))?\s*\(")
+
+
+def filters_of_unless(expr: str) -> list[tuple[int, int]]:
+    """Where each ``unless [on(...)] ( ... )``'s parenthesised right-hand side is in ``expr``."""
+    spans = []
+    for match in UNLESS.finditer(expr):
+        depth, at = 1, match.end()
+        while depth and at < len(expr):
+            depth += {"(": 1, ")": -1}.get(expr[at], 0)
+            at += 1
+        spans.append((match.end(), at))
+    return spans
+
+
 def with_bool_comparisons(expr: str) -> str:
     """``expr`` with every comparison outside label matchers made ``bool`` (``a > 3`` -> ``a > bool 3``),
     so that it returns its series, at 0 or 1, whether or not it fires; ``absent(x)`` becomes ``x``
-    (absent has a series only when x has none)."""
+    (absent has a series only when x has none). A comparison on the right of ``unless`` stays a filter:
+    made ``bool``, it would keep every series there, at 0 too, and ``unless`` would drop them all."""
     expr = " ".join(expr.split())
     if expr.startswith("absent(") and expr.endswith(")"):
         expr = expr[len("absent("):-1]
-    out, depth = [], 0
+    kept = filters_of_unless(expr)
+    out, depth, at = [], 0, 0
     for part in re.split(r"([{}])", expr):
+        start, at = at, at + len(part)
         if part == "{":
             depth += 1
         elif part == "}":
             depth -= 1
         elif depth == 0:
-            part = COMPARISON.sub(r"\1 bool", part)
+            part = COMPARISON.sub(lambda m, start=start: m.group(0) if any(a <= start + m.start() < b for a, b in kept)
+                                  else f"{m.group(1)} bool", part)
         out.append(part)
     return "".join(out)
 
@@ -195,6 +214,8 @@ def test_bool_form_keeps_label_matchers_and_unwraps_absent():
     assert with_bool_comparisons('up{job="x"} == 0') == 'up{job="x"} == bool 0'
     assert with_bool_comparisons('a{r!="ok"} > b and on() c >= 3') == 'a{r!="ok"} > bool b and on() c >= bool 3'
     assert with_bool_comparisons('absent(up{job="x"} == 1)') == 'up{job="x"} == bool 1'
+    assert (with_bool_comparisons('sum(a unless on(t, p) (max by (t, p) (b) == 1)) > 3 unless on() (max(c) == 1)')
+            == 'sum(a unless on(t, p) (max by (t, p) (b) == 1)) > bool 3 unless on() (max(c) == 1)')
 
 
 def results(prometheus: Prometheus, queries: list[tuple[str, str]], at=None) -> dict[str, tuple[int, dict]]:

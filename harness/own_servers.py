@@ -11,8 +11,10 @@ the same data directory and port, and stopped when the run ends (whatever happen
               ops/kafka/server.properties.in with ports and data directory of its own
 
 Each start is timed (until the server answers), so the report can say what a restart
-cost. A pid file per server lets the next run SIGKILL what a run killed itself could
-not stop (its own processes only: the pid must still run a command naming this folder).
+cost. A pid file per server and process (``<name>.<pid of the run's process>.pid``) lets a
+later run SIGKILL what a run whose process died could not stop (its own servers only: the
+pid must still run a command naming this folder), and never the servers of a run that
+another test process runs at the same time (``make test`` runs several).
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ MARIADB_SCRATCH = "chaos-mariadb-"      # the run's MariaDB files: <temp folder>
 READY_TIMEOUT = 90.0
 
 
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
 class ServiceError(AssertionError):
     """A server of the run did not come up (or went away on its own)."""
 
@@ -51,7 +63,7 @@ class Server:
     def __init__(self, home: Path) -> None:
         self.home = home
         self.log = home / f"{self.name}.log"
-        self.pid_file = CHAOS / f"{self.name}.pid"
+        self.pid_file = CHAOS / f"{self.name}.{os.getpid()}.pid"
         self.proc: subprocess.Popen | None = None
         self.ready_seconds: list[float] = []     # one per start, until the server answered
 
@@ -107,12 +119,21 @@ class Server:
         self.pid_file.unlink(missing_ok=True)
 
     def reap_leftover(self) -> None:
-        """SIGKILL a server an earlier run left behind (its pid file names it, and its command
-        line names this folder: a recycled pid of somebody else's process is left alone)."""
+        """SIGKILL a server an earlier run left behind: one whose run's process is gone (or is this
+        one), named by its pid file, whose command line names this folder (a recycled pid of
+        somebody else's process is left alone). A run of another live process keeps its servers."""
+        for pid_file in [CHAOS / f"{self.name}.pid", *CHAOS.glob(f"{self.name}.*.pid")]:
+            owner = pid_file.name[len(self.name) + 1:-len(".pid")]
+            if owner.isdigit() and int(owner) != os.getpid() and _running(int(owner)):
+                continue
+            self._reap(pid_file)
+
+    def _reap(self, pid_file: Path) -> None:
         try:
-            pid = int(self.pid_file.read_text())
+            pid = int(pid_file.read_text())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
+            pid_file.unlink(missing_ok=True)
             return
         if str(CHAOS) in cmdline or (self.name.startswith("mariadb") and MARIADB_SCRATCH in cmdline):
             os.kill(pid, signal.SIGKILL)
@@ -120,7 +141,7 @@ class Server:
                 if not Path(f"/proc/{pid}").exists():
                     break
                 time.sleep(0.05)
-        self.pid_file.unlink(missing_ok=True)
+        pid_file.unlink(missing_ok=True)
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.log.exists():

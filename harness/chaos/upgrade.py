@@ -146,7 +146,6 @@ class RollingUpgrade:
     async def _replace(self, kind: str, old: Release | None, new: Release | None) -> None:
         storm, fleet = self.storm, self.fleet
         storm.paused = True                  # no kill while it runs: what it measures is its own
-        storm.producer.unheld.set()          # and the input flows all along, past the next steps' gates
         slot = None
         entry: dict = {"kind": kind, "from_version": _version(old), "to_version": _version(new), "error": None}
         self.record["replacements"].append(entry)
@@ -168,6 +167,10 @@ class RollingUpgrade:
                 await asyncio.to_thread(fleet.scrape_now)
                 before = _replayed(fleet)
                 entry["committed_at_sigterm"] = await probe.committed()
+                # From the SIGTERM until the group consumes again the input flows, past the next steps'
+                # gates if it must; not before (the waits above), so the records the later steps need
+                # are not spent on them.
+                storm.producer.unheld.set()
                 entry["sigterm_at"] = time.time()
                 stopped = await asyncio.to_thread(fleet.stop, slot)
                 entry["committed_at_exit"] = await probe.committed()
